@@ -1,0 +1,188 @@
+"""Every error the statestore library raises.
+
+Callers catch :class:`StateStoreError` (or one of its families) and never see a backend's own
+exceptions: adapters translate botocore errors at their boundary.
+"""
+
+from __future__ import annotations
+
+
+class StateStoreError(Exception):
+    """Base of every statestore error."""
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+
+class InvalidSchemaError(StateStoreError, ValueError):
+    """A table schema is malformed (no row keys, duplicate names, unknown key type, ...)."""
+
+
+class InvalidKeyError(StateStoreError, ValueError):
+    """A key value does not match its field's type or range."""
+
+
+class CodecError(StateStoreError, ValueError):
+    """A stored or received body cannot be decoded (bad JSON, unknown version or type, missing field)."""
+
+
+# --- transaction validation -------------------------------------------------------------------------
+
+
+class TransactionValidationError(StateStoreError):
+    """A transaction cannot be applied to the current state. The state is left unchanged."""
+
+
+class PartitionNotFoundError(TransactionValidationError):
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(f"partition not found: {partition_id!r}")
+        self.partition_id = partition_id
+
+
+class PartitionAlreadyExistsError(TransactionValidationError):
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(f"partition already exists: {partition_id!r}")
+        self.partition_id = partition_id
+
+
+class PartitionNotLeafError(TransactionValidationError):
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(f"partition is not a leaf: {partition_id!r}")
+        self.partition_id = partition_id
+
+
+class InvalidPartitionSplitError(TransactionValidationError):
+    """A split does not produce exactly two children meeting at the split point and covering the parent."""
+
+
+class InvalidPartitionTreeError(TransactionValidationError):
+    """A set of partitions does not form one tree covering the whole key space."""
+
+
+class FilesPresentError(TransactionValidationError):
+    def __init__(self, count: int) -> None:
+        super().__init__(f"cannot initialise partitions: the table has {count} file(s); clear them first")
+        self.count = count
+
+
+class FileAlreadyExistsError(TransactionValidationError):
+    def __init__(self, filename: str) -> None:
+        super().__init__(f"file already exists: {filename!r}")
+        self.filename = filename
+
+
+class FileNotFoundInStateError(TransactionValidationError):
+    def __init__(self, filename: str) -> None:
+        super().__init__(f"file not found: {filename!r}")
+        self.filename = filename
+
+
+class FileReferenceNotFoundError(TransactionValidationError):
+    def __init__(self, filename: str, partition_id: str) -> None:
+        super().__init__(f"file reference not found: {filename!r} in partition {partition_id!r}")
+        self.filename = filename
+        self.partition_id = partition_id
+
+
+class FileReferenceAlreadyExistsError(TransactionValidationError):
+    def __init__(self, filename: str, partition_id: str) -> None:
+        super().__init__(f"file reference already exists: {filename!r} in partition {partition_id!r}")
+        self.filename = filename
+        self.partition_id = partition_id
+
+
+class FileReferenceAssignedToJobError(TransactionValidationError):
+    def __init__(self, filename: str, partition_id: str, job_id: str) -> None:
+        super().__init__(
+            f"file reference {filename!r} in partition {partition_id!r} is already assigned to job {job_id!r}"
+        )
+        self.filename = filename
+        self.partition_id = partition_id
+        self.job_id = job_id
+
+
+class FileReferenceNotAssignedToJobError(TransactionValidationError):
+    def __init__(self, filename: str, partition_id: str, job_id: str, actual_job_id: str | None) -> None:
+        owner = f"job {actual_job_id!r}" if actual_job_id else "no job"
+        super().__init__(
+            f"file reference {filename!r} in partition {partition_id!r} is not assigned to job {job_id!r} "
+            f"(it is assigned to {owner})"
+        )
+        self.filename = filename
+        self.partition_id = partition_id
+        self.job_id = job_id
+        self.actual_job_id = actual_job_id
+
+
+class FileHasReferencesError(TransactionValidationError):
+    def __init__(self, filename: str, count: int) -> None:
+        super().__init__(f"file {filename!r} still has {count} reference(s) and cannot be deleted")
+        self.filename = filename
+        self.count = count
+
+
+class InvalidTransactionError(TransactionValidationError):
+    """A transaction is malformed in itself (duplicate entries, negative counts, empty job, ...)."""
+
+
+class AllJobsRejectedError(TransactionValidationError):
+    """Every job of a ReplaceFileReferences transaction failed validation; nothing would change."""
+
+    def __init__(self, failures: list[tuple[str, TransactionValidationError]]) -> None:
+        detail = "; ".join(f"job {job_id!r}: {error}" for job_id, error in failures)
+        super().__init__(f"every compaction job was rejected: {detail}")
+        self.failures = failures
+
+
+# --- the log and its stores -------------------------------------------------------------------------
+
+
+class TransactionNumberTakenError(StateStoreError):
+    """A log append lost the race: another writer already used this transaction number."""
+
+    def __init__(self, table_id: str, transaction_number: int) -> None:
+        super().__init__(f"transaction {transaction_number} of table {table_id!r} is already in the log")
+        self.table_id = table_id
+        self.transaction_number = transaction_number
+
+
+class CommitConflictError(StateStoreError):
+    """A commit kept losing the race for the next transaction number and gave up after its attempts."""
+
+
+class TransactionTooLargeError(StateStoreError):
+    """A transaction body is larger than any store behind the log can hold."""
+
+
+class SnapshotNotFoundError(StateStoreError):
+    """No snapshot (or no snapshot body) exists where one was expected."""
+
+
+class StaleSnapshotError(StateStoreError):
+    """A snapshot would move a table's latest pointer backwards."""
+
+
+class TransactionNotRetainedError(StateStoreError):
+    """The log entries needed to rebuild the requested point in time were deleted by cleanup."""
+
+
+class TableNotFoundError(StateStoreError):
+    def __init__(self, table: str) -> None:
+        super().__init__(f"table not found: {table!r}")
+        self.table = table
+
+
+class TableAlreadyExistsError(StateStoreError):
+    def __init__(self, table_name: str) -> None:
+        super().__init__(f"a table named {table_name!r} already exists")
+        self.table_name = table_name
+
+
+class BlobNotFoundError(StateStoreError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object not found: {key!r}")
+        self.key = key
+
+
+class StoreUnavailableError(StateStoreError):
+    """A backend kept failing (throttling, network) after retries."""

@@ -1,0 +1,40 @@
+"""Where a table's objects live in the bucket. Everything of a table sits under its own prefix, so cleanup
+and table deletion can never touch another table's objects."""
+
+from __future__ import annotations
+
+import uuid
+
+
+def table_prefix(table_id: str) -> str:
+    return f"tables/{table_id}/"
+
+
+def data_prefix(table_id: str) -> str:
+    return f"{table_prefix(table_id)}data/"
+
+
+def snapshot_prefix(table_id: str) -> str:
+    return f"{table_prefix(table_id)}snapshots/"
+
+
+def snapshot_keys(table_id: str, transaction_number: int) -> tuple[str, str]:
+    """Fresh ``(partitions_key, files_key)`` for a snapshot; a random token keeps racing writers apart."""
+    base = f"{snapshot_prefix(table_id)}{transaction_number:012d}-{uuid.uuid4().hex[:12]}"
+    return f"{base}/partitions.parquet", f"{base}/files.parquet"
+
+
+def log_body_prefix(table_id: str) -> str:
+    return f"{table_prefix(table_id)}log/"
+
+
+def log_body_key(table_id: str, transaction_number: int) -> str:
+    return f"{log_body_prefix(table_id)}{transaction_number:012d}-{uuid.uuid4().hex[:12]}.body"
+
+
+def request_body_prefix(table_id: str) -> str:
+    return f"{table_prefix(table_id)}requests/"
+
+
+def is_under_table(table_id: str, key: str) -> bool:
+    return key.startswith(table_prefix(table_id))

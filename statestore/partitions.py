@@ -1,0 +1,304 @@
+"""Partitions: regions of the key space arranged in one tree that covers it all.
+
+A region holds one range per row key field: ``min`` inclusive, ``max`` exclusive, ``max=None`` unbounded.
+A split turns one leaf into two children that meet at the split point on one row key dimension.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from statestore.errors import InvalidPartitionSplitError, InvalidPartitionTreeError, PartitionNotFoundError
+from statestore.schema import Key, Schema
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Values ``v`` with ``min <= v < max``; ``max=None`` means no upper bound."""
+
+    min: Key
+    max: Key | None = None
+
+    def __post_init__(self) -> None:
+        if self.max is not None and not self.min < self.max:  # type: ignore[operator]
+            raise InvalidPartitionTreeError(f"empty range: min {self.min!r} is not below max {self.max!r}")
+
+    def contains(self, value: Key) -> bool:
+        return self.min <= value and (self.max is None or value < self.max)  # type: ignore[operator]
+
+    def overlaps(self, other: Range) -> bool:
+        below_other_max = other.max is None or self.min < other.max  # type: ignore[operator]
+        above_other_min = self.max is None or other.min < self.max  # type: ignore[operator]
+        return below_other_max and above_other_min
+
+    def covers(self, other: Range) -> bool:
+        """Whether every value of ``other`` is in this range."""
+        if not self.min <= other.min:  # type: ignore[operator]
+            return False
+        if self.max is None:
+            return True
+        return other.max is not None and other.max <= self.max  # type: ignore[operator]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One :class:`Range` per row key field, in schema order."""
+
+    ranges: tuple[Range, ...]
+
+    @classmethod
+    def whole(cls, schema: Schema) -> Region:
+        """The whole key space of a schema: the root partition's region."""
+        return cls(tuple(Range(t.minimum) for t in schema.row_key_types))
+
+    def contains(self, key: Sequence[Key]) -> bool:
+        return len(key) == len(self.ranges) and all(r.contains(k) for r, k in zip(self.ranges, key, strict=True))
+
+    def overlaps(self, other: Region) -> bool:
+        return all(a.overlaps(b) for a, b in zip(self.ranges, other.ranges, strict=True))
+
+    def covers(self, other: Region) -> bool:
+        return all(a.covers(b) for a, b in zip(self.ranges, other.ranges, strict=True))
+
+    def with_range(self, dimension: int, new_range: Range) -> Region:
+        ranges = list(self.ranges)
+        ranges[dimension] = new_range
+        return Region(tuple(ranges))
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One node of the partition tree. ``dimension`` is the row key index it was split on (-1 if a leaf)."""
+
+    id: str
+    region: Region
+    parent_id: str | None = None
+    child_ids: tuple[str, ...] = ()
+    leaf: bool = True
+    dimension: int = -1
+
+    def split(
+        self, dimension: int, split_point: Key, left_id: str, right_id: str
+    ) -> tuple[Partition, Partition, Partition]:
+        """Return ``(parent, left, right)`` for splitting this leaf at ``split_point`` on ``dimension``.
+
+        Raises :class:`InvalidPartitionSplitError` if the point is not strictly inside the range.
+        """
+        if not 0 <= dimension < len(self.region.ranges):
+            raise InvalidPartitionSplitError(
+                f"cannot split partition {self.id!r} on dimension {dimension}: "
+                f"the schema has {len(self.region.ranges)} row key field(s)"
+            )
+        current = self.region.ranges[dimension]
+        try:
+            left_range, right_range = Range(current.min, split_point), Range(split_point, current.max)
+        except (InvalidPartitionTreeError, TypeError) as e:
+            raise InvalidPartitionSplitError(
+                f"split point {split_point!r} is not strictly inside partition {self.id!r}'s range "
+                f"[{current.min!r}, {current.max!r}) on dimension {dimension}"
+            ) from e
+        left = Partition(left_id, self.region.with_range(dimension, left_range), parent_id=self.id)
+        right = Partition(right_id, self.region.with_range(dimension, right_range), parent_id=self.id)
+        parent = replace(self, child_ids=(left_id, right_id), leaf=False, dimension=dimension)
+        return parent, left, right
+
+
+def new_partition_id() -> str:
+    return str(uuid.uuid4())
+
+
+def root_partition(schema: Schema, partition_id: str = "root") -> Partition:
+    """The single partition covering a schema's whole key space."""
+    return Partition(partition_id, Region.whole(schema))
+
+
+def check_split(parent_before: Partition, parent_after: Partition, children: Sequence[Partition]) -> None:
+    """Check that ``children`` are a valid split of leaf ``parent_before`` into ``parent_after``.
+
+    Exactly two children, on an existing row key dimension, meeting at the split point and together
+    covering the parent's region. Raises :class:`InvalidPartitionSplitError` naming what is wrong.
+    """
+    pid = parent_before.id
+    if len(children) != 2:
+        raise InvalidPartitionSplitError(f"a split of {pid!r} needs exactly two children, got {len(children)}")
+    left, right = children
+    if parent_after.id != pid or parent_after.region != parent_before.region:
+        raise InvalidPartitionSplitError(f"the split parent must keep the id and region of {pid!r}")
+    if parent_after.leaf:
+        raise InvalidPartitionSplitError(f"after a split, partition {pid!r} must not be a leaf")
+    if parent_after.child_ids != (left.id, right.id):
+        raise InvalidPartitionSplitError(
+            f"partition {pid!r} must list its children {left.id!r}, {right.id!r} in order, "
+            f"got {list(parent_after.child_ids)}"
+        )
+    if left.id == right.id:
+        raise InvalidPartitionSplitError(f"both children of {pid!r} have the id {left.id!r}")
+    dim = parent_after.dimension
+    ranges = parent_before.region.ranges
+    if not 0 <= dim < len(ranges):
+        raise InvalidPartitionSplitError(
+            f"split dimension {dim} of {pid!r} is not a row key index (0..{len(ranges) - 1})"
+        )
+    for child in children:
+        if child.parent_id != pid:
+            raise InvalidPartitionSplitError(f"child {child.id!r} must name {pid!r} as its parent")
+        if not child.leaf or child.child_ids:
+            raise InvalidPartitionSplitError(f"new child {child.id!r} must be a leaf with no children")
+        for d, (child_range, parent_range) in enumerate(zip(child.region.ranges, ranges, strict=True)):
+            if d != dim and child_range != parent_range:
+                raise InvalidPartitionSplitError(
+                    f"child {child.id!r} differs from {pid!r} on dimension {d}, but the split is on {dim}"
+                )
+    parent_range = ranges[dim]
+    left_range, right_range = left.region.ranges[dim], right.region.ranges[dim]
+    if left_range.min != parent_range.min or right_range.max != parent_range.max:
+        raise InvalidPartitionSplitError(f"the children of {pid!r} do not cover its range on dimension {dim}")
+    if left_range.max is None or left_range.max != right_range.min:
+        raise InvalidPartitionSplitError(
+            f"the children of {pid!r} do not meet at one split point on dimension {dim}: "
+            f"left ends at {left_range.max!r}, right starts at {right_range.min!r}"
+        )
+
+
+class PartitionTree:
+    """A read-only view over a ``{id: Partition}`` mapping that forms one tree."""
+
+    def __init__(self, partitions: Mapping[str, Partition]) -> None:
+        self._partitions = partitions
+
+    @property
+    def root(self) -> Partition:
+        roots = [p for p in self._partitions.values() if p.parent_id is None]
+        if len(roots) != 1:
+            raise InvalidPartitionTreeError(f"expected exactly one root partition, found {len(roots)}")
+        return roots[0]
+
+    def get(self, partition_id: str) -> Partition:
+        try:
+            return self._partitions[partition_id]
+        except KeyError:
+            raise PartitionNotFoundError(partition_id) from None
+
+    def leaves(self) -> list[Partition]:
+        return [p for p in self._partitions.values() if p.leaf]
+
+    def leaf_for_key(self, key: Sequence[Key]) -> Partition:
+        """The leaf partition whose region contains ``key`` (one value per row key field)."""
+        node = self.root
+        if not node.region.contains(key):
+            raise InvalidPartitionTreeError(f"key {list(key)!r} is outside the table's key space")
+        while not node.leaf:
+            left, right = (self._partitions[c] for c in node.child_ids)
+            split_point = left.region.ranges[node.dimension].max
+            node = left if key[node.dimension] < split_point else right  # type: ignore[operator]
+        return node
+
+    def overlapping(self, region: Region, leaves_only: bool = False) -> list[Partition]:
+        """Partitions whose region overlaps ``region``, found by descending only into overlapping subtrees."""
+        found: list[Partition] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if not node.region.overlaps(region):
+                continue
+            if node.leaf or not leaves_only:
+                found.append(node)
+            stack.extend(self._partitions[c] for c in node.child_ids)
+        return found
+
+    def ancestors(self, partition_id: str) -> Iterator[Partition]:
+        node = self.get(partition_id)
+        while node.parent_id is not None:
+            node = self.get(node.parent_id)
+            yield node
+
+    def validate(self) -> None:
+        """Check that the partitions form one tree covering the whole key space with valid splits."""
+        root = self.root
+        seen = {root.id}
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node.leaf:
+                if node.child_ids or node.dimension != -1:
+                    raise InvalidPartitionTreeError(f"leaf partition {node.id!r} must have no children")
+                continue
+            children = []
+            for child_id in node.child_ids:
+                if child_id not in self._partitions:
+                    raise InvalidPartitionTreeError(f"partition {node.id!r} names missing child {child_id!r}")
+                if child_id in seen:
+                    raise InvalidPartitionTreeError(f"partition {child_id!r} appears twice in the tree")
+                seen.add(child_id)
+                children.append(self._partitions[child_id])
+            before = replace(node, child_ids=(), leaf=True, dimension=-1)
+            try:
+                check_split(before, node, [replace(c, child_ids=(), leaf=True, dimension=-1) for c in children])
+            except InvalidPartitionSplitError as e:
+                raise InvalidPartitionTreeError(str(e)) from e
+            stack.extend(children)
+        unreachable = set(self._partitions) - seen
+        if unreachable:
+            raise InvalidPartitionTreeError(f"partitions not reachable from the root: {sorted(unreachable)[:5]}")
+
+
+def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
+    """Check ``partitions`` form one tree over ``schema``'s whole key space (raises InvalidPartitionTreeError)."""
+    by_id: dict[str, Partition] = {}
+    for p in partitions:
+        if p.id in by_id:
+            raise InvalidPartitionTreeError(f"partition id {p.id!r} is used more than once")
+        if len(p.region.ranges) != len(schema.row_keys):
+            raise InvalidPartitionTreeError(
+                f"partition {p.id!r} has {len(p.region.ranges)} range(s); the schema has "
+                f"{len(schema.row_keys)} row key field(s)"
+            )
+        by_id[p.id] = p
+    if not by_id:
+        raise InvalidPartitionTreeError("a table needs at least one partition")
+    tree = PartitionTree(by_id)
+    if tree.root.region != Region.whole(schema):
+        raise InvalidPartitionTreeError("the root partition must cover the whole key space")
+    tree.validate()
+
+
+def partitions_from_split_points(
+    schema: Schema, split_points: Sequence[Key], dimension: int = 0, id_prefix: str | None = None
+) -> list[Partition]:
+    """Build a balanced tree whose leaves are cut at ``split_points`` (sorted, distinct) on one dimension.
+
+    With no split points the result is the root alone. Ids are ``root`` and, below it, either fresh
+    UUIDs or ``{id_prefix}{n}`` when a prefix is given (useful for reproducible trees).
+    """
+    key_type = schema.row_key_types[dimension] if 0 <= dimension < len(schema.row_keys) else None
+    if key_type is None:
+        raise InvalidPartitionSplitError(f"dimension {dimension} is not a row key index of the schema")
+    points = [key_type.check(p, schema.row_keys[dimension].name) for p in split_points]
+    for a, b in zip(points, points[1:], strict=False):
+        if not a < b:  # type: ignore[operator]
+            raise InvalidPartitionSplitError(f"split points must be sorted and distinct: {a!r} then {b!r}")
+    if points and not key_type.minimum < points[0]:  # type: ignore[operator]
+        raise InvalidPartitionSplitError(f"split point {points[0]!r} is the minimum of its type: nothing below it")
+
+    counter = iter(range(1, 2**62))
+
+    def next_id() -> str:
+        return f"{id_prefix}{next(counter)}" if id_prefix is not None else new_partition_id()
+
+    result: list[Partition] = []
+
+    def build(node: Partition, lo: int, hi: int) -> None:
+        # ``points[lo:hi]`` fall strictly inside ``node``; split at the middle one and recurse.
+        if lo >= hi:
+            result.append(node)
+            return
+        mid = (lo + hi) // 2
+        parent, left, right = node.split(dimension, points[mid], next_id(), next_id())
+        result.append(parent)
+        build(left, lo, mid)
+        build(right, mid + 1, hi)
+
+    build(root_partition(schema), 0, len(points))
+    return result

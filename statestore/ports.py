@@ -1,0 +1,106 @@
+"""The small interfaces the engine needs from its backends, each with an in-memory twin in ``memory.py``.
+
+AWS adapters (``statestore.aws``) implement the same interfaces; one behaviour suite runs against all.
+Implementations raise only :mod:`statestore.errors` exceptions, never a backend's own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One transaction in a table's log. ``body`` is the codec's output; ``compressed`` says how to read it."""
+
+    transaction_number: int
+    update_time: int  # epoch milliseconds; every replica stamps the transaction's changes with it
+    transaction_type: str
+    body: bytes
+    compressed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms)."""
+
+    table_id: str
+    transaction_number: int
+    created_time: int
+    partitions_key: str
+    files_key: str
+
+
+class TransactionLogStore(ABC):
+    """An ordered, append-only log of transactions per table."""
+
+    @abstractmethod
+    def append(self, table_id: str, entry: LogEntry) -> None:
+        """Store ``entry`` if its number is unused; raise TransactionNumberTakenError if it is taken.
+
+        May raise TransactionTooLargeError if the body cannot be stored at all.
+        """
+
+    @abstractmethod
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        """Entries with ``from_number <= n <= to_number`` (no upper bound if None), in order, strongly consistent."""
+
+    @abstractmethod
+    def latest_number(self, table_id: str) -> int:
+        """The highest transaction number in the log, 0 if the log has never had an entry."""
+
+    @abstractmethod
+    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
+        """Delete entries numbered ``<= transaction_number`` (with any stored bodies); return how many."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every entry of a table."""
+
+
+class SnapshotMetadataStore(ABC):
+    """Records of snapshots and each table's "latest" pointer."""
+
+    @abstractmethod
+    def record(self, snapshot: SnapshotInfo) -> None:
+        """Record ``snapshot`` and move the latest pointer to it, atomically.
+
+        Raises StaleSnapshotError (and records nothing) if the latest is already at or past its number.
+        """
+
+    @abstractmethod
+    def latest(self, table_id: str) -> SnapshotInfo | None:
+        """The table's latest snapshot, or None."""
+
+    @abstractmethod
+    def list(self, table_id: str) -> list[SnapshotInfo]:
+        """Every recorded snapshot of the table, oldest first."""
+
+    @abstractmethod
+    def delete(self, table_id: str, transaction_number: int) -> None:
+        """Delete one snapshot's record. Raises StateStoreError if it is the latest."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every record and the pointer of a table."""
+
+
+class BlobStore(ABC):
+    """Named byte objects (S3 in AWS): snapshot files, large transaction bodies."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; raises BlobNotFoundError if absent."""
+
+    @abstractmethod
+    def delete(self, keys: list[str]) -> None:
+        """Delete objects; absent keys are ignored."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys starting with ``prefix``, sorted."""

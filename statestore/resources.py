@@ -1,0 +1,112 @@
+"""Resource names and key schemas, defined once: the CDK stacks and the embedded mode both use these.
+
+Everything is derived from an *instance id* (``[a-z0-9-]``, 1-20 chars), so several instances can share
+an account. Pure data: no AWS imports here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+_INSTANCE_ID = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+
+# Attribute names, shared by the adapters and the stacks.
+TABLE_ID = "table_id"
+TABLE_NAME = "table_name"
+TRANSACTION_NUMBER = "transaction_number"
+SNAPSHOT_KEY = "snapshot_key"
+REQUEST_ID = "request_id"
+EXPIRES_AT = "expires_at"  # TTL attribute of the commit status table (epoch seconds)
+
+
+@dataclass(frozen=True)
+class KeySchema:
+    """A DynamoDB key: ``(name, type)`` pairs, type ``S`` or ``N``."""
+
+    hash_key: tuple[str, str]
+    range_key: tuple[str, str] | None = None
+
+
+TRANSACTION_LOG_KEYS = KeySchema((TABLE_ID, "S"), (TRANSACTION_NUMBER, "N"))
+# One item per snapshot (``snapshot#<number, zero padded>``) and one ``latest`` pointer per table.
+SNAPSHOTS_KEYS = KeySchema((TABLE_ID, "S"), (SNAPSHOT_KEY, "S"))
+TABLES_BY_ID_KEYS = KeySchema((TABLE_ID, "S"))
+TABLES_BY_NAME_KEYS = KeySchema((TABLE_NAME, "S"))
+COMMIT_STATUS_KEYS = KeySchema((REQUEST_ID, "S"))
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    """The names of one instance's tables, bucket and queues.
+
+    Environment variable ``STATESTORE_RESOURCES`` (JSON of this class) lets Lambdas and jobs find them
+    without rebuilding names; :meth:`for_instance` builds them from an instance id.
+    """
+
+    instance_id: str
+    transaction_log_table: str
+    snapshots_table: str
+    tables_by_id_table: str
+    tables_by_name_table: str
+    commit_status_table: str
+    bucket: str
+    commit_queue: str
+    dead_letter_queue: str
+
+    @classmethod
+    def for_instance(cls, instance_id: str, bucket: str | None = None) -> ResourceNames:
+        if not _INSTANCE_ID.match(instance_id):
+            raise ValueError(
+                f"instance id {instance_id!r} must be 1-20 characters of a-z, 0-9 and '-', starting with a letter"
+            )
+        prefix = f"statestore-{instance_id}"
+        return cls(
+            instance_id=instance_id,
+            transaction_log_table=f"{prefix}-transaction-log",
+            snapshots_table=f"{prefix}-snapshots",
+            tables_by_id_table=f"{prefix}-tables-by-id",
+            tables_by_name_table=f"{prefix}-tables-by-name",
+            commit_status_table=f"{prefix}-commit-status",
+            # Bucket names are global: a deployment passes one with its account and region in it.
+            bucket=bucket or f"{prefix}-data",
+            commit_queue=f"{prefix}-commits.fifo",
+            dead_letter_queue=f"{prefix}-commits-dlq.fifo",
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ResourceNames:
+        data = json.loads(text)
+        return cls(**data)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ResourceNames:
+        """From ``STATESTORE_RESOURCES`` (JSON) or else ``STATESTORE_INSTANCE_ID`` (default ``local``)."""
+        env = os.environ if environ is None else environ
+        if env.get("STATESTORE_RESOURCES"):
+            return cls.from_json(env["STATESTORE_RESOURCES"])
+        return cls.for_instance(env.get("STATESTORE_INSTANCE_ID", "local"), env.get("STATESTORE_BUCKET"))
+
+    @property
+    def table_key_schemas(self) -> dict[str, KeySchema]:
+        """Every DynamoDB table of the instance with its key schema."""
+        return {
+            self.transaction_log_table: TRANSACTION_LOG_KEYS,
+            self.snapshots_table: SNAPSHOTS_KEYS,
+            self.tables_by_id_table: TABLES_BY_ID_KEYS,
+            self.tables_by_name_table: TABLES_BY_NAME_KEYS,
+            self.commit_status_table: COMMIT_STATUS_KEYS,
+        }
+
+
+# Bodies above this many bytes go to the bucket, the log item holding only the key. DynamoDB's item
+# limit is 400 KB including attribute names; this leaves ample room.
+MAX_INLINE_BODY_BYTES = 300 * 1024
+# SQS's message limit is 256 KiB; a commit request bigger than this goes to the bucket first.
+MAX_INLINE_REQUEST_BYTES = 200 * 1024

@@ -1,0 +1,140 @@
+"""TableState: the partitions and files of one table, as of one transaction number.
+
+The state is changed only by :meth:`statestore.transactions.Transaction.apply`, always after the
+transaction's ``validate`` passed, so a rejected transaction never leaves a trace. Every value held is
+immutable, which makes :meth:`TableState.copy` a pair of dictionary copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from statestore.errors import FileNotFoundInStateError, PartitionNotFoundError
+from statestore.files import FileReference, TableFile
+from statestore.partitions import Partition, PartitionTree
+from statestore.schema import Schema
+
+
+@dataclass(eq=False)
+class TableState:
+    """Partitions + files + the number of the last transaction applied (0 = none)."""
+
+    schema: Schema
+    partitions_by_id: dict[str, Partition] = field(default_factory=dict)
+    files_by_name: dict[str, TableFile] = field(default_factory=dict)
+    transaction_number: int = 0
+
+    # --- partitions -----------------------------------------------------------------------------
+
+    @property
+    def partition_tree(self) -> PartitionTree:
+        return PartitionTree(self.partitions_by_id)
+
+    def partitions(self) -> list[Partition]:
+        return list(self.partitions_by_id.values())
+
+    def leaf_partitions(self) -> list[Partition]:
+        return [p for p in self.partitions_by_id.values() if p.leaf]
+
+    def partition(self, partition_id: str) -> Partition:
+        try:
+            return self.partitions_by_id[partition_id]
+        except KeyError:
+            raise PartitionNotFoundError(partition_id) from None
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def file(self, filename: str) -> TableFile:
+        try:
+            return self.files_by_name[filename]
+        except KeyError:
+            raise FileNotFoundInStateError(filename) from None
+
+    def files(self) -> list[TableFile]:
+        return list(self.files_by_name.values())
+
+    def has_files(self) -> bool:
+        return bool(self.files_by_name)
+
+    def file_references(self) -> Iterator[FileReference]:
+        for table_file in self.files_by_name.values():
+            yield from table_file.references
+
+    def references_with_no_job(self) -> list[FileReference]:
+        return [r for r in self.file_references() if r.job_id is None]
+
+    def references_by_partition(self) -> dict[str, list[FileReference]]:
+        """Every partition that has references, mapped to them."""
+        out: dict[str, list[FileReference]] = {}
+        for ref in self.file_references():
+            out.setdefault(ref.partition_id, []).append(ref)
+        return out
+
+    def references_in_partition(self, partition_id: str) -> list[FileReference]:
+        return [r for r in self.file_references() if r.partition_id == partition_id]
+
+    def files_ready_for_gc(self, before: int) -> list[str]:
+        """Names of files with no references whose last update was before ``before`` (epoch ms)."""
+        return [f.filename for f in self.files_by_name.values() if not f.references and f.last_update_time < before]
+
+    def unreferenced_files(self) -> list[TableFile]:
+        return [f for f in self.files_by_name.values() if not f.references]
+
+    # --- used by transactions, and by snapshot loading ------------------------------------------
+
+    def put_file(self, table_file: TableFile) -> None:
+        self.files_by_name[table_file.filename] = table_file
+
+    def remove_file(self, filename: str) -> None:
+        del self.files_by_name[filename]
+
+    def clear_files(self) -> None:
+        self.files_by_name = {}
+
+    def put_partitions(self, partitions: Iterable[Partition]) -> None:
+        for p in partitions:
+            self.partitions_by_id[p.id] = p
+
+    def replace_partitions(self, partitions: Iterable[Partition]) -> None:
+        self.partitions_by_id = {p.id: p for p in partitions}
+
+    # --- whole-state ----------------------------------------------------------------------------
+
+    def copy(self) -> TableState:
+        """An independent copy (values are immutable, so copying the dictionaries is enough)."""
+        return TableState(self.schema, dict(self.partitions_by_id), dict(self.files_by_name), self.transaction_number)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TableState):
+            return NotImplemented
+        return (
+            self.transaction_number == other.transaction_number
+            and self.schema == other.schema
+            and self.partitions_by_id == other.partitions_by_id
+            and _files_equal(self.files_by_name, other.files_by_name)
+        )
+
+    def __repr__(self) -> str:
+        refs = sum(len(f.references) for f in self.files_by_name.values())
+        return (
+            f"TableState(transaction_number={self.transaction_number}, partitions={len(self.partitions_by_id)}, "
+            f"files={len(self.files_by_name)}, references={refs})"
+        )
+
+
+def _files_equal(a: dict[str, TableFile], b: dict[str, TableFile]) -> bool:
+    # The order of a file's references carries no meaning.
+    if a.keys() != b.keys():
+        return False
+    for name, fa in a.items():
+        fb = b[name]
+        if fa.last_update_time != fb.last_update_time or len(fa.references) != len(fb.references):
+            return False
+        if sorted(fa.references, key=_ref_key) != sorted(fb.references, key=_ref_key):
+            return False
+    return True
+
+
+def _ref_key(ref: FileReference) -> str:
+    return ref.partition_id

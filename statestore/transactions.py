@@ -1,0 +1,430 @@
+"""The transactions that change a table's state: one small immutable class each.
+
+``validate(state)`` raises a precise :class:`~statestore.errors.TransactionValidationError` and never changes
+the state; ``apply(state, update_time)`` changes it, taking the update time (epoch ms) from the log entry so
+every replica derives the same state. ``apply`` is only called after ``validate`` passed on that state, or
+when following a log whose entries were validated before they were written.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from statestore.errors import (
+    AllJobsRejectedError,
+    FileAlreadyExistsError,
+    FileHasReferencesError,
+    FileNotFoundInStateError,
+    FileReferenceAlreadyExistsError,
+    FileReferenceAssignedToJobError,
+    FileReferenceNotAssignedToJobError,
+    FileReferenceNotFoundError,
+    FilesPresentError,
+    InvalidPartitionSplitError,
+    InvalidPartitionTreeError,
+    InvalidTransactionError,
+    PartitionAlreadyExistsError,
+    PartitionNotFoundError,
+    PartitionNotLeafError,
+    TransactionValidationError,
+)
+from statestore.files import FileReference, TableFile
+from statestore.partitions import Partition, check_split, validate_tree
+from statestore.state import TableState
+
+
+class Transaction(ABC):
+    """A change to a table's state."""
+
+    TYPE: ClassVar[str]
+
+    @abstractmethod
+    def validate(self, state: TableState) -> None:
+        """Raise a TransactionValidationError if this cannot be applied to ``state``. Never changes it."""
+
+    @abstractmethod
+    def apply(self, state: TableState, update_time: int) -> None:
+        """Apply to ``state`` (which ``validate`` accepted), stamping changes with ``update_time``."""
+
+    def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
+        """Parts that ``apply`` will skip on ``state`` (only transactions with independent parts have any)."""
+        return []
+
+
+def _reference_in(state: TableState, filename: str, partition_id: str) -> FileReference:
+    table_file = state.files_by_name.get(filename)
+    if table_file is None:
+        raise FileNotFoundInStateError(filename)
+    ref = table_file.reference_in(partition_id)
+    if ref is None:
+        raise FileReferenceNotFoundError(filename, partition_id)
+    return ref
+
+
+def _check_new_reference(state: TableState, ref: FileReference) -> None:
+    if not ref.filename:
+        raise InvalidTransactionError("a file reference needs a non-empty filename")
+    if ref.number_of_rows < 0:
+        raise InvalidTransactionError(f"file {ref.filename!r} has a negative row count {ref.number_of_rows}")
+    if ref.job_id is not None:
+        raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")
+    if ref.partition_id not in state.partitions_by_id:
+        raise PartitionNotFoundError(ref.partition_id)
+
+
+# --- partitions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InitialisePartitions(Transaction):
+    """Replace the partition tree. Only allowed while the table has no files."""
+
+    TYPE: ClassVar[str] = "InitialisePartitions"
+    partitions: tuple[Partition, ...]
+
+    def validate(self, state: TableState) -> None:
+        if state.has_files():
+            raise FilesPresentError(len(state.files_by_name))
+        validate_tree(state.schema, self.partitions)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        state.replace_partitions(self.partitions)
+
+
+@dataclass(frozen=True)
+class SplitPartition(Transaction):
+    """Turn leaf ``parent`` (given as it is after the split) into two new leaf ``children``."""
+
+    TYPE: ClassVar[str] = "SplitPartition"
+    parent: Partition
+    children: tuple[Partition, ...]
+
+    def validate(self, state: TableState) -> None:
+        before = state.partitions_by_id.get(self.parent.id)
+        if before is None:
+            raise PartitionNotFoundError(self.parent.id)
+        if not before.leaf:
+            raise PartitionNotLeafError(self.parent.id)
+        for child in self.children:
+            if child.id in state.partitions_by_id:
+                raise PartitionAlreadyExistsError(child.id)
+        if before.parent_id != self.parent.parent_id:
+            raise InvalidPartitionSplitError(f"the split must not change the parent of {self.parent.id!r}")
+        check_split(before, self.parent, self.children)
+        for child in self.children:
+            if len(child.region.ranges) != len(state.schema.row_keys):
+                raise InvalidPartitionTreeError(f"child {child.id!r} has the wrong number of ranges")
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        state.put_partitions((self.parent, *self.children))
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AddFiles(Transaction):
+    """Add new data files, each with one or more references (several for a file spanning partitions)."""
+
+    TYPE: ClassVar[str] = "AddFiles"
+    references: tuple[FileReference, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.references:
+            raise InvalidTransactionError("AddFiles needs at least one file reference")
+        seen: set[tuple[str, str]] = set()
+        files = state.files_by_name
+        for ref in self.references:
+            _check_new_reference(state, ref)
+            if ref.filename in files:
+                raise FileAlreadyExistsError(ref.filename)
+            key = (ref.filename, ref.partition_id)
+            if key in seen:
+                raise FileReferenceAlreadyExistsError(ref.filename, ref.partition_id)
+            seen.add(key)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        grouped: dict[str, list[FileReference]] = {}
+        for ref in self.references:
+            grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
+        for filename, refs in grouped.items():
+            state.put_file(TableFile(filename, tuple(refs), update_time))
+
+
+@dataclass(frozen=True)
+class AssignJobIdRequest:
+    """Assign the references of ``filenames`` in ``partition_id`` to compaction job ``job_id``."""
+
+    job_id: str
+    partition_id: str
+    filenames: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AssignJobIds(Transaction):
+    """Give compaction jobs ownership of their input references. Fails whole if any is taken."""
+
+    TYPE: ClassVar[str] = "AssignJobIds"
+    requests: tuple[AssignJobIdRequest, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.requests:
+            raise InvalidTransactionError("AssignJobIds needs at least one request")
+        claimed: dict[tuple[str, str], str] = {}
+        for request in self.requests:
+            if not request.job_id:
+                raise InvalidTransactionError("a job id must be non-empty")
+            if not request.filenames:
+                raise InvalidTransactionError(f"job {request.job_id!r} assigns no files")
+            for filename in request.filenames:
+                ref = _reference_in(state, filename, request.partition_id)
+                owner = ref.job_id or claimed.get((filename, request.partition_id))
+                if owner is not None:
+                    raise FileReferenceAssignedToJobError(filename, request.partition_id, owner)
+                claimed[(filename, request.partition_id)] = request.job_id
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        for request in self.requests:
+            for filename in request.filenames:
+                table_file = state.files_by_name[filename]
+                refs = tuple(
+                    r._replace(job_id=request.job_id, last_update_time=update_time)
+                    if r.partition_id == request.partition_id
+                    else r
+                    for r in table_file.references
+                )
+                state.put_file(table_file.with_references(refs, update_time))
+
+
+@dataclass(frozen=True)
+class ReplaceFileReferencesJob:
+    """One finished compaction job: its inputs in ``partition_id`` are replaced by ``new_reference``."""
+
+    job_id: str
+    partition_id: str
+    input_files: tuple[str, ...]
+    new_reference: FileReference
+
+
+@dataclass(frozen=True)
+class ReplaceFileReferences(Transaction):
+    """Commit finished compaction jobs. Each job is checked on its own: invalid ones are skipped."""
+
+    TYPE: ClassVar[str] = "ReplaceFileReferences"
+    jobs: tuple[ReplaceFileReferencesJob, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.jobs:
+            raise InvalidTransactionError("ReplaceFileReferences needs at least one job")
+        failures = self.rejected_parts(state)
+        if len(failures) == len(self.jobs):
+            raise AllJobsRejectedError(failures)
+
+    def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
+        failures: list[tuple[str, TransactionValidationError]] = []
+        consumed: set[tuple[str, str]] = set()
+        produced: set[str] = set()
+        for job in self.jobs:
+            try:
+                self._check_job(state, job, consumed, produced)
+            except TransactionValidationError as e:
+                failures.append((job.job_id, e))
+                continue
+            consumed.update((f, job.partition_id) for f in job.input_files)
+            produced.add(job.new_reference.filename)
+        return failures
+
+    @staticmethod
+    def _check_job(
+        state: TableState, job: ReplaceFileReferencesJob, consumed: set[tuple[str, str]], produced: set[str]
+    ) -> None:
+        if not job.input_files:
+            raise InvalidTransactionError(f"job {job.job_id!r} has no input files")
+        if len(set(job.input_files)) != len(job.input_files):
+            raise InvalidTransactionError(f"job {job.job_id!r} lists an input file more than once")
+        new = job.new_reference
+        if new.partition_id != job.partition_id:
+            raise InvalidTransactionError(
+                f"job {job.job_id!r} output is in partition {new.partition_id!r}, not its own {job.partition_id!r}"
+            )
+        if new.filename in job.input_files:
+            raise InvalidTransactionError(f"job {job.job_id!r} output {new.filename!r} is also one of its inputs")
+        _check_new_reference(state, new)
+        if new.filename in state.files_by_name or new.filename in produced:
+            raise FileAlreadyExistsError(new.filename)
+        for filename in job.input_files:
+            if (filename, job.partition_id) in consumed:
+                raise FileReferenceNotFoundError(filename, job.partition_id)
+            ref = _reference_in(state, filename, job.partition_id)
+            if ref.job_id != job.job_id:
+                raise FileReferenceNotAssignedToJobError(filename, job.partition_id, job.job_id, ref.job_id)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        rejected = {job_id for job_id, _ in self.rejected_parts(state)}
+        for job in self.jobs:
+            if job.job_id in rejected:
+                continue
+            for filename in job.input_files:
+                state.put_file(state.files_by_name[filename].without_reference(job.partition_id, update_time))
+            new = job.new_reference._replace(last_update_time=update_time)
+            state.put_file(TableFile(new.filename, (new,), update_time))
+
+
+@dataclass(frozen=True)
+class SplitFileReferenceRequest:
+    """Replace the reference to ``filename`` in ``from_partition_id`` by references lower in the tree."""
+
+    filename: str
+    from_partition_id: str
+    new_references: tuple[FileReference, ...]
+
+
+@dataclass(frozen=True)
+class SplitFileReferences(Transaction):
+    """Push file references down from split partitions to their descendants."""
+
+    TYPE: ClassVar[str] = "SplitFileReferences"
+    requests: tuple[SplitFileReferenceRequest, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.requests:
+            raise InvalidTransactionError("SplitFileReferences needs at least one request")
+        moved: set[tuple[str, str]] = set()
+        added: set[tuple[str, str]] = set()
+        for request in self.requests:
+            key = (request.filename, request.from_partition_id)
+            if key in moved:
+                raise FileReferenceNotFoundError(*key)
+            ref = _reference_in(state, request.filename, request.from_partition_id)
+            if ref.job_id is not None:
+                raise FileReferenceAssignedToJobError(request.filename, request.from_partition_id, ref.job_id)
+            if not request.new_references:
+                raise InvalidTransactionError(f"split of {request.filename!r} gives no new references")
+            source = state.partition(request.from_partition_id)
+            table_file = state.files_by_name[request.filename]
+            for new in request.new_references:
+                if new.filename != request.filename:
+                    raise InvalidTransactionError(
+                        f"split of {request.filename!r} names another file {new.filename!r}"
+                    )
+                _check_new_reference(state, new)
+                target = state.partitions_by_id[new.partition_id]
+                if target.id == source.id or not source.region.covers(target.region):
+                    raise InvalidTransactionError(
+                        f"partition {new.partition_id!r} is not below {source.id!r}, so a reference to "
+                        f"{new.filename!r} cannot move there"
+                    )
+                new_key = (new.filename, new.partition_id)
+                if table_file.reference_in(new.partition_id) is not None or new_key in added:
+                    raise FileReferenceAlreadyExistsError(*new_key)
+                added.add(new_key)
+            moved.add(key)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        for request in self.requests:
+            table_file = state.files_by_name[request.filename]
+            kept = tuple(r for r in table_file.references if r.partition_id != request.from_partition_id)
+            new = tuple(r._replace(last_update_time=update_time) for r in request.new_references)
+            state.put_file(table_file.with_references(kept + new, update_time))
+
+
+@dataclass(frozen=True)
+class DeleteFiles(Transaction):
+    """Garbage collection: forget files that have no references (their objects were deleted first)."""
+
+    TYPE: ClassVar[str] = "DeleteFiles"
+    filenames: tuple[str, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.filenames:
+            raise InvalidTransactionError("DeleteFiles needs at least one filename")
+        if len(set(self.filenames)) != len(self.filenames):
+            raise InvalidTransactionError("DeleteFiles lists a file more than once")
+        for filename in self.filenames:
+            table_file = state.file(filename)
+            if table_file.references:
+                raise FileHasReferencesError(filename, len(table_file.references))
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        for filename in self.filenames:
+            state.remove_file(filename)
+
+
+@dataclass(frozen=True)
+class ClearFiles(Transaction):
+    """Forget every file and reference of the table (e.g. before re-initialising partitions)."""
+
+    TYPE: ClassVar[str] = "ClearFiles"
+
+    def validate(self, state: TableState) -> None:
+        return None
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        state.clear_files()
+
+
+# --- group commit -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One commit request inside a :class:`TransactionBatch`."""
+
+    request_id: str
+    transaction: Transaction
+
+
+@dataclass(frozen=True)
+class TransactionBatch(Transaction):
+    """Several independently validated requests written as one log entry (the committer's group commit).
+
+    Each item was validated against the state as changed by the items before it, so applying them in order
+    is valid. ``validate`` checks exactly that, on a copy.
+    """
+
+    TYPE: ClassVar[str] = "Batch"
+    items: tuple[BatchItem, ...]
+
+    def validate(self, state: TableState) -> None:
+        if not self.items:
+            raise InvalidTransactionError("a batch needs at least one request")
+        if len({item.request_id for item in self.items}) != len(self.items):
+            raise InvalidTransactionError("a batch lists a request id more than once")
+        work = state.copy()
+        for item in self.items:
+            if isinstance(item.transaction, TransactionBatch):
+                raise InvalidTransactionError("batches cannot be nested")
+            item.transaction.validate(work)
+            item.transaction.apply(work, 0)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        for item in self.items:
+            item.transaction.apply(state, update_time)
+
+    @property
+    def request_ids(self) -> tuple[str, ...]:
+        return tuple(item.request_id for item in self.items)
+
+
+TRANSACTION_TYPES: dict[str, type[Transaction]] = {
+    cls.TYPE: cls
+    for cls in (
+        InitialisePartitions,
+        SplitPartition,
+        AddFiles,
+        AssignJobIds,
+        ReplaceFileReferences,
+        SplitFileReferences,
+        DeleteFiles,
+        ClearFiles,
+        TransactionBatch,
+    )
+}
+
+
+def request_ids_of(transaction: Transaction) -> Iterable[str]:
+    """The commit request ids a log entry's transaction carries (only batches carry any)."""
+    return transaction.request_ids if isinstance(transaction, TransactionBatch) else ()
