@@ -29,7 +29,13 @@ class KeyType(enum.Enum):
     @property
     def minimum(self) -> Key:
         """The smallest value of this type: the inclusive minimum of the root partition."""
-        return {KeyType.INT: _INT_MIN, KeyType.LONG: _LONG_MIN, KeyType.STRING: "", KeyType.BYTES: b""}[self]
+        minimums: dict[KeyType, Key] = {
+            KeyType.INT: _INT_MIN,
+            KeyType.LONG: _LONG_MIN,
+            KeyType.STRING: "",
+            KeyType.BYTES: b"",
+        }
+        return minimums[self]
 
     def check(self, value: object, field_name: str) -> Key:
         """Return ``value`` if it is a valid value of this type, else raise :class:`InvalidKeyError`."""
@@ -62,7 +68,7 @@ class KeyType(enum.Enum):
                 return base64.b64decode(value, validate=True)
             except (ValueError, TypeError) as e:
                 raise InvalidKeyError(f"invalid base64 for a bytes key: {value!r}") from e
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 # Value fields may use any key type plus these.

@@ -1,0 +1,68 @@
+"""Small helpers for building schemas, partition trees, file references and states in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from statestore.files import FileReference
+from statestore.partitions import Partition, partitions_from_split_points
+from statestore.schema import Key, Schema
+from statestore.state import TableState
+from statestore.transactions import AddFiles, InitialisePartitions, Transaction
+
+INT_SCHEMA = Schema.of({"key": "int"}, values={"value": "string"})
+LONG_SCHEMA = Schema.of({"key": "long"})
+STRING_SCHEMA = Schema.of({"key": "string"}, sort_keys={"ts": "long"}, values={"value": "double"})
+BYTES_SCHEMA = Schema.of({"key": "bytes"})
+TWO_KEY_SCHEMA = Schema.of({"a": "string", "b": "long"})
+
+
+def ref(
+    filename: str,
+    partition_id: str = "root",
+    rows: int = 100,
+    *,
+    job_id: str | None = None,
+    whole_file: bool = True,
+    approximate: bool = False,
+) -> FileReference:
+    """A file reference with sensible defaults."""
+    return FileReference(
+        filename,
+        partition_id,
+        rows,
+        count_approximate=approximate,
+        only_contains_data_for_this_partition=whole_file,
+        job_id=job_id,
+    )
+
+
+def tree(schema: Schema, split_points: Sequence[Key] = (), dimension: int = 0) -> list[Partition]:
+    """A partition tree with reproducible ids: ``root`` and ``p1``, ``p2``, ... below it."""
+    return partitions_from_split_points(schema, split_points, dimension, id_prefix="p")
+
+
+def commit(state: TableState, transaction: Transaction, update_time: int = 1_000) -> TableState:
+    """Validate and apply ``transaction`` as the next transaction, the way the engine does."""
+    transaction.validate(state)
+    transaction.apply(state, update_time)
+    state.transaction_number += 1
+    return state
+
+
+def new_state(
+    schema: Schema = STRING_SCHEMA,
+    split_points: Sequence[Key] = (),
+    references: Sequence[FileReference] = (),
+    update_time: int = 1_000,
+) -> TableState:
+    """A state initialised with ``tree(schema, split_points)`` and, if any, ``references`` added."""
+    state = commit(TableState(schema), InitialisePartitions(tuple(tree(schema, split_points))), update_time)
+    if references:
+        commit(state, AddFiles(tuple(references)), update_time)
+    return state
+
+
+def leaf_ids_in_key_order(state: TableState) -> list[str]:
+    """Leaf partition ids ordered by the minimum of their first row key range."""
+    return [p.id for p in sorted(state.leaf_partitions(), key=lambda p: p.region.ranges[0].min)]
