@@ -146,6 +146,10 @@ def check_split(parent_before: Partition, parent_after: Partition, children: Seq
             raise InvalidPartitionSplitError(f"child {child.id!r} must name {pid!r} as its parent")
         if not child.leaf or child.child_ids:
             raise InvalidPartitionSplitError(f"new child {child.id!r} must be a leaf with no children")
+        if len(child.region.ranges) != len(ranges):
+            raise InvalidPartitionSplitError(
+                f"child {child.id!r} has {len(child.region.ranges)} range(s); {pid!r} has {len(ranges)}"
+            )
         for d, (child_range, parent_range) in enumerate(zip(child.region.ranges, ranges, strict=True)):
             if d != dim and child_range != parent_range:
                 raise InvalidPartitionSplitError(
