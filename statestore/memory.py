@@ -7,10 +7,26 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from statestore.errors import BlobNotFoundError, StaleSnapshotError, StateStoreError, TransactionNumberTakenError
-from statestore.ports import BlobStore, LogEntry, SnapshotInfo, SnapshotMetadataStore, TransactionLogStore
+from statestore.errors import (
+    BlobNotFoundError,
+    StaleSnapshotError,
+    StateStoreError,
+    TransactionNumberTakenError,
+)
+from statestore.ports import (
+    BlobStore,
+    CommitQueue,
+    CommitStatus,
+    CommitStatusStore,
+    LogEntry,
+    QueueMessage,
+    SnapshotInfo,
+    SnapshotMetadataStore,
+    TransactionLogStore,
+)
 
 
 class InMemoryTransactionLog(TransactionLogStore):
@@ -125,3 +141,59 @@ class InMemoryBlobStore(BlobStore):
                     break
                 out.append(key)
             return out
+
+
+# --- asynchronous commits ------------------------------------------------------------------------------
+
+DEDUPLICATION_WINDOW_MS = 5 * 60 * 1000  # SQS FIFO's
+
+
+class InMemoryCommitQueue(CommitQueue):
+    """A FIFO queue in a list; like SQS FIFO it drops a message whose deduplication id it saw in 5 minutes."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._messages: list[QueueMessage] = []
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        with self._lock:
+            now = self._clock()
+            for message in messages:
+                seen = self._seen.get(message.deduplication_id)
+                if seen is not None and now - seen < DEDUPLICATION_WINDOW_MS:
+                    continue
+                self._seen[message.deduplication_id] = now
+                self._messages.append(message)
+
+    @property
+    def messages(self) -> list[QueueMessage]:
+        """The messages waiting, oldest first."""
+        with self._lock:
+            return list(self._messages)
+
+    def take(self, max_messages: int = 10) -> list[QueueMessage]:
+        """Remove and return up to ``max_messages`` of the oldest messages."""
+        with self._lock:
+            taken, self._messages = self._messages[:max_messages], self._messages[max_messages:]
+            return taken
+
+
+class InMemoryCommitStatusStore(CommitStatusStore):
+    def __init__(self) -> None:
+        self._statuses: dict[str, CommitStatus] = {}
+        self._lock = threading.Lock()
+
+    def record(self, statuses: Sequence[CommitStatus]) -> None:
+        with self._lock:
+            for status in statuses:
+                self._statuses[status.request_id] = status
+
+    def get(self, request_id: str) -> CommitStatus | None:
+        with self._lock:
+            return self._statuses.get(request_id)
+
+    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
+        with self._lock:
+            return {i: self._statuses[i] for i in request_ids if i in self._statuses}

@@ -7,8 +7,9 @@ Implementations raise only :mod:`statestore.errors` exceptions, never a backend'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +105,77 @@ class BlobStore(ABC):
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys starting with ``prefix``, sorted."""
+
+
+# --- asynchronous commits ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessage:
+    """A message for a FIFO queue: kept in order within ``group_id``; dropped if ``deduplication_id`` is a
+    repeat from the last five minutes.
+
+    ``attributes`` are string message attributes (the dead-letter queue carries the reason in one).
+    """
+
+    body: str
+    group_id: str
+    deduplication_id: str
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+class CommitQueue(ABC):
+    """A FIFO queue of commit requests (SQS FIFO in AWS). The dead-letter queue has the same shape."""
+
+    @abstractmethod
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        """Send ``messages``, keeping their order within each group.
+
+        Raises StoreUnavailableError if some could not be sent; sending them all again is safe, as the queue
+        drops a message whose deduplication id it saw in the last five minutes.
+        """
+
+
+class CommitOutcome(StrEnum):
+    COMMITTED = "committed"
+    REJECTED = "rejected"
+    # Malformed, or for a table that does not exist: moved to the dead-letter queue, where it can be
+    # inspected and redriven. Not final, so a redriven request is processed again.
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStatus:
+    """What became of a commit request.
+
+    ``transaction_number`` is the log entry holding it (when committed); ``reason`` says why it was rejected
+    or dead-lettered, or, for a committed request, which of its parts were skipped and why.
+    """
+
+    request_id: str
+    table_id: str
+    outcome: CommitOutcome
+    recorded_time: int  # epoch ms
+    transaction_number: int | None = None
+    reason: str | None = None
+
+    @property
+    def is_final(self) -> bool:
+        """Committed or rejected: processing the request again must not change anything."""
+        return self.outcome is not CommitOutcome.DEAD_LETTERED
+
+
+class CommitStatusStore(ABC):
+    """Outcomes of commit requests by request id (kept for a limited time; see ``resources.EXPIRES_AT``)."""
+
+    @abstractmethod
+    def record(self, statuses: Sequence[CommitStatus]) -> None:
+        """Store ``statuses`` (replacing earlier ones for the same ids). Raises StoreUnavailableError."""
+
+    @abstractmethod
+    def get(self, request_id: str) -> CommitStatus | None:
+        """The status of one request, or None if none is recorded (strongly consistent)."""
+
+    @abstractmethod
+    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
+        """Statuses by request id for those of ``request_ids`` that have one (strongly consistent)."""
