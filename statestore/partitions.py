@@ -10,7 +10,12 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from statestore.errors import InvalidPartitionSplitError, InvalidPartitionTreeError, PartitionNotFoundError
+from statestore.errors import (
+    InvalidKeyError,
+    InvalidPartitionSplitError,
+    InvalidPartitionTreeError,
+    PartitionNotFoundError,
+)
 from statestore.schema import Key, Schema
 
 
@@ -248,6 +253,18 @@ class PartitionTree:
             raise InvalidPartitionTreeError(f"partitions not reachable from the root: {sorted(unreachable)[:5]}")
 
 
+def check_region_keys(schema: Schema, partition: Partition) -> None:
+    """Check every bound of ``partition``'s region is a valid key of its field (raises InvalidKeyError).
+
+    Range checks alone accept e.g. an ``int`` field split at 2**40, at ``True`` or at ``1.5``: a partition
+    no valid key can reach, and a bound the snapshot's typed columns cannot hold.
+    """
+    for field, key_range in zip(schema.row_keys, partition.region.ranges, strict=True):
+        for bound in (key_range.min, key_range.max):
+            if bound is not None:
+                field.key_type.check(bound, field.name)
+
+
 def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
     """Check ``partitions`` form one tree over ``schema``'s whole key space (raises InvalidPartitionTreeError)."""
     by_id: dict[str, Partition] = {}
@@ -259,6 +276,10 @@ def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
                 f"partition {p.id!r} has {len(p.region.ranges)} range(s); the schema has "
                 f"{len(schema.row_keys)} row key field(s)"
             )
+        try:
+            check_region_keys(schema, p)
+        except InvalidKeyError as e:
+            raise InvalidPartitionTreeError(f"partition {p.id!r} has an invalid bound: {e}") from e
         by_id[p.id] = p
     if not by_id:
         raise InvalidPartitionTreeError("a table needs at least one partition")

@@ -23,8 +23,8 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     FileReferenceNotFoundError,
     FilesPresentError,
+    InvalidKeyError,
     InvalidPartitionSplitError,
-    InvalidPartitionTreeError,
     InvalidTransactionError,
     PartitionAlreadyExistsError,
     PartitionNotFoundError,
@@ -32,7 +32,7 @@ from statestore.errors import (
     TransactionValidationError,
 )
 from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition, check_split, validate_tree
+from statestore.partitions import Partition, check_region_keys, check_split, validate_tree
 from statestore.state import TableState
 
 
@@ -115,8 +115,10 @@ class SplitPartition(Transaction):
             raise InvalidPartitionSplitError(f"the split must not change the parent of {self.parent.id!r}")
         check_split(before, self.parent, self.children)
         for child in self.children:
-            if len(child.region.ranges) != len(state.schema.row_keys):
-                raise InvalidPartitionTreeError(f"child {child.id!r} has the wrong number of ranges")
+            try:
+                check_region_keys(state.schema, child)
+            except InvalidKeyError as e:
+                raise InvalidPartitionSplitError(f"invalid split point for child {child.id!r}: {e}") from e
 
     def apply(self, state: TableState, update_time: int) -> None:
         state.put_partitions((self.parent, *self.children))
@@ -224,14 +226,19 @@ class ReplaceFileReferences(Transaction):
             raise AllJobsRejectedError(failures)
 
     def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
-        failures: list[tuple[str, TransactionValidationError]] = []
+        return [(self.jobs[index].job_id, error) for index, error in self._rejected_jobs(state).items()]
+
+    def _rejected_jobs(self, state: TableState) -> dict[int, TransactionValidationError]:
+        # Keyed by position, not job id: the same job can appear twice (a redelivered commit), and
+        # rejecting the second copy must not skip the first.
+        failures: dict[int, TransactionValidationError] = {}
         consumed: set[tuple[str, str]] = set()
         produced: set[str] = set()
-        for job in self.jobs:
+        for index, job in enumerate(self.jobs):
             try:
                 self._check_job(state, job, consumed, produced)
             except TransactionValidationError as e:
-                failures.append((job.job_id, e))
+                failures[index] = e
                 continue
             consumed.update((f, job.partition_id) for f in job.input_files)
             produced.add(job.new_reference.filename)
@@ -263,9 +270,9 @@ class ReplaceFileReferences(Transaction):
                 raise FileReferenceNotAssignedToJobError(filename, job.partition_id, job.job_id, ref.job_id)
 
     def apply(self, state: TableState, update_time: int) -> None:
-        rejected = {job_id for job_id, _ in self.rejected_parts(state)}
-        for job in self.jobs:
-            if job.job_id in rejected:
+        rejected = self._rejected_jobs(state)
+        for index, job in enumerate(self.jobs):
+            if index in rejected:
                 continue
             for filename in job.input_files:
                 state.put_file(state.files_by_name[filename].without_reference(job.partition_id, update_time))
