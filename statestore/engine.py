@@ -143,6 +143,7 @@ class TransactionLogStateStore:
         expected = state.transaction_number + 1
         if to_number is not None and to_number < expected:
             return
+        start = expected
         for entry in self.log.read(self.table_id, expected, to_number):
             if entry.transaction_number != expected:
                 raise TransactionNotRetainedError(
@@ -152,6 +153,10 @@ class TransactionLogStateStore:
             decode_entry(entry).apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
             expected += 1
+        if to_number is None and expected == start:
+            # Nothing newer was read: the state is current, or cleanup deleted every entry after it. Going
+            # on from a stale state would append a number that was already used, so check the log's end.
+            to_number = self.log.latest_number(self.table_id)
         if to_number is not None and state.transaction_number < to_number:
             raise TransactionNotRetainedError(
                 f"table {self.table_id!r}: transaction {state.transaction_number + 1} is no longer in the log"
