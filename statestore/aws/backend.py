@@ -1,0 +1,66 @@
+"""One instance's AWS adapters, built from its :class:`~statestore.resources.ResourceNames`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from statestore.aws.clients import AwsCaller, make_client
+from statestore.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
+from statestore.aws.provision import provision
+from statestore.aws.s3_blobs import S3BlobStore
+from statestore.aws.table_index import DynamoDBTableIndex
+from statestore.resources import ResourceNames
+
+
+@dataclass
+class AwsBackend:
+    """The clients and the port adapters of one instance. Clients are thread-safe; share one backend."""
+
+    resources: ResourceNames
+    dynamodb: Any
+    s3: Any
+    caller: AwsCaller = field(default_factory=AwsCaller)
+
+    def __post_init__(self) -> None:
+        r = self.resources
+        self.blobs = S3BlobStore(self.s3, r.bucket, self.caller)
+        self.log = DynamoDBTransactionLog(
+            self.dynamodb, r.transaction_log_table, self.blobs, caller=self.caller
+        )
+        self.snapshot_metadata = DynamoDBSnapshotMetadataStore(self.dynamodb, r.snapshots_table, self.caller)
+        self.table_index = DynamoDBTableIndex(
+            self.dynamodb, r.tables_by_id_table, r.tables_by_name_table, self.caller
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        resources: ResourceNames,
+        endpoint_url: str | None = None,
+        *,
+        region: str | None = None,
+        dynamodb_endpoint_url: str | None = None,
+        s3_endpoint_url: str | None = None,
+        max_pool_connections: int = 32,
+    ) -> AwsBackend:
+        """Clients for ``endpoint_url`` (one local endpoint for both services, e.g. a moto server), or per
+        service endpoints, or AWS itself when none is given."""
+        dynamodb = make_client(
+            "dynamodb",
+            endpoint_url=dynamodb_endpoint_url or endpoint_url,
+            region=region,
+            max_pool_connections=max_pool_connections,
+        )
+        s3 = make_client(
+            "s3",
+            endpoint_url=s3_endpoint_url or endpoint_url,
+            region=region,
+            max_pool_connections=max_pool_connections,
+        )
+        return cls(resources, dynamodb, s3)
+
+    def provision(self) -> None:
+        """Create the instance's tables and bucket where missing (embedded mode and tests)."""
+        provision(self.resources, self.dynamodb, self.s3)

@@ -1,0 +1,215 @@
+"""The transaction log on DynamoDB: one item per transaction, bodies too large for an item in S3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from statestore import layout, resources
+from statestore.aws.clients import AwsCaller, batch_delete_items
+from statestore.errors import (
+    BlobNotFoundError,
+    StateStoreError,
+    TransactionNotRetainedError,
+    TransactionNumberTakenError,
+    TransactionTooLargeError,
+)
+from statestore.ports import BlobStore, LogEntry, TransactionLogStore
+
+_TABLE_ID = resources.TRANSACTION_LOG_KEYS.hash_key[0]
+_NUMBER = resources.TRANSACTION_LOG_KEYS.range_key[0]  # type: ignore[index]
+_UPDATE_TIME = "update_time"
+_TYPE = "transaction_type"
+_BODY = "body"  # inline body: S when uncompressed (readable in the console), B when compressed
+_BODY_KEY = "body_key"  # S3 key of a body too large for an item
+_COMPRESSED = "compressed"
+
+S3_SINGLE_PUT_LIMIT = 5 * 1024**3  # S3 refuses a single PUT above 5 GB
+_DELETE_CHUNK = 100  # log items deleted per step (items, then their bodies)
+
+
+class DynamoDBTransactionLog(TransactionLogStore):
+    """Items keyed ``(table_id, transaction_number)``; appends are conditional puts.
+
+    A body above ``max_inline_body_bytes`` is uploaded to the blob store first and the item holds its key;
+    if the put then loses the race the upload is deleted again. Deleting an entry removes the item before
+    the body, so a crash can leave an orphan body under the table's prefix but never an entry without one.
+    """
+
+    def __init__(
+        self,
+        dynamodb_client: Any,
+        table_name: str,
+        blobs: BlobStore,
+        *,
+        caller: AwsCaller | None = None,
+        max_inline_body_bytes: int = resources.MAX_INLINE_BODY_BYTES,
+        max_blob_bytes: int = S3_SINGLE_PUT_LIMIT,
+        page_size: int | None = None,
+    ) -> None:
+        self.dynamodb = dynamodb_client
+        self.table_name = table_name
+        self.blobs = blobs
+        self.call = caller or AwsCaller()
+        self.max_inline_body_bytes = max_inline_body_bytes
+        self.max_blob_bytes = max_blob_bytes
+        self.page_size = page_size
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def append(self, table_id: str, entry: LogEntry) -> None:
+        number = entry.transaction_number
+        item: dict[str, Any] = {
+            _TABLE_ID: {"S": table_id},
+            _NUMBER: {"N": str(number)},
+            _UPDATE_TIME: {"N": str(entry.update_time)},
+            _TYPE: {"S": entry.transaction_type},
+            _COMPRESSED: {"BOOL": entry.compressed},
+        }
+        body_key: str | None = None
+        size = len(entry.body)
+        if size > self.max_blob_bytes:
+            raise TransactionTooLargeError(
+                f"{entry.transaction_type} transaction for table {table_id!r} is {size:,} bytes encoded; the "
+                f"largest body the log can hold is {self.max_blob_bytes:,} bytes. Split it into several "
+                "smaller transactions."
+            )
+        if size > self.max_inline_body_bytes:
+            body_key = layout.log_body_key(table_id, number)
+            self.blobs.put(body_key, entry.body)
+            item[_BODY_KEY] = {"S": body_key}
+        else:
+            item[_BODY] = _body_value(entry.body, entry.compressed)
+
+        def taken(code: str, error: ClientError) -> StateStoreError | None:
+            if code == "ConditionalCheckFailedException":
+                return TransactionNumberTakenError(table_id, number)
+            return None
+
+        try:
+            self.call(
+                f"append transaction {number} to the log of table {table_id!r}",
+                self.dynamodb.put_item,
+                taken,
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#n)",
+                ExpressionAttributeNames={"#n": _NUMBER},
+            )
+        except TransactionNumberTakenError:
+            if body_key is not None:
+                self.blobs.delete([body_key])  # another writer owns this number; our upload is unreferenced
+            raise
+        # Any other failure may have written the item anyway, so an uploaded body is kept.
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        if to_number is not None and to_number < from_number:
+            return
+        for item in self._query(table_id, from_number, to_number):
+            yield self._entry(table_id, item)
+
+    def latest_number(self, table_id: str) -> int:
+        response = self.call(
+            f"read the latest transaction number of table {table_id!r}",
+            self.dynamodb.query,
+            TableName=self.table_name,
+            KeyConditionExpression="#t = :t",
+            ExpressionAttributeNames={"#t": _TABLE_ID, "#n": _NUMBER},
+            ExpressionAttributeValues={":t": {"S": table_id}},
+            ProjectionExpression="#n",
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        items = response.get("Items", [])
+        return int(items[0][_NUMBER]["N"]) if items else 0
+
+    def _query(
+        self, table_id: str, from_number: int, to_number: int | None, projection: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Items in number order, one strongly consistent page at a time."""
+        names = {"#t": _TABLE_ID, "#n": _NUMBER}
+        values: dict[str, Any] = {":t": {"S": table_id}, ":from": {"N": str(from_number)}}
+        if to_number is None:
+            condition = "#t = :t AND #n >= :from"
+        else:
+            condition = "#t = :t AND #n BETWEEN :from AND :to"
+            values[":to"] = {"N": str(to_number)}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ConsistentRead": True,
+        }
+        if projection is not None:
+            kwargs["ProjectionExpression"] = projection
+            names["#k"] = _BODY_KEY
+        if self.page_size is not None:
+            kwargs["Limit"] = self.page_size
+        while True:
+            response = self.call(f"read the log of table {table_id!r}", self.dynamodb.query, **kwargs)
+            yield from response.get("Items", [])
+            last_key = response.get("LastEvaluatedKey")
+            if not last_key:
+                return
+            kwargs["ExclusiveStartKey"] = last_key
+
+    def _entry(self, table_id: str, item: dict[str, Any]) -> LogEntry:
+        number = int(item[_NUMBER]["N"])
+        compressed = bool(item.get(_COMPRESSED, {}).get("BOOL", False))
+        if _BODY_KEY in item:
+            try:
+                body = self.blobs.get(item[_BODY_KEY]["S"])
+            except BlobNotFoundError as e:
+                # Cleanup deletes the item before the body, so the entry was deleted after we read it.
+                raise TransactionNotRetainedError(
+                    f"table {table_id!r}: transaction {number} was deleted by cleanup while being read"
+                ) from e
+        else:
+            value = item[_BODY]
+            body = value["B"] if "B" in value else value["S"].encode("utf-8")
+        return LogEntry(number, int(item[_UPDATE_TIME]["N"]), item[_TYPE]["S"], bytes(body), compressed)
+
+    # --- deleting -------------------------------------------------------------------------------
+
+    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
+        deleted = 0
+        batch: list[dict[str, Any]] = []
+        for item in self._query(table_id, 0, transaction_number, projection="#n, #k"):
+            batch.append(item)
+            if len(batch) == _DELETE_CHUNK:
+                deleted += self._delete_items(table_id, batch)
+                batch = []
+        if batch:
+            deleted += self._delete_items(table_id, batch)
+        return deleted
+
+    def _delete_items(self, table_id: str, items: list[dict[str, Any]]) -> int:
+        """Delete the items, then their bodies: a crash in between orphans bodies, never loses one."""
+        keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: item[_NUMBER]} for item in items]
+        batch_delete_items(
+            self.call, self.dynamodb, self.table_name, keys, f"delete log entries of table {table_id!r}"
+        )
+        body_keys = [item[_BODY_KEY]["S"] for item in items if _BODY_KEY in item]
+        if body_keys:
+            self.blobs.delete(body_keys)
+        return len(items)
+
+    def delete_table(self, table_id: str) -> None:
+        self.delete_up_to(table_id, 2**63 - 1)
+        # Bodies orphaned by a crash between an upload and its put, or between an item and its body delete.
+        self.blobs.delete(self.blobs.list(layout.log_body_prefix(table_id)))
+
+
+def _body_value(body: bytes, compressed: bool) -> dict[str, Any]:
+    if compressed:
+        return {"B": body}
+    try:
+        return {"S": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"B": body}

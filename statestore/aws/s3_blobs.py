@@ -1,0 +1,70 @@
+"""The blob store on S3: snapshot files and large transaction bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from statestore.aws.clients import AwsCaller
+from statestore.errors import BlobNotFoundError, StateStoreError
+from statestore.ports import BlobStore
+
+_DELETE_BATCH = 1000  # S3's DeleteObjects limit
+
+
+class S3BlobStore(BlobStore):
+    """Objects in one bucket, keyed as given (callers use :mod:`statestore.layout` for keys)."""
+
+    def __init__(
+        self, s3_client: Any, bucket: str, caller: AwsCaller | None = None, *, page_size: int = 1000
+    ) -> None:
+        self.s3 = s3_client
+        self.bucket = bucket
+        self.call = caller or AwsCaller()
+        self.page_size = page_size
+
+    def put(self, key: str, data: bytes) -> None:
+        self.call(
+            f"write s3://{self.bucket}/{key}", self.s3.put_object, Bucket=self.bucket, Key=key, Body=data
+        )
+
+    def get(self, key: str) -> bytes:
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return BlobNotFoundError(key) if code in ("NoSuchKey", "404", "NotFound") else None
+
+        response = self.call(
+            f"read s3://{self.bucket}/{key}", self.s3.get_object, missing, Bucket=self.bucket, Key=key
+        )
+        body = response["Body"]
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
+
+    def delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), _DELETE_BATCH):
+            batch = keys[start : start + _DELETE_BATCH]
+            response = self.call(
+                f"delete {len(batch)} object(s) from s3://{self.bucket}",
+                self.s3.delete_objects,
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+            )
+            errors = response.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise StateStoreError(
+                    f"could not delete {len(errors)} object(s) from s3://{self.bucket}, e.g. "
+                    f"{first.get('Key')!r}: {first.get('Code')}: {first.get('Message')}"
+                )
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.page_size}
+        while True:
+            response = self.call(f"list s3://{self.bucket}/{prefix}", self.s3.list_objects_v2, **kwargs)
+            keys.extend(obj["Key"] for obj in response.get("Contents", []))
+            if not response.get("IsTruncated"):
+                return sorted(keys)
+            kwargs["ContinuationToken"] = response["NextContinuationToken"]

@@ -1,0 +1,169 @@
+"""The table index: which tables exist, by immutable id and by unique name, with their schemas."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from statestore.errors import InvalidSchemaError, StateStoreError, TableAlreadyExistsError, TableNotFoundError
+from statestore.schema import Schema
+
+MAX_TABLE_NAME_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table's identity: a generated ``table_id`` that never changes, and a unique, renameable name."""
+
+    table_id: str
+    table_name: str
+    schema: Schema
+    properties: Mapping[str, str] = field(default_factory=dict)
+    created_time: int = 0  # epoch milliseconds
+
+    @classmethod
+    def new(cls, table_name: str, schema: Schema, properties: Mapping[str, str] | None = None) -> TableInfo:
+        """A new table's info with a fresh id, after checking the name and properties."""
+        check_table_name(table_name)
+        props = dict(properties or {})
+        for key, value in props.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise StateStoreError(f"table properties must map strings to strings, got {key!r}: {value!r}")
+        return cls(str(uuid.uuid4()), table_name, schema, props, time.time_ns() // 1_000_000)
+
+    def renamed(self, new_name: str) -> TableInfo:
+        return replace(self, table_name=new_name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table_id": self.table_id,
+            "table_name": self.table_name,
+            "schema": self.schema.to_json(),
+            "properties": dict(self.properties),
+            "created_time": self.created_time,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TableInfo:
+        try:
+            return cls(
+                table_id=data["table_id"],
+                table_name=data["table_name"],
+                schema=Schema.from_json(data["schema"]),
+                properties=dict(data.get("properties", {})),
+                created_time=int(data.get("created_time", 0)),
+            )
+        except KeyError as e:
+            raise StateStoreError(f"table record is missing {e.args[0]!r}") from e
+
+
+def check_table_name(name: object) -> None:
+    """Raise StateStoreError unless ``name`` is a usable table name (non-empty, printable, not too long)."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise StateStoreError(f"a table name must be a non-empty string without surrounding spaces: {name!r}")
+    if len(name) > MAX_TABLE_NAME_LENGTH or not name.isprintable():
+        raise StateStoreError(
+            f"table name {name[:40]!r}... must be printable and at most {MAX_TABLE_NAME_LENGTH} characters"
+        )
+
+
+def parse_schema(schema: Schema | Mapping[str, Any] | str) -> Schema:
+    """A :class:`Schema` from itself, its JSON form or a JSON string (raises InvalidSchemaError)."""
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, Mapping | str | bytes):
+        return Schema.from_json(dict(schema) if isinstance(schema, Mapping) else schema)
+    raise InvalidSchemaError(f"expected a Schema or its JSON form, got {type(schema).__name__}")
+
+
+class TableIndex(ABC):
+    """Tables by id and by name. Names are unique; ids never change."""
+
+    @abstractmethod
+    def create(self, table: TableInfo) -> None:
+        """Add ``table``. Raises TableAlreadyExistsError if its name is taken (nothing is written)."""
+
+    @abstractmethod
+    def get(self, table_id: str) -> TableInfo:
+        """Raises TableNotFoundError if no table has this id."""
+
+    @abstractmethod
+    def get_by_name(self, table_name: str) -> TableInfo:
+        """Raises TableNotFoundError if no table has this name."""
+
+    @abstractmethod
+    def list(self) -> list[TableInfo]:
+        """Every table, ordered by name."""
+
+    @abstractmethod
+    def rename(self, table_id: str, new_name: str) -> TableInfo:
+        """Give a table a new name; returns the renamed info.
+
+        Raises TableNotFoundError for an unknown id, TableAlreadyExistsError if the name is taken.
+        """
+
+    @abstractmethod
+    def delete(self, table_id: str) -> None:
+        """Forget a table (its id and its name). Raises TableNotFoundError for an unknown id."""
+
+
+class InMemoryTableIndex(TableIndex):
+    def __init__(self) -> None:
+        self._by_id: dict[str, TableInfo] = {}
+        self._id_by_name: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def create(self, table: TableInfo) -> None:
+        with self._lock:
+            if table.table_name in self._id_by_name:
+                raise TableAlreadyExistsError(table.table_name)
+            if table.table_id in self._by_id:
+                raise StateStoreError(f"table id {table.table_id!r} is already used")
+            self._by_id[table.table_id] = table
+            self._id_by_name[table.table_name] = table.table_id
+
+    def get(self, table_id: str) -> TableInfo:
+        with self._lock:
+            try:
+                return self._by_id[table_id]
+            except KeyError:
+                raise TableNotFoundError(table_id) from None
+
+    def get_by_name(self, table_name: str) -> TableInfo:
+        with self._lock:
+            table_id = self._id_by_name.get(table_name)
+            if table_id is None:
+                raise TableNotFoundError(table_name)
+            return self._by_id[table_id]
+
+    def list(self) -> list[TableInfo]:
+        with self._lock:
+            return sorted(self._by_id.values(), key=lambda t: t.table_name)
+
+    def rename(self, table_id: str, new_name: str) -> TableInfo:
+        check_table_name(new_name)
+        with self._lock:
+            table = self._by_id.get(table_id)
+            if table is None:
+                raise TableNotFoundError(table_id)
+            if new_name == table.table_name:
+                return table
+            if new_name in self._id_by_name:
+                raise TableAlreadyExistsError(new_name)
+            renamed = table.renamed(new_name)
+            del self._id_by_name[table.table_name]
+            self._id_by_name[new_name] = table_id
+            self._by_id[table_id] = renamed
+            return renamed
+
+    def delete(self, table_id: str) -> None:
+        with self._lock:
+            table = self._by_id.pop(table_id, None)
+            if table is None:
+                raise TableNotFoundError(table_id)
+            del self._id_by_name[table.table_name]

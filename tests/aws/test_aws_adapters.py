@@ -1,0 +1,121 @@
+"""Behaviour only the AWS adapters have: bodies in S3, paging, size limits, cleanup order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statestore import layout
+from statestore.aws.backend import AwsBackend
+from statestore.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.aws.s3_blobs import S3BlobStore
+from statestore.errors import (
+    TransactionNotRetainedError,
+    TransactionNumberTakenError,
+    TransactionTooLargeError,
+)
+from statestore.ports import LogEntry
+from statestore.resources import MAX_INLINE_BODY_BYTES
+
+BIG = b"y" * (MAX_INLINE_BODY_BYTES + 10)
+
+
+def entry(number: int, body: bytes = b"{}") -> LogEntry:
+    return LogEntry(number, 1_700_000_000_000 + number, "AddFiles", body)
+
+
+def test_a_large_body_lives_in_the_bucket_under_the_tables_log_prefix(aws: AwsBackend) -> None:
+    aws.log.append("t1", entry(1, BIG))
+
+    keys = aws.blobs.list(layout.log_body_prefix("t1"))
+    assert len(keys) == 1
+    assert aws.blobs.get(keys[0]) == BIG
+
+
+def test_a_large_body_that_loses_the_race_leaves_no_object_behind(aws: AwsBackend) -> None:
+    aws.log.append("t1", entry(1, BIG))
+
+    with pytest.raises(TransactionNumberTakenError):
+        aws.log.append("t1", entry(1, b"z" * (MAX_INLINE_BODY_BYTES + 10)))
+
+    assert len(aws.blobs.list(layout.log_body_prefix("t1"))) == 1
+    assert [e.body for e in aws.log.read("t1", 1)] == [BIG]
+
+
+def test_a_body_larger_than_the_bucket_accepts_is_refused_with_the_limit_named(aws: AwsBackend) -> None:
+    log = DynamoDBTransactionLog(
+        aws.dynamodb,
+        aws.resources.transaction_log_table,
+        aws.blobs,
+        max_inline_body_bytes=10,
+        max_blob_bytes=100,
+    )
+
+    with pytest.raises(TransactionTooLargeError, match="101 bytes.*100 bytes"):
+        log.append("t1", entry(1, b"a" * 101))
+
+    assert log.latest_number("t1") == 0
+    assert aws.blobs.list(layout.log_body_prefix("t1")) == []
+
+
+def test_reads_and_cleanup_page_through_long_logs(aws: AwsBackend) -> None:
+    log = DynamoDBTransactionLog(aws.dynamodb, aws.resources.transaction_log_table, aws.blobs, page_size=4)
+    for n in range(1, 12):
+        log.append("t1", entry(n, BIG if n % 5 == 0 else b"{}"))
+
+    assert [e.transaction_number for e in log.read("t1", 2)] == list(range(2, 12))
+    assert log.delete_up_to("t1", 10) == 10
+    assert [e.transaction_number for e in log.read("t1", 1)] == [11]
+    assert aws.blobs.list(layout.log_body_prefix("t1")) == []  # bodies of 5 and 10 went with their entries
+
+
+def test_cleanup_deletes_the_entry_before_its_body(aws: AwsBackend) -> None:
+    aws.log.append("t1", entry(1, BIG))
+    aws.log.append("t1", entry(2))
+    order: list[str] = []
+    delete_items, delete_blobs = aws.dynamodb.batch_write_item, aws.blobs.delete
+
+    def crash_before_body(keys: list[str]) -> None:
+        order.append("body")
+        raise KeyboardInterrupt  # the process dies between the two deletes
+
+    def delete_items_recorded(**kwargs: Any) -> Any:
+        order.append("item")
+        return delete_items(**kwargs)
+
+    aws.dynamodb.batch_write_item = delete_items_recorded
+    aws.blobs.delete = crash_before_body  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            aws.log.delete_up_to("t1", 1)
+    finally:
+        aws.dynamodb.batch_write_item = delete_items
+        aws.blobs.delete = delete_blobs  # type: ignore[method-assign]
+
+    assert order == ["item", "body"]
+    # The crash left an orphan body but the log reads correctly from what remains ...
+    assert [e.transaction_number for e in aws.log.read("t1", 1)] == [2]
+    assert len(aws.blobs.list(layout.log_body_prefix("t1"))) == 1
+    # ... and deleting the table removes the orphan too.
+    aws.log.delete_table("t1")
+    assert aws.blobs.list(layout.table_prefix("t1")) == []
+
+
+def test_a_body_deleted_while_its_entry_is_read_reports_the_entry_as_not_retained(aws: AwsBackend) -> None:
+    aws.log.append("t1", entry(1, BIG))
+    aws.blobs.delete(aws.blobs.list(layout.log_body_prefix("t1")))  # cleanup racing a reader
+
+    with pytest.raises(TransactionNotRetainedError, match="transaction 1"):
+        list(aws.log.read("t1", 1))
+
+
+def test_blob_listing_pages_through_many_objects(aws: AwsBackend) -> None:
+    blobs = S3BlobStore(aws.s3, aws.resources.bucket, page_size=3)
+    keys = [f"tables/t1/k{i:02d}" for i in range(10)]
+    for key in keys:
+        blobs.put(key, b"x")
+
+    assert blobs.list("tables/t1/") == keys
+    blobs.delete(keys)
+    assert blobs.list("tables/t1/") == []

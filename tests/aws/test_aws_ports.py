@@ -1,0 +1,269 @@
+"""One behaviour suite for the ports, run in memory, on moto and on DynamoDB Local (see ``ports`` fixture)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from statestore.catalog import TableInfo
+from statestore.errors import (
+    BlobNotFoundError,
+    StaleSnapshotError,
+    StateStoreError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    TransactionNumberTakenError,
+)
+from statestore.ports import LogEntry, SnapshotInfo
+from statestore.resources import MAX_INLINE_BODY_BYTES
+from statestore.schema import Schema
+from tests.aws.backends import Ports
+
+
+def entry(number: int, body: bytes | None = None, compressed: bool = False) -> LogEntry:
+    return LogEntry(
+        number, 1_700_000_000_000 + number, "AddFiles", body or f'{{"n": {number}}}'.encode(), compressed
+    )
+
+
+# --- transaction log ----------------------------------------------------------------------------
+
+
+def test_an_empty_log_has_latest_number_zero_and_no_entries(ports: Ports) -> None:
+    assert ports.log.latest_number("t1") == 0
+    assert list(ports.log.read("t1", 1)) == []
+
+
+def test_appended_entries_read_back_in_order_from_any_number(ports: Ports) -> None:
+    entries = [entry(n) for n in range(1, 8)]
+    for e in entries:
+        ports.log.append("t1", e)
+
+    assert list(ports.log.read("t1", 1)) == entries
+    assert list(ports.log.read("t1", 4)) == entries[3:]
+    assert list(ports.log.read("t1", 2, 5)) == entries[1:5]
+    assert list(ports.log.read("t1", 5, 4)) == []
+    assert ports.log.latest_number("t1") == 7
+
+
+def test_a_used_transaction_number_is_refused_and_the_first_entry_kept(ports: Ports) -> None:
+    ports.log.append("t1", entry(1, b"first"))
+
+    with pytest.raises(TransactionNumberTakenError) as raised:
+        ports.log.append("t1", entry(1, b"second"))
+
+    assert raised.value.transaction_number == 1
+    assert [e.body for e in ports.log.read("t1", 1)] == [b"first"]
+
+
+def test_tables_have_separate_logs(ports: Ports) -> None:
+    ports.log.append("t1", entry(1))
+    ports.log.append("t2", entry(1, b"other"))
+    ports.log.append("t2", entry(2))
+
+    assert ports.log.latest_number("t1") == 1
+    assert [e.body for e in ports.log.read("t2", 1)] == [b"other", entry(2).body]
+
+
+def test_compressed_and_uncompressed_bodies_read_back_byte_for_byte(ports: Ports) -> None:
+    compressed = gzip.compress(b'{"files": []}' * 50)
+    ports.log.append("t1", entry(1, compressed, compressed=True))
+    ports.log.append("t1", entry(2, '{"name": "caf\u00e9"}'.encode()))
+
+    first, second = ports.log.read("t1", 1)
+    assert (first.body, first.compressed) == (compressed, True)
+    assert (second.body, second.compressed) == ('{"name": "caf\u00e9"}'.encode(), False)
+
+
+def test_a_body_too_large_for_an_item_reads_back_whole(ports: Ports) -> None:
+    big = b"x" * (MAX_INLINE_BODY_BYTES + 1)
+    ports.log.append("t1", entry(1, big))
+    ports.log.append("t1", entry(2))
+
+    assert [e.body for e in ports.log.read("t1", 1)] == [big, entry(2).body]
+
+
+def test_delete_up_to_removes_older_entries_only(ports: Ports) -> None:
+    for n in range(1, 31):
+        ports.log.append("t1", entry(n))
+
+    assert ports.log.delete_up_to("t1", 27) == 27
+
+    assert [e.transaction_number for e in ports.log.read("t1", 1)] == [28, 29, 30]
+    assert ports.log.latest_number("t1") == 30
+
+
+def test_delete_table_empties_one_tables_log(ports: Ports) -> None:
+    ports.log.append("t1", entry(1))
+    ports.log.append("t2", entry(1))
+
+    ports.log.delete_table("t1")
+
+    assert list(ports.log.read("t1", 1)) == []
+    assert len(list(ports.log.read("t2", 1))) == 1
+
+
+# --- snapshot metadata --------------------------------------------------------------------------
+
+
+def snapshot(number: int, table_id: str = "t1") -> SnapshotInfo:
+    return SnapshotInfo(table_id, number, 1000 + number, f"p{number}.parquet", f"f{number}.parquet")
+
+
+def test_a_table_without_snapshots_has_no_latest(ports: Ports) -> None:
+    assert ports.snapshot_metadata.latest("t1") is None
+    assert ports.snapshot_metadata.list("t1") == []
+
+
+def test_recorded_snapshots_list_in_number_order_and_the_newest_is_latest(ports: Ports) -> None:
+    for number in (2, 10, 100):
+        ports.snapshot_metadata.record(snapshot(number))
+
+    assert ports.snapshot_metadata.list("t1") == [snapshot(2), snapshot(10), snapshot(100)]
+    assert ports.snapshot_metadata.latest("t1") == snapshot(100)
+
+
+@pytest.mark.parametrize("number", [5, 10])
+def test_the_latest_pointer_never_moves_backwards(ports: Ports, number: int) -> None:
+    ports.snapshot_metadata.record(snapshot(10))
+
+    with pytest.raises(StaleSnapshotError):
+        ports.snapshot_metadata.record(SnapshotInfo("t1", number, 5, "other-p.parquet", "other-f.parquet"))
+
+    assert ports.snapshot_metadata.latest("t1") == snapshot(10)
+
+
+def test_a_stale_snapshot_records_nothing(ports: Ports) -> None:
+    ports.snapshot_metadata.record(snapshot(10))
+    with pytest.raises(StaleSnapshotError):
+        ports.snapshot_metadata.record(snapshot(5))
+
+    assert ports.snapshot_metadata.list("t1") == [snapshot(10)]
+    assert ports.snapshot_metadata.latest("t1") == snapshot(10)
+
+
+def test_an_older_snapshot_can_be_deleted_but_not_the_latest(ports: Ports) -> None:
+    ports.snapshot_metadata.record(snapshot(3))
+    ports.snapshot_metadata.record(snapshot(7))
+
+    ports.snapshot_metadata.delete("t1", 3)
+    with pytest.raises(StateStoreError, match="latest"):
+        ports.snapshot_metadata.delete("t1", 7)
+
+    assert ports.snapshot_metadata.list("t1") == [snapshot(7)]
+
+
+def test_delete_table_forgets_every_snapshot_and_the_pointer(ports: Ports) -> None:
+    ports.snapshot_metadata.record(snapshot(3))
+    ports.snapshot_metadata.record(snapshot(7))
+    ports.snapshot_metadata.record(snapshot(4, table_id="t2"))
+
+    ports.snapshot_metadata.delete_table("t1")
+
+    assert ports.snapshot_metadata.latest("t1") is None
+    assert ports.snapshot_metadata.list("t1") == []
+    assert ports.snapshot_metadata.latest("t2") == snapshot(4, "t2")
+    ports.snapshot_metadata.record(snapshot(1))  # a fresh start is allowed again
+
+
+# --- blobs --------------------------------------------------------------------------------------
+
+
+def test_blobs_read_back_and_a_missing_one_is_a_named_error(ports: Ports) -> None:
+    ports.blobs.put("tables/t1/a", b"\x00\x01data")
+
+    assert ports.blobs.get("tables/t1/a") == b"\x00\x01data"
+    with pytest.raises(BlobNotFoundError) as raised:
+        ports.blobs.get("tables/t1/missing")
+    assert raised.value.key == "tables/t1/missing"
+
+
+def test_blobs_list_by_prefix_sorted_and_delete_ignores_absent_keys(ports: Ports) -> None:
+    for key in ("tables/t1/b", "tables/t1/a", "tables/t10/a", "tables/t2/a"):
+        ports.blobs.put(key, b"x")
+
+    assert ports.blobs.list("tables/t1/") == ["tables/t1/a", "tables/t1/b"]
+
+    ports.blobs.delete(["tables/t1/a", "tables/t1/never-there"])
+    assert ports.blobs.list("tables/") == ["tables/t1/b", "tables/t10/a", "tables/t2/a"]
+
+
+# --- table index --------------------------------------------------------------------------------
+
+SCHEMA = Schema.of({"key": "string"}, values={"value": "long"})
+
+
+def test_a_created_table_is_found_by_id_and_by_name(ports: Ports) -> None:
+    table = TableInfo.new("orders", SCHEMA, {"owner": "team-a"})
+    ports.table_index.create(table)
+
+    assert ports.table_index.get(table.table_id) == table
+    assert ports.table_index.get_by_name("orders") == table
+    assert ports.table_index.list() == [table]
+
+
+def test_a_second_table_with_the_same_name_is_refused(ports: Ports) -> None:
+    first = TableInfo.new("orders", SCHEMA)
+    ports.table_index.create(first)
+
+    with pytest.raises(TableAlreadyExistsError):
+        ports.table_index.create(TableInfo.new("orders", SCHEMA))
+
+    assert ports.table_index.list() == [first]
+
+
+def test_unknown_tables_are_not_found(ports: Ports) -> None:
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.get("no-such-id")
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.get_by_name("no-such-name")
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.rename("no-such-id", "x")
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.delete("no-such-id")
+
+
+def test_tables_list_in_name_order(ports: Ports) -> None:
+    for name in ("b", "c", "a"):
+        ports.table_index.create(TableInfo.new(name, SCHEMA))
+
+    assert [t.table_name for t in ports.table_index.list()] == ["a", "b", "c"]
+
+
+def test_a_renamed_table_keeps_its_id_and_frees_its_old_name(ports: Ports) -> None:
+    table = TableInfo.new("orders", SCHEMA)
+    ports.table_index.create(table)
+
+    renamed = ports.table_index.rename(table.table_id, "orders-v2")
+
+    assert renamed == table.renamed("orders-v2")
+    assert ports.table_index.get_by_name("orders-v2") == renamed
+    assert ports.table_index.get(table.table_id) == renamed
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.get_by_name("orders")
+    ports.table_index.create(TableInfo.new("orders", SCHEMA))
+
+
+def test_renaming_onto_a_taken_name_is_refused_and_changes_nothing(ports: Ports) -> None:
+    a, b = TableInfo.new("a", SCHEMA), TableInfo.new("b", SCHEMA)
+    ports.table_index.create(a)
+    ports.table_index.create(b)
+
+    with pytest.raises(TableAlreadyExistsError):
+        ports.table_index.rename(a.table_id, "b")
+
+    assert ports.table_index.get_by_name("a") == a
+    assert ports.table_index.get_by_name("b") == b
+
+
+def test_a_deleted_table_is_gone_and_its_name_reusable(ports: Ports) -> None:
+    table = TableInfo.new("orders", SCHEMA)
+    ports.table_index.create(table)
+
+    ports.table_index.delete(table.table_id)
+
+    assert ports.table_index.list() == []
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.get(table.table_id)
+    ports.table_index.create(TableInfo.new("orders", SCHEMA))
