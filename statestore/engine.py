@@ -73,6 +73,7 @@ class TransactionLogStateStore:
         clock: Callable[[], int] = now_millis,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        on_follow: Callable[[LogEntry, Transaction], None] | None = None,
     ) -> None:
         self.table_id = table_id
         self.schema = schema
@@ -83,6 +84,8 @@ class TransactionLogStateStore:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._state: TableState | None = None
+        # Told of every log entry this store applies from the log (the committer learns request ids from it).
+        self._on_follow = on_follow
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
 
     # --- reading --------------------------------------------------------------------------------
@@ -150,8 +153,11 @@ class TransactionLogStateStore:
                     f"table {self.table_id!r}: log entries {expected}..{entry.transaction_number - 1} were "
                     "deleted and no snapshot covers them"
                 )
-            decode_entry(entry).apply(state, entry.update_time)
+            transaction = decode_entry(entry)
+            transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
+            if self._on_follow is not None:
+                self._on_follow(entry, transaction)
             expected += 1
         if to_number is None and expected == start:
             # Nothing newer was read: the state is current, or cleanup deleted every entry after it. Going

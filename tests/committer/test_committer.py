@@ -1,0 +1,438 @@
+"""The committer on in-memory ports: group commit, exactly once, rejections, dead letters, retries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from statestore.catalog import TableInfo
+from statestore.codec.transaction_json import decode_entry
+from statestore.commit_requests import CommitRequest, encode_request
+from statestore.committer import REASON_ATTRIBUTE
+from statestore.errors import StoreUnavailableError
+from statestore.memory import InMemoryCommitQueue, InMemoryCommitStatusStore, InMemoryTransactionLog
+from statestore.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.transactions import (
+    AssignJobIdRequest,
+    AssignJobIds,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+    request_ids_of,
+)
+from tests.builders import INT_SCHEMA, ref
+from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def entries(h: Harness, table_id: str) -> list[LogEntry]:
+    return list(h.log.read(table_id, 1))
+
+
+def dead_letters(h: Harness) -> list[tuple[str, dict[str, str]]]:
+    assert isinstance(h.dead_letters, InMemoryCommitQueue)
+    return [(m.body, dict(m.attributes)) for m in h.dead_letters.messages]
+
+
+def assert_status(
+    h: Harness, request_id: str, outcome: CommitOutcome, transaction_number: int | None
+) -> CommitStatus:
+    status = h.statuses.get(request_id)
+    assert status is not None
+    assert (status.outcome, status.transaction_number) == (outcome, transaction_number)
+    return status
+
+
+# --- group commit ---------------------------------------------------------------------------------------
+
+
+def test_ten_valid_requests_for_one_table_become_one_log_entry(h: Harness) -> None:
+    table = h.create_table("t")
+    requests = [add_files(table, f"f{i}") for i in range(10)]
+
+    results = h.committer().process([message(r) for r in requests])
+
+    assert outcomes(results) == ["committed"] * 10
+    assert {r.transaction_number for r in results} == {2}
+    assert h.log_length(table) == 2
+    batch = decode_entry(entries(h, table)[-1])
+    assert list(request_ids_of(batch)) == [r.request_id for r in requests]
+    assert sorted(h.state(table).files_by_name) == sorted(f"f{i}" for i in range(10))
+    for r in requests:
+        assert_status(h, r.request_id, CommitOutcome.COMMITTED, 2)
+
+
+def test_mixed_valid_and_invalid_requests_commit_the_valid_ones_as_one_entry(h: Harness) -> None:
+    table = h.create_table("t")
+    good1, bad, good2 = add_files(table, "a"), add_files(table, "a"), add_files(table, "b")
+
+    results = h.committer().process([message(good1), message(bad), message(good2)])
+
+    assert outcomes(results) == ["committed", "rejected", "committed"]
+    assert h.log_length(table) == 2
+    assert list(request_ids_of(decode_entry(entries(h, table)[-1]))) == [good1.request_id, good2.request_id]
+    rejected = h.statuses.get(bad.request_id)
+    assert rejected is not None and rejected.outcome is CommitOutcome.REJECTED
+    assert rejected.reason == "file already exists: 'a'"
+    assert results[1].reason == "file already exists: 'a'"
+
+
+def test_each_request_is_validated_against_the_state_changed_by_those_before_it(h: Harness) -> None:
+    table = h.create_table("t")
+    h.store(table).commit(add_files(table, "in1", "in2").transaction)
+    assign = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", ("in1", "in2")),)))
+    compact = CommitRequest.new(
+        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("in1", "in2"), ref("out")),))
+    )
+
+    results = h.committer().process([message(assign), message(compact)])
+
+    assert outcomes(results) == ["committed", "committed"]
+    assert sorted(f.filename for f in h.state(table).files() if f.references) == ["out"]
+
+
+def test_a_table_with_only_rejected_requests_writes_nothing(h: Harness) -> None:
+    table = h.create_table("t")
+    compact = CommitRequest.new(
+        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("nope",), ref("out")),))
+    )
+
+    results = h.committer().process([message(compact)])
+
+    assert outcomes(results) == ["rejected"]
+    assert "file not found: 'nope'" in (results[0].reason or "")
+    assert h.log_length(table) == 1
+
+
+# --- exactly once ---------------------------------------------------------------------------------------
+
+
+def test_the_same_request_sent_twice_is_applied_once(h: Harness) -> None:
+    table = h.create_table("t")
+    request = add_files(table, "a")
+    committer = h.committer()
+
+    first = committer.process([message(request)])
+    second = committer.process([message(request)])  # a resend after the queue's deduplication window
+
+    assert outcomes(first) == ["committed"]
+    assert outcomes(second) == ["duplicate"]
+    assert second[0].transaction_number == 2
+    assert h.log_length(table) == 2
+    assert_status(h, request.request_id, CommitOutcome.COMMITTED, 2)
+
+
+def test_the_same_request_twice_in_one_batch_is_applied_once(h: Harness) -> None:
+    table = h.create_table("t")
+    request = add_files(table, "a")
+
+    results = h.committer().process([message(request), message(request)])
+
+    assert outcomes(results) == ["committed", "duplicate"]
+    assert h.log_length(table) == 2
+
+
+def test_a_resend_is_recognised_by_a_cold_committer_through_the_status_store(h: Harness) -> None:
+    table = h.create_table("t")
+    request = add_files(table, "a")
+    h.committer().process([message(request)])
+
+    results = h.committer().process([message(request)])
+
+    assert outcomes(results) == ["duplicate"]
+    assert h.log_length(table) == 2
+
+
+class FailingOnce(InMemoryCommitStatusStore):
+    """A status store whose next ``record`` fails, as if the committer died after writing the log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next_record = False
+
+    def record(self, statuses: object) -> None:
+        if self.fail_next_record:
+            self.fail_next_record = False
+            raise StoreUnavailableError("status table throttled")
+        super().record(statuses)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["same-committer", "new-committer"])
+def test_a_batch_redelivered_after_the_log_write_is_applied_once(warm: bool) -> None:
+    h = Harness(statuses=FailingOnce())
+    table = h.create_table("t")
+    requests = [add_files(table, f"f{i}") for i in range(3)]
+    messages = [message(r, sent=h.clock.now) for r in requests]
+    first_committer = h.committer()
+    h.statuses.fail_next_record = True  # type: ignore[attr-defined]
+
+    first = first_committer.process(messages)
+
+    assert outcomes(first) == ["retry"] * 3
+    assert h.log_length(table) == 2  # the log write happened; the statuses did not
+    assert all(h.statuses.get(r.request_id) is None for r in requests)
+
+    h.clock.advance(30_000)  # the visibility timeout
+    committer = first_committer if warm else h.committer()
+    again = committer.process([redelivered(m) for m in messages])
+
+    assert outcomes(again) == ["duplicate"] * 3
+    assert [r.transaction_number for r in again] == [2, 2, 2]
+    assert h.log_length(table) == 2
+    for r in requests:
+        assert_status(h, r.request_id, CommitOutcome.COMMITTED, 2)
+
+
+def test_a_redelivered_request_is_found_in_the_log_behind_a_newer_snapshot() -> None:
+    h = Harness(statuses=FailingOnce())
+    table = h.create_table("t")
+    request = add_files(table, "a")
+    m = message(request, sent=h.clock.now)
+    h.statuses.fail_next_record = True  # type: ignore[attr-defined]
+    assert outcomes(h.committer().process([m])) == ["retry"]
+    other = h.store(table)
+    for i in range(40):  # other writers move on, then a snapshot covers it all
+        other.commit(add_files(table, f"later{i}").transaction)
+    other.create_snapshot()
+
+    again = h.committer().process([redelivered(m)])
+
+    assert outcomes(again) == ["duplicate"]
+    assert again[0].transaction_number == 2
+    assert h.log_length(table) == 42
+
+
+def test_a_redelivered_request_that_never_reached_the_log_is_committed(h: Harness) -> None:
+    table = h.create_table("t")
+    request = add_files(table, "a")
+
+    results = h.committer().process([redelivered(message(request, sent=h.clock.now))])
+
+    assert outcomes(results) == ["committed"]
+    assert h.log_length(table) == 2
+
+
+def test_a_committer_that_lost_the_race_recognises_requests_another_one_committed(h: Harness) -> None:
+    # The same messages reach two committers (a visibility timeout ran out while the first was slow).
+    table = h.create_table("t")
+    requests = [add_files(table, "a"), add_files(table, "b")]
+    slow, fast = h.committer(), h.committer()
+    slow.process([message(add_files(table, "warm-up"))])  # slow now has a warm (soon stale) state
+
+    class NoStatuses(InMemoryCommitStatusStore):
+        def record(self, statuses: object) -> None:
+            raise StoreUnavailableError("gone")
+
+    fast.statuses = NoStatuses()  # fast wrote the log but recorded nothing yet
+    assert outcomes(fast.process([message(r) for r in requests])) == ["retry", "retry"]
+
+    results = slow.process([message(r) for r in requests])
+
+    assert outcomes(results) == ["duplicate", "duplicate"]
+    assert slow.stats.log_append_conflicts == 1
+    assert h.log_length(table) == 3
+
+
+def test_a_stale_warm_state_catches_up_and_validates_again(h: Harness) -> None:
+    table = h.create_table("t")
+    committer = h.committer()
+    committer.process([message(add_files(table, "x"))])
+    h.store(table).commit(add_files(table, "a").transaction)  # another writer, unseen by the committer
+
+    results = committer.process([message(add_files(table, "a")), message(add_files(table, "b"))])
+
+    assert outcomes(results) == ["rejected", "committed"]
+    assert results[1].transaction_number == 4
+    assert committer.stats.log_append_conflicts == 1
+
+
+# --- bad input ------------------------------------------------------------------------------------------
+
+
+def test_malformed_messages_are_dead_lettered_with_their_reason_and_others_commit(h: Harness) -> None:
+    t1, t2 = h.create_table("t1"), h.create_table("t2")
+    good1, good2 = add_files(t1, "a"), add_files(t2, "b")
+    unknown_type = json.loads(encode_request(add_files(t1, "c")))
+    unknown_type["type"] = "Frobnicate"
+    messages = [
+        message("{not json", group_id=t1),
+        message(good1),
+        message(json.dumps(unknown_type), group_id=t1),
+        message(json.dumps({"version": 7, "request_id": "r", "table_id": t2, "type": "X"}), group_id=t2),
+        message(good2),
+        message(encode_request(add_files("no-such-table", "d")), group_id="no-such-table"),
+    ]
+
+    results = h.committer().process(messages)
+
+    assert outcomes(results) == [
+        "dead_lettered",
+        "committed",
+        "dead_lettered",
+        "dead_lettered",
+        "committed",
+        "dead_lettered",
+    ]
+    letters = dead_letters(h)
+    assert [body for body, _ in letters] == [messages[i].body for i in (0, 2, 3, 5)]
+    reasons = [attributes[REASON_ATTRIBUTE] for _, attributes in letters]
+    assert reasons[0].startswith("malformed commit request: commit request is not valid JSON")
+    assert "unknown transaction type 'Frobnicate'" in reasons[1]
+    assert "unknown commit request version 7" in reasons[2]
+    assert "table not found: 'no-such-table'" in reasons[3]
+    assert h.state(t1).files_by_name.keys() == {"a"}
+    assert h.state(t2).files_by_name.keys() == {"b"}
+
+
+def test_a_request_sent_in_the_wrong_message_group_is_dead_lettered(h: Harness) -> None:
+    t1, t2 = h.create_table("t1"), h.create_table("t2")
+
+    results = h.committer().process([message(add_files(t1, "a"), group_id=t2)])
+
+    assert outcomes(results) == ["dead_lettered"]
+    assert "was sent in message group" in (results[0].reason or "")
+    assert h.log_length(t1) == 1 and h.log_length(t2) == 1
+
+
+def test_an_invalid_compaction_is_rejected_not_dead_lettered_and_changes_nothing(h: Harness) -> None:
+    table = h.create_table("t")
+    h.store(table).commit(add_files(table, "in1").transaction)
+    before = h.state(table)
+    compact = CommitRequest.new(
+        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("in1",), ref("out")),))
+    )
+
+    results = h.committer().process([message(compact)])
+
+    assert outcomes(results) == ["rejected"]
+    assert "is not assigned to job 'job'" in (results[0].reason or "")
+    status = assert_status(h, compact.request_id, CommitOutcome.REJECTED, None)
+    assert status.reason == results[0].reason
+    assert dead_letters(h) == []
+    assert h.state(table) == before
+
+
+def test_a_dead_lettered_request_is_processed_again_when_redriven(h: Harness) -> None:
+    table = h.create_table("t")
+    request = add_files(table, "a", request_id="req-1")
+    h.tables.delete(table)  # not there yet, as far as the committer can tell
+    committer = h.committer()
+    assert outcomes(committer.process([message(request)])) == ["dead_lettered"]
+    status = h.statuses.get("req-1")
+    assert status is not None and status.outcome is CommitOutcome.DEAD_LETTERED
+
+    h.tables.create(h_info := _info_for(table))
+    assert h_info.table_id == table
+    redriven = committer.process([message(request)])
+
+    assert outcomes(redriven) == ["committed"]
+    assert h.statuses.get("req-1").outcome is CommitOutcome.COMMITTED  # type: ignore[union-attr]
+
+
+def _info_for(table_id: str) -> TableInfo:
+    return TableInfo(table_id, "t", INT_SCHEMA)
+
+
+def test_a_big_request_body_is_read_from_the_bucket(h: Harness) -> None:
+    from statestore.commit_requests import CommitSender
+
+    table = h.create_table("t")
+    queue = InMemoryCommitQueue()
+    sender = CommitSender(queue, h.statuses, h.blobs, max_inline_bytes=100, clock=h.clock)
+    request_id = sender.send(table, add_files(table, *(f"file-{i}" for i in range(50))).transaction)
+    [sent] = queue.take()
+    assert "body_key" in json.loads(sent.body)
+
+    results = h.committer().process([message(sent.body, group_id=sent.group_id)])
+
+    assert outcomes(results) == ["committed"]
+    assert len(h.state(table).files_by_name) == 50
+    assert sender.wait(request_id, timeout=0) == h.statuses.get(request_id)
+
+
+def test_a_body_key_outside_the_tables_request_prefix_is_refused(h: Harness) -> None:
+    table = h.create_table("t")
+    fields = {"version": 1, "request_id": "r1", "table_id": table, "type": "AddFiles"}
+    body = json.dumps({**fields, "body_key": "tables/other/x"})
+
+    results = h.committer().process([message(body, group_id=table)])
+
+    assert outcomes(results) == ["dead_lettered"]
+    assert "must be an object under" in (results[0].reason or "")
+
+
+# --- failures are retried, per table --------------------------------------------------------------------
+
+
+class FlakyLog(InMemoryTransactionLog):
+    """A log whose appends for some tables fail as if DynamoDB throttled them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: set[str] = set()
+
+    def append(self, table_id: str, entry: LogEntry) -> None:
+        if table_id in self.failing:
+            raise StoreUnavailableError(f"throttled writing to {table_id}")
+        super().append(table_id, entry)
+
+
+def test_a_throttled_table_retries_its_own_messages_and_others_commit() -> None:
+    log = FlakyLog()
+    h = Harness(log=log)
+    t1, t2 = h.create_table("t1"), h.create_table("t2")
+    log.failing.add(t1)
+    messages = [message(add_files(t1, "a")), message(add_files(t2, "b")), message("junk", group_id=t1)]
+
+    results = h.committer().process(messages)
+
+    assert outcomes(results) == ["retry", "committed", "retry"]
+    assert "throttled writing to" in (results[0].reason or "")
+    assert dead_letters(h) == []  # the junk waits with its group, to keep the order
+    log.failing.clear()
+    again = h.committer().process([redelivered(m) for m in messages[::2]])
+    assert outcomes(again) == ["committed", "dead_lettered"]
+
+
+def test_an_unreadable_status_store_retries_the_whole_batch(h: Harness) -> None:
+    class Unreadable(InMemoryCommitStatusStore):
+        def get_many(self, request_ids: object) -> dict[str, CommitStatus]:
+            raise StoreUnavailableError("status table unavailable")
+
+    h.statuses = Unreadable()
+    table = h.create_table("t")
+
+    results = h.committer().process([message(add_files(table, "a"))])
+
+    assert outcomes(results) == ["retry"]
+    assert h.log_length(table) == 1
+
+
+def test_a_failing_dead_letter_queue_retries_that_group(h: Harness) -> None:
+    class Broken(InMemoryCommitQueue):
+        def send(self, messages: object) -> None:
+            raise StoreUnavailableError("queue unavailable")
+
+    h.dead_letters = Broken()
+    t1, t2 = h.create_table("t1"), h.create_table("t2")
+
+    results = h.committer().process([message("junk", group_id=t1), message(add_files(t2, "b"))])
+
+    assert outcomes(results) == ["retry", "committed"]
+
+
+def test_stats_count_one_log_write_and_one_status_write_per_batch(h: Harness) -> None:
+    table = h.create_table("t")
+    committer = h.committer()
+
+    for batch in range(3):
+        committer.process([message(add_files(table, f"f{batch}-{i}")) for i in range(10)])
+
+    assert committer.stats.log_appends == 3
+    assert committer.stats.status_writes == 3
+    assert committer.stats.status_items == 30
+    assert committer.stats.committed == 30
