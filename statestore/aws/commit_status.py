@@ -1,0 +1,149 @@
+"""Commit statuses on DynamoDB: one item per request id, expired by TTL after a retention period."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from statestore import resources
+from statestore.aws.clients import AwsCaller
+from statestore.errors import StateStoreError, StoreUnavailableError
+from statestore.ports import CommitOutcome, CommitStatus, CommitStatusStore
+
+_REQUEST_ID = resources.COMMIT_STATUS_KEYS.hash_key[0]
+_TABLE_ID = resources.TABLE_ID
+_OUTCOME = "outcome"
+_RECORDED_TIME = "recorded_time"
+_TRANSACTION_NUMBER = resources.TRANSACTION_NUMBER
+_REASON = "reason"
+_EXPIRES_AT = resources.EXPIRES_AT
+
+DEFAULT_RETENTION_SECONDS = 14 * 24 * 3600  # as long as SQS keeps a message
+MAX_REASON_CHARS = 16_000
+_WRITE_BATCH = 25  # BatchWriteItem's limit
+_READ_BATCH = 100  # BatchGetItem's limit
+
+
+def _now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class DynamoDBCommitStatusStore(CommitStatusStore):
+    """Writes with BatchWriteItem (25 a call), reads with strongly consistent BatchGetItem (100 a call)."""
+
+    def __init__(
+        self,
+        dynamodb_client: Any,
+        table_name: str,
+        caller: AwsCaller | None = None,
+        *,
+        retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        clock: Callable[[], int] = _now_millis,
+    ) -> None:
+        self.dynamodb = dynamodb_client
+        self.table_name = table_name
+        self.call = caller or AwsCaller()
+        self.retention_seconds = retention_seconds
+        self._clock = clock
+
+    def record(self, statuses: Sequence[CommitStatus]) -> None:
+        latest = {s.request_id: s for s in statuses}  # a batch may not name one key twice
+        requests = [{"PutRequest": {"Item": self._item(s)}} for s in latest.values()]
+        for start in range(0, len(requests), _WRITE_BATCH):
+            self._write(requests[start : start + _WRITE_BATCH])
+
+    def _write(self, requests: list[dict[str, Any]]) -> None:
+        for attempt in range(self.call.max_attempts * 2):
+            response = self.call(
+                f"record {len(requests)} commit status(es) in {self.table_name!r}",
+                self.dynamodb.batch_write_item,
+                RequestItems={self.table_name: requests},
+            )
+            requests = (response.get("UnprocessedItems") or {}).get(self.table_name, [])
+            if not requests:
+                return
+            self._backoff(attempt)
+        raise StoreUnavailableError(
+            f"could not record commit statuses in {self.table_name!r}: {len(requests)} kept coming back "
+            "unprocessed; try again later"
+        )
+
+    def get(self, request_id: str) -> CommitStatus | None:
+        response = self.call(
+            f"read the status of commit request {request_id!r}",
+            self.dynamodb.get_item,
+            TableName=self.table_name,
+            Key={_REQUEST_ID: {"S": request_id}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return self._status(item) if item else None
+
+    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
+        ids = list(dict.fromkeys(request_ids))
+        found: dict[str, CommitStatus] = {}
+        for start in range(0, len(ids), _READ_BATCH):
+            keys = [{_REQUEST_ID: {"S": i}} for i in ids[start : start + _READ_BATCH]]
+            for item in self._read(keys):
+                status = self._status(item)
+                if status is not None:
+                    found[status.request_id] = status
+        return found
+
+    def _read(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for attempt in range(self.call.max_attempts * 2):
+            response = self.call(
+                f"read {len(keys)} commit status(es) from {self.table_name!r}",
+                self.dynamodb.batch_get_item,
+                RequestItems={self.table_name: {"Keys": keys, "ConsistentRead": True}},
+            )
+            items.extend((response.get("Responses") or {}).get(self.table_name, []))
+            keys = ((response.get("UnprocessedKeys") or {}).get(self.table_name) or {}).get("Keys", [])
+            if not keys:
+                return items
+            self._backoff(attempt)
+        raise StoreUnavailableError(
+            f"could not read commit statuses from {self.table_name!r}: {len(keys)} key(s) kept coming back "
+            "unprocessed; try again later"
+        )
+
+    def _backoff(self, attempt: int) -> None:
+        self.call.sleep(
+            self.call.rng.uniform(0.0, min(self.call.max_delay, self.call.base_delay * 2**attempt))
+        )
+
+    def _item(self, status: CommitStatus) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            _REQUEST_ID: {"S": status.request_id},
+            _TABLE_ID: {"S": status.table_id},
+            _OUTCOME: {"S": status.outcome.value},
+            _RECORDED_TIME: {"N": str(status.recorded_time)},
+            _EXPIRES_AT: {"N": str(status.recorded_time // 1000 + self.retention_seconds)},
+        }
+        if status.transaction_number is not None:
+            item[_TRANSACTION_NUMBER] = {"N": str(status.transaction_number)}
+        if status.reason:
+            item[_REASON] = {"S": status.reason[:MAX_REASON_CHARS]}
+        return item
+
+    def _status(self, item: dict[str, Any]) -> CommitStatus | None:
+        """The status an item holds, or None if it expired (TTL deletes items some time after expiry)."""
+        try:
+            if int(item[_EXPIRES_AT]["N"]) * 1000 < self._clock():
+                return None
+            return CommitStatus(
+                request_id=item[_REQUEST_ID]["S"],
+                table_id=item[_TABLE_ID]["S"],
+                outcome=CommitOutcome(item[_OUTCOME]["S"]),
+                recorded_time=int(item[_RECORDED_TIME]["N"]),
+                transaction_number=int(item[_TRANSACTION_NUMBER]["N"])
+                if _TRANSACTION_NUMBER in item
+                else None,
+                reason=item[_REASON]["S"] if _REASON in item else None,
+            )
+        except (KeyError, ValueError) as e:
+            raise StateStoreError(
+                f"commit status item in {self.table_name!r} is malformed: {item!r} ({e})"
+            ) from e

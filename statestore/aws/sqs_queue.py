@@ -1,0 +1,160 @@
+"""The commit queue and its dead-letter queue on SQS FIFO; creating them for the embedded mode and tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from statestore.aws.clients import AwsCaller
+from statestore.errors import StateStoreError, StoreUnavailableError
+from statestore.ports import CommitQueue, QueueMessage
+from statestore.resources import ResourceNames
+
+_BATCH = 10  # SendMessageBatch / DeleteMessageBatch limit
+# A message failing this many times goes to the dead-letter queue without a reason of ours (the committer
+# dead-letters what it can name a reason for itself, at once).
+MAX_RECEIVE_COUNT = 5
+# Comfortably longer than a committer Lambda runs (CDK sets the same).
+VISIBILITY_TIMEOUT_SECONDS = 120
+MESSAGE_RETENTION_SECONDS = 14 * 24 * 3600
+
+
+class SqsCommitQueue(CommitQueue):
+    """A FIFO queue: ``send`` uses SendMessageBatch, ten messages a call, retrying the entries SQS failed."""
+
+    def __init__(self, sqs_client: Any, queue_url: str, caller: AwsCaller | None = None) -> None:
+        self.sqs = sqs_client
+        self.queue_url = queue_url
+        self.call = caller or AwsCaller()
+
+    @classmethod
+    def named(cls, sqs_client: Any, queue_name: str, caller: AwsCaller | None = None) -> SqsCommitQueue:
+        """The queue called ``queue_name`` (raises StateStoreError if there is none)."""
+        call = caller or AwsCaller()
+        response = call(f"find queue {queue_name!r}", sqs_client.get_queue_url, QueueName=queue_name)
+        return cls(sqs_client, response["QueueUrl"], call)
+
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        for start in range(0, len(messages), _BATCH):
+            self._send_batch(list(messages[start : start + _BATCH]))
+
+    def _send_batch(self, messages: list[QueueMessage]) -> None:
+        entries = {str(i): _entry(str(i), m) for i, m in enumerate(messages)}
+        for attempt in range(self.call.max_attempts):
+            response = self.call(
+                f"send {len(entries)} message(s) to {self.queue_url}",
+                self.sqs.send_message_batch,
+                QueueUrl=self.queue_url,
+                Entries=list(entries.values()),
+            )
+            failed = response.get("Failed") or []
+            ours = [f for f in failed if f.get("SenderFault")]
+            if ours:
+                detail = "; ".join(f"{f.get('Code')}: {f.get('Message', '')}" for f in ours)
+                raise StateStoreError(f"the queue refused {len(ours)} message(s): {detail}")
+            entries = {f["Id"]: entries[f["Id"]] for f in failed}
+            if not entries:
+                return
+            self.call.sleep(
+                self.call.rng.uniform(0.0, min(self.call.max_delay, self.call.base_delay * 2**attempt))
+            )
+        raise StoreUnavailableError(
+            f"could not send {len(entries)} message(s) to {self.queue_url}: SQS kept failing them; try again"
+        )
+
+    # --- for a local poller and tests: what the Lambda event source mapping does in AWS ---------------
+
+    def receive_event(self, max_messages: int = 10, wait_seconds: int = 0) -> dict[str, Any]:
+        """Receive up to ``max_messages`` as a Lambda SQS event (``{"Records": [...]}``, maybe empty)."""
+        response = self.call(
+            f"receive messages from {self.queue_url}",
+            self.sqs.receive_message,
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return {"Records": [_record(m, self.queue_url) for m in response.get("Messages", [])]}
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        """Delete received messages (acknowledge them)."""
+        for start in range(0, len(receipt_handles), _BATCH):
+            chunk = receipt_handles[start : start + _BATCH]
+            self.call(
+                f"delete {len(chunk)} message(s) from {self.queue_url}",
+                self.sqs.delete_message_batch,
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
+            )
+
+
+def _entry(entry_id: str, message: QueueMessage) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "Id": entry_id,
+        "MessageBody": message.body,
+        "MessageGroupId": message.group_id,
+        "MessageDeduplicationId": message.deduplication_id,
+    }
+    if message.attributes:
+        entry["MessageAttributes"] = {
+            name: {"DataType": "String", "StringValue": value} for name, value in message.attributes
+        }
+    return entry
+
+
+def _record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
+    """An SQS message as the Lambda event source mapping hands it to a function."""
+    attributes = {
+        name: {"stringValue": value.get("StringValue"), "dataType": value.get("DataType", "String")}
+        for name, value in (message.get("MessageAttributes") or {}).items()
+    }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message.get("Body", ""),
+        "attributes": dict(message.get("Attributes") or {}),
+        "messageAttributes": attributes,
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_url,
+        "awsRegion": "",
+    }
+
+
+def provision_queues(
+    resources: ResourceNames, sqs_client: Any, caller: AwsCaller | None = None
+) -> tuple[str, str]:
+    """Create the commit queue and its dead-letter queue if absent; returns their URLs (queue, DLQ)."""
+    call = caller or AwsCaller()
+    common = {
+        "FifoQueue": "true",
+        "ContentBasedDeduplication": "false",
+        "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
+    }
+    dlq_url = call(
+        f"create queue {resources.dead_letter_queue!r}",
+        sqs_client.create_queue,
+        QueueName=resources.dead_letter_queue,
+        Attributes=common,
+    )["QueueUrl"]
+    dlq_arn = call(
+        f"read the attributes of {resources.dead_letter_queue!r}",
+        sqs_client.get_queue_attributes,
+        QueueUrl=dlq_url,
+        AttributeNames=["QueueArn"],
+    )["Attributes"]["QueueArn"]
+    queue_url = call(
+        f"create queue {resources.commit_queue!r}",
+        sqs_client.create_queue,
+        QueueName=resources.commit_queue,
+        Attributes={
+            **common,
+            "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT}
+            ),
+        },
+    )["QueueUrl"]
+    return queue_url, dlq_url

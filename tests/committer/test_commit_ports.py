@@ -1,0 +1,99 @@
+"""The commit status store and the commit queue: one behaviour suite, in memory and on moto."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from moto import mock_aws
+
+from statestore.aws.clients import make_client
+from statestore.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.aws.provision import provision
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.memory import InMemoryCommitQueue, InMemoryCommitStatusStore
+from statestore.ports import CommitOutcome, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
+from statestore.resources import ResourceNames
+
+
+@dataclass
+class CommitPorts:
+    statuses: CommitStatusStore
+    queue: CommitQueue
+
+    def sent(self) -> list[QueueMessage]:
+        if isinstance(self.queue, InMemoryCommitQueue):
+            return self.queue.take(100)
+        assert isinstance(self.queue, SqsCommitQueue)
+        out = []
+        while records := self.queue.receive_event()["Records"]:
+            for r in records:
+                attributes = tuple((k, v["stringValue"]) for k, v in r["messageAttributes"].items())
+                out.append(
+                    QueueMessage(
+                        r["body"],
+                        r["attributes"]["MessageGroupId"],
+                        r["attributes"]["MessageDeduplicationId"],
+                        attributes,
+                    )
+                )
+            self.queue.delete([r["receiptHandle"] for r in records])
+        return out
+
+
+@pytest.fixture(params=["memory", "moto"])
+def ports(request: pytest.FixtureRequest) -> Iterator[CommitPorts]:
+    if request.param == "memory":
+        yield CommitPorts(InMemoryCommitStatusStore(), InMemoryCommitQueue())
+        return
+    with mock_aws():
+        names = ResourceNames.for_instance("ports")
+        dynamodb, s3, sqs = (make_client(s, region="eu-west-2") for s in ("dynamodb", "s3", "sqs"))
+        provision(names, dynamodb, s3)
+        queue_url, _ = provision_queues(names, sqs)
+        yield CommitPorts(
+            DynamoDBCommitStatusStore(dynamodb, names.commit_status_table), SqsCommitQueue(sqs, queue_url)
+        )
+
+
+def status(
+    request_id: str, outcome: CommitOutcome = CommitOutcome.COMMITTED, number: int | None = 3
+) -> CommitStatus:
+    reason = None if outcome is CommitOutcome.COMMITTED else f"why {request_id}"
+    return CommitStatus(request_id, "table-1", outcome, 1_900_000_000_000, number, reason)
+
+
+def test_recorded_statuses_are_read_back_one_and_many(ports: CommitPorts) -> None:
+    statuses = [status(f"r{i}") for i in range(60)] + [status("bad", CommitOutcome.REJECTED, None)]
+
+    ports.statuses.record(statuses)
+
+    assert ports.statuses.get("r7") == statuses[7]
+    assert ports.statuses.get("bad") == statuses[-1]
+    assert ports.statuses.get("nope") is None
+    wanted = [f"r{i}" for i in range(0, 60, 2)] * 2 + ["bad", "nope"] + [f"x{i}" for i in range(150)]
+    assert ports.statuses.get_many(wanted) == {s.request_id: s for s in statuses[0:60:2] + [statuses[-1]]}
+    assert ports.statuses.get_many([]) == {}
+
+
+def test_a_later_status_replaces_an_earlier_one(ports: CommitPorts) -> None:
+    ports.statuses.record([status("r", CommitOutcome.DEAD_LETTERED, None)])
+    ports.statuses.record([status("r", CommitOutcome.COMMITTED, 9), status("r", CommitOutcome.COMMITTED, 10)])
+
+    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 10)
+
+
+def test_messages_are_sent_in_order_with_group_deduplication_id_and_attributes(ports: CommitPorts) -> None:
+    messages = [
+        QueueMessage(json.dumps({"n": i}), f"table-{i % 2}", f"request-{i}", (("reason", f"because {i}"),))
+        for i in range(23)
+    ]
+
+    ports.queue.send(messages)
+    ports.queue.send(messages[:3])  # resent within the deduplication window: dropped
+
+    received = ports.sent()
+    for group in ("table-0", "table-1"):
+        assert [m for m in received if m.group_id == group] == [m for m in messages if m.group_id == group]
