@@ -1,0 +1,166 @@
+"""The facade users and jobs call: tables by name, and each table's state store.
+
+Built from the ports, so the same code runs in memory (:meth:`StateStoreClient.in_memory`) and on AWS or a
+local endpoint (:meth:`StateStoreClient.for_aws`). AWS modules are imported only by ``for_aws``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statestore import layout
+from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo, parse_schema
+from statestore.engine import CommitResult, RetryPolicy, TransactionLogStateStore
+from statestore.errors import TableNotFoundError
+from statestore.files import TableFile
+from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
+from statestore.partitions import Partition, partitions_from_split_points
+from statestore.ports import BlobStore, SnapshotInfo, SnapshotMetadataStore, TransactionLogStore
+from statestore.resources import ResourceNames
+from statestore.schema import Key, Schema
+from statestore.snapshots import SnapshotStore
+from statestore.state import TableState
+from statestore.transactions import InitialisePartitions, Transaction
+
+
+class StateStoreClient:
+    """Create, find, rename and delete tables, and open their state stores.
+
+    Tables are named by name or by id wherever ``table`` is asked for; a name is tried first.
+    Thread-safe as far as its ports are; each :meth:`state_store` is for one thread.
+    """
+
+    def __init__(
+        self,
+        table_index: TableIndex,
+        log: TransactionLogStore,
+        snapshot_metadata: SnapshotMetadataStore,
+        blobs: BlobStore,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.table_index = table_index
+        self.log = log
+        self.snapshots = SnapshotStore(snapshot_metadata, blobs)
+        self.blobs = blobs
+        self.retry = retry
+
+    @classmethod
+    def in_memory(cls) -> StateStoreClient:
+        """Everything in this process: for tests, examples and the in-memory demo."""
+        return cls(
+            InMemoryTableIndex(),
+            InMemoryTransactionLog(),
+            InMemorySnapshotMetadataStore(),
+            InMemoryBlobStore(),
+        )
+
+    @classmethod
+    def for_aws(
+        cls,
+        resources: ResourceNames,
+        endpoint_url: str | None = None,
+        *,
+        region: str | None = None,
+        provision: bool = False,
+        **connect: Any,
+    ) -> StateStoreClient:
+        """The instance named by ``resources`` on AWS, or on a local endpoint such as a moto server.
+
+        ``provision=True`` first creates any missing tables and the bucket (embedded mode and tests).
+        Extra keyword arguments go to :meth:`statestore.aws.backend.AwsBackend.connect`.
+        """
+        from statestore.aws.backend import AwsBackend
+
+        backend = AwsBackend.connect(resources, endpoint_url, region=region, **connect)
+        if provision:
+            backend.provision()
+        return cls(backend.table_index, backend.log, backend.snapshot_metadata, backend.blobs)
+
+    # --- tables ---------------------------------------------------------------------------------
+
+    def create_table(
+        self,
+        name: str,
+        schema: Schema | Mapping[str, Any] | str,
+        split_points: Sequence[Key] | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> TableInfo:
+        """Add a table and initialise its partitions (cut at ``split_points`` on the first row key).
+
+        Raises InvalidSchemaError, InvalidKeyError/InvalidPartitionSplitError for bad split points (nothing
+        is written), TableAlreadyExistsError if the name is taken.
+        """
+        parsed = parse_schema(schema)
+        partitions = partitions_from_split_points(parsed, list(split_points or []))
+        table = TableInfo.new(name, parsed, properties)
+        self.table_index.create(table)
+        try:
+            self._open(table).commit(InitialisePartitions(tuple(partitions)))
+        except BaseException:
+            # Leave no half-made table: forget it and whatever reached its log.
+            self.table_index.delete(table.table_id)
+            self.log.delete_table(table.table_id)
+            raise
+        return table
+
+    def get_table(self, table: str) -> TableInfo:
+        """The table with this name, or else this id. Raises TableNotFoundError."""
+        try:
+            return self.table_index.get_by_name(table)
+        except TableNotFoundError:
+            pass
+        try:
+            return self.table_index.get(table)
+        except TableNotFoundError:
+            raise TableNotFoundError(table) from None
+
+    def list_tables(self) -> list[TableInfo]:
+        return self.table_index.list()
+
+    def rename_table(self, table: str, new_name: str) -> TableInfo:
+        """Rename; the id (and so the log, snapshots and data) stays. Raises TableAlreadyExistsError."""
+        return self.table_index.rename(self.get_table(table).table_id, new_name)
+
+    def delete_table(self, table: str) -> None:
+        """Delete a table: its log with the bodies, its snapshots, every object under its prefix, and last
+        its index entries, so an interrupted delete can simply be run again."""
+        info = self.get_table(table)
+        self.log.delete_table(info.table_id)
+        self.snapshots.delete_table(info.table_id)
+        self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
+        self.table_index.delete(info.table_id)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def state_store(self, table: str) -> TransactionLogStateStore:
+        """A state store for one table (give each thread its own)."""
+        return self._open(self.get_table(table))
+
+    def _open(self, info: TableInfo) -> TransactionLogStateStore:
+        return TransactionLogStateStore(
+            info.table_id, info.schema, self.log, self.snapshots, retry=self.retry
+        )
+
+    def state(self, table: str, as_of: int | None = None) -> TableState:
+        """The table's state now, or as of transaction ``as_of`` while the log still holds it."""
+        store = self.state_store(table)
+        return store.state() if as_of is None else store.load(as_of)
+
+    def partitions(self, table: str) -> list[Partition]:
+        return self.state(table).partitions()
+
+    def leaf_partitions(self, table: str) -> list[Partition]:
+        return self.state(table).leaf_partitions()
+
+    def files(self, table: str) -> list[TableFile]:
+        return self.state(table).files()
+
+    def commit(self, table: str, transaction: Transaction) -> CommitResult:
+        """Commit synchronously (fine for rare writers; jobs use the commit queue)."""
+        return self.state_store(table).commit(transaction)
+
+    def create_snapshot(self, table: str) -> SnapshotInfo | None:
+        """Snapshot the table's latest state; None when nothing changed since the last snapshot."""
+        return self.state_store(table).create_snapshot()
