@@ -160,9 +160,13 @@ class TransactionLogStateStore:
                 self._on_follow(entry, transaction)
             expected += 1
         if to_number is None and expected == start:
-            # Nothing newer was read: the state is current, or cleanup deleted every entry after it. Going
-            # on from a stale state would append a number that was already used, so check the log's end.
-            to_number = self.log.latest_number(self.table_id)
+            # Nothing newer was read: the state is current, or cleanup deleted every entry after it (going
+            # on from a stale state would append a number already used). Or a writer appended after the
+            # read: following up to the latest number tells these apart.
+            latest = self.log.latest_number(self.table_id)
+            if latest > state.transaction_number:
+                self._follow(state, latest)
+            return
         if to_number is not None and state.transaction_number < to_number:
             raise TransactionNotRetainedError(
                 f"table {self.table_id!r}: transaction {state.transaction_number + 1} is no longer in the log"

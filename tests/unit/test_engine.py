@@ -427,3 +427,30 @@ def test_catching_up_over_deleted_entries_no_snapshot_covers_is_not_retained() -
     with pytest.raises(TransactionNotRetainedError):
         behind.commit(add("e"))
     assert log.latest_number(TABLE) == 4
+
+
+class LateAppendLog(InMemoryTransactionLog):
+    """A log where a rival appends right after a reader found nothing new, before it checks the log's end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def latest_number(self, table_id: str) -> int:
+        if self.armed:
+            self.armed = False
+            make_store(self).commit(add("late"))
+        return super().latest_number(table_id)
+
+
+def test_an_append_between_a_catch_up_read_and_the_end_check_is_followed_not_taken_for_cleanup() -> None:
+    log = LateAppendLog()
+    store = make_store(log)
+    initialise(store)
+    store.state()
+    log.armed = True
+
+    state = store.state()
+
+    assert state.transaction_number == 2 and "late" in state.files_by_name
+    assert store.commit(add("mine")).transaction_number == 3
