@@ -1,0 +1,43 @@
+"""A writer that appends AddFiles to one table's log on a local endpoint: run in threads and in processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statestore.aws.backend import AwsBackend
+from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.files import FileReference
+from statestore.resources import ResourceNames
+from statestore.schema import Schema
+from statestore.transactions import AddFiles
+
+SCHEMA = Schema.of({"key": "long"})
+RETRY = RetryPolicy(max_attempts=100, base_delay=0.002, max_delay=0.1)
+
+
+@dataclass(frozen=True)
+class WriterReport:
+    """What one writer saw acknowledged, and its final view of the table."""
+
+    writer: str
+    acknowledged: dict[int, tuple[str, ...]]  # transaction number -> the files it added
+    final_number: int
+    final_files: tuple[str, ...]
+    retries: int
+
+
+def write(
+    resources_json: str, endpoint: str, table_id: str, writer: str, commits: int, files_per_commit: int = 3
+) -> WriterReport:
+    """Commit ``commits`` AddFiles with this writer's own file names through its own state store."""
+    backend = AwsBackend.connect(ResourceNames.from_json(resources_json), endpoint, region="eu-west-2")
+    store = TransactionLogStateStore(table_id, SCHEMA, backend.log, retry=RETRY)
+    acknowledged: dict[int, tuple[str, ...]] = {}
+    for i in range(commits):
+        names = tuple(f"{writer}/{i}/{j}.parquet" for j in range(files_per_commit))
+        result = store.commit(AddFiles(tuple(FileReference(name, "root", 1) for name in names)))
+        acknowledged[result.transaction_number] = names
+    final = store.state()
+    return WriterReport(
+        writer, acknowledged, final.transaction_number, tuple(sorted(final.files_by_name)), store.retries
+    )
