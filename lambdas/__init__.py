@@ -1,0 +1,1 @@
+"""Thin Lambda handlers: parse the event, call statestore, report what failed."""

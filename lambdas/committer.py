@@ -1,0 +1,79 @@
+"""The committer Lambda: a batch of commit requests from the SQS FIFO queue -> log entries and statuses.
+
+The whole batch goes to :meth:`statestore.committer.Committer.process` at once (group commit needs it); the
+messages it says to retry are reported as ``batchItemFailures``, and with ``skip_group_on_error`` the rest
+of their table's messages with them, so one table's trouble never holds back another's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from lambdas._runtime import runtime
+from statestore.committer import Committer, MessageOutcome, MessageResult, ReceivedMessage
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "statestore"))
+
+
+class RetryLater(Exception):
+    """Raised for a message the committer could not process now; it stays on the queue."""
+
+
+def process_event(event: dict[str, Any], committer: Committer, context: Any = None) -> dict[str, Any]:
+    """Commit an SQS event's messages; returns ``{"batchItemFailures": [...]}``. A local poller calls this."""
+    return partial_response(event, run_committer(event, committer), context)
+
+
+def run_committer(event: dict[str, Any], committer: Committer) -> list[MessageResult]:
+    return committer.process([ReceivedMessage.from_sqs_record(r) for r in event.get("Records", [])])
+
+
+def partial_response(
+    event: dict[str, Any], results: Sequence[MessageResult], context: Any = None
+) -> dict[str, Any]:
+    by_id = {r.message_id: r for r in results}
+
+    def record_handler(record: SQSRecord) -> str:
+        result = by_id[record.message_id]
+        if result.retry:
+            raise RetryLater(result.reason or "retry")
+        return result.outcome.value
+
+    processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+    try:
+        return dict(
+            process_partial_response(
+                event=event, record_handler=record_handler, processor=processor, context=context
+            )
+        )
+    except BatchProcessingError:  # every message failed: report them all rather than fail the invocation
+        return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    results = run_committer(event, runtime().committer())
+    for outcome in MessageOutcome:
+        count = sum(1 for r in results if r.outcome is outcome)
+        if count:
+            metrics.add_metric(
+                name=f"Requests{outcome.value.title().replace('_', '')}", unit=MetricUnit.Count, value=count
+            )
+    for r in results:
+        if r.outcome in (MessageOutcome.DEAD_LETTERED, MessageOutcome.RETRY):
+            logger.warning(
+                "commit request not committed", extra={"result": r.__dict__ | {"outcome": r.outcome.value}}
+            )
+    return partial_response(event, results, context)

@@ -1,0 +1,268 @@
+"""Scheduled upkeep of tables: writing snapshots, and cleanup (old log entries, old snapshots, garbage files).
+
+What cleanup may delete, per table:
+
+- **log entries** at or below the newest snapshot that is at least ``log_min_snapshot_age_ms`` old (the
+  *base*). Every later point stays loadable from the base and the log after it; an entry no snapshot covers
+  is never deleted. The age gives readers that started from an older snapshot time to finish.
+- **snapshots** older than ``snapshot_retention_ms``, except the latest and the base.
+- **data files** with no references whose last update is older than the table's garbage collection delay
+  (property :data:`GC_DELAY_PROPERTY`): their objects first, then a ``DeleteFiles`` commit per batch. Only
+  objects under the table's own prefix, and never the store's own objects, are deleted; any other filename
+  is refused and reported, and stays in the state.
+- **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+
+from statestore import layout
+from statestore.catalog import TableIndex, TableInfo
+from statestore.commit_requests import body_key_time
+from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
+from statestore.ports import BlobStore, SnapshotInfo, TransactionLogStore
+from statestore.snapshots import SnapshotStore
+from statestore.transactions import DeleteFiles
+
+logger = logging.getLogger(__name__)
+
+GC_DELAY_PROPERTY = "gc_delay_minutes"
+DEFAULT_GC_DELAY_MINUTES = 10
+_MINUTE_MS = 60_000
+_DAY_MS = 24 * 60 * _MINUTE_MS
+
+
+@dataclass(frozen=True)
+class CleanupPolicy:
+    log_min_snapshot_age_ms: int = _DAY_MS
+    snapshot_retention_ms: int = 2 * _DAY_MS
+    delete_files_batch_size: int = 1000
+    request_body_max_age_ms: int = 15 * _DAY_MS  # SQS keeps a message at most 14 days
+
+    def __post_init__(self) -> None:
+        if min(self.log_min_snapshot_age_ms, self.snapshot_retention_ms, self.request_body_max_age_ms) < 0:
+            raise ValueError(f"cleanup ages must not be negative: {self}")
+        if self.delete_files_batch_size < 1:
+            raise ValueError(f"delete_files_batch_size must be at least 1: {self}")
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What cleanup did to one table."""
+
+    table_id: str
+    log_entries_deleted: int = 0
+    log_retained_from: int | None = None  # the base snapshot's number: entries up to it are gone
+    snapshots_deleted: int = 0
+    data_files_deleted: int = 0
+    delete_files_commits: int = 0
+    refused_files: tuple[str, ...] = ()  # unreferenced files whose names are not ours to delete
+    request_bodies_deleted: int = 0
+
+
+def gc_delay_ms(table: TableInfo) -> int:
+    """The table's garbage collection delay (property ``gc_delay_minutes``, default 10 minutes)."""
+    raw = table.properties.get(GC_DELAY_PROPERTY)
+    if raw is None:
+        return DEFAULT_GC_DELAY_MINUTES * _MINUTE_MS
+    try:
+        minutes = float(raw)
+    except ValueError:
+        raise StateStoreError(
+            f"table {table.table_name!r}: property {GC_DELAY_PROPERTY}={raw!r} is not a number of minutes"
+        ) from None
+    if minutes < 0:
+        raise StateStoreError(
+            f"table {table.table_name!r}: property {GC_DELAY_PROPERTY} must not be negative"
+        )
+    return int(minutes * _MINUTE_MS)
+
+
+def may_delete_data_file(table_id: str, filename: str) -> bool:
+    """Whether garbage collection may delete the object ``filename``: under the table's prefix, not one of
+    the store's own objects (snapshots, log bodies, request bodies), no ``..`` segment."""
+    own = (
+        layout.snapshot_prefix(table_id),
+        layout.log_body_prefix(table_id),
+        layout.request_body_prefix(table_id),
+    )
+    return (
+        layout.is_under_table(table_id, filename)
+        and not filename.startswith(own)
+        and ".." not in filename.split("/")
+        and len(filename) > len(layout.table_prefix(table_id))
+    )
+
+
+def cleanup_table(
+    store: TransactionLogStateStore,
+    table: TableInfo,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    now: int | None = None,
+) -> CleanupReport:
+    """Clean up one table (see the module's docstring). ``store`` commits the ``DeleteFiles`` transactions."""
+    policy = policy or CleanupPolicy()
+    now = now_millis() if now is None else now
+    table_id = table.table_id
+    log = store.log
+
+    # Log and snapshots.
+    recorded = snapshots.metadata.list(table_id)
+    latest = snapshots.metadata.latest(table_id)
+    old_enough = [s for s in recorded if s.created_time <= now - policy.log_min_snapshot_age_ms]
+    base: SnapshotInfo | None = max(old_enough, key=lambda s: s.transaction_number) if old_enough else None
+    log_deleted = log.delete_up_to(table_id, base.transaction_number) if base is not None else 0
+    keep = {s.transaction_number for s in (latest, base) if s is not None}
+    expired = [
+        s
+        for s in recorded
+        if s.transaction_number not in keep and s.created_time <= now - policy.snapshot_retention_ms
+    ]
+    for snapshot in expired:
+        snapshots.delete(snapshot)
+
+    # Data files.
+    state = store.state()
+    ready = sorted(state.files_ready_for_gc(before=now - gc_delay_ms(table)))
+    refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
+    if refused:
+        logger.warning(
+            "table %r: %d unreferenced file(s) are not under %r and were not deleted, e.g. %r",
+            table_id, len(refused), layout.table_prefix(table_id), refused[0],
+        )  # fmt: skip
+    deletable = [f for f in ready if may_delete_data_file(table_id, f)]
+    commits = 0
+    for start in range(0, len(deletable), policy.delete_files_batch_size):
+        batch = deletable[start : start + policy.delete_files_batch_size]
+        blobs.delete(batch)
+        commits += _commit_delete_files(store, batch)
+
+    # Request bodies nobody can still be waiting to commit.
+    old_bodies = [
+        key
+        for key in blobs.list(layout.request_body_prefix(table_id))
+        if (made := body_key_time(key)) is not None and made <= now - policy.request_body_max_age_ms
+    ]
+    blobs.delete(old_bodies)
+
+    return CleanupReport(
+        table_id=table_id,
+        log_entries_deleted=log_deleted,
+        log_retained_from=base.transaction_number if base is not None else None,
+        snapshots_deleted=len(expired),
+        data_files_deleted=len(deletable),
+        delete_files_commits=commits,
+        refused_files=refused,
+        request_bodies_deleted=len(old_bodies),
+    )
+
+
+def _commit_delete_files(store: TransactionLogStateStore, filenames: list[str]) -> int:
+    """Commit ``DeleteFiles`` for those of ``filenames`` still in the state (another cleanup may have been
+    first); returns how many commits were made (0 or 1)."""
+    try:
+        store.commit(DeleteFiles(tuple(filenames)))
+        return 1
+    except TransactionValidationError:
+        state = store.state()
+        remaining = [
+            f for f in filenames if f in state.files_by_name and not state.files_by_name[f].references
+        ]
+        if not remaining:
+            return 0
+        store.commit(DeleteFiles(tuple(remaining)))
+        return 1
+
+
+# --- running over every table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    table_id: str
+    snapshot: SnapshotInfo | None = None  # the snapshot written, if any
+    skipped: str | None = None  # why none was written
+    error: str | None = None
+
+
+def snapshot_tables(
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    *,
+    min_transactions: int = 1,
+    clock: Callable[[], int] = now_millis,
+    stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+) -> list[SnapshotOutcome]:
+    """Snapshot every table whose log moved at least ``min_transactions`` since its latest snapshot.
+
+    A table that has not moved is skipped without loading it (one read of the log head and one of the
+    latest snapshot record). ``stores`` keeps tables' states warm between calls (a Lambda container's).
+    A failing table is reported and the others go on.
+    """
+    stores = {} if stores is None else stores
+    outcomes = []
+    for table in tables.list():
+        table_id = table.table_id
+        try:
+            latest = snapshots.metadata.latest(table_id)
+            since = log.latest_number(table_id) - (latest.transaction_number if latest else 0)
+            if since < min_transactions:
+                outcomes.append(
+                    SnapshotOutcome(table_id, skipped=f"{since} transaction(s) since the last snapshot")
+                )
+                continue
+            store = stores.get(table_id)
+            if store is None or store.schema != table.schema:
+                store = stores[table_id] = TransactionLogStateStore(
+                    table_id, table.schema, log, snapshots, clock=clock
+                )
+            state = store.state()
+            try:
+                written = snapshots.write(table_id, state, clock())
+            except StaleSnapshotError as e:
+                outcomes.append(SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}"))
+                continue
+            outcomes.append(SnapshotOutcome(table_id, snapshot=written))
+        except StateStoreError as e:
+            logger.exception("could not snapshot table %r", table_id)
+            stores.pop(table_id, None)
+            outcomes.append(SnapshotOutcome(table_id, error=str(e)))
+    return outcomes
+
+
+@dataclass(frozen=True)
+class CleanupOutcome:
+    table_id: str
+    report: CleanupReport | None = None
+    error: str | None = None
+
+
+def cleanup_tables(
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+) -> list[CleanupOutcome]:
+    """Clean up every table (see :func:`cleanup_table`); a failing table is reported and the others go on."""
+    outcomes = []
+    for table in tables.list():
+        store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
+        try:
+            report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
+        except StateStoreError as e:
+            logger.exception("could not clean up table %r", table.table_id)
+            outcomes.append(CleanupOutcome(table.table_id, error=str(e)))
+            continue
+        outcomes.append(CleanupOutcome(table.table_id, report=report))
+    return outcomes
