@@ -1,0 +1,121 @@
+"""How the Spark jobs ask for commits: one small interface, a synchronous and a queue implementation.
+
+The jobs never append to the log themselves. They hand a transaction to a :class:`Committer` and get a
+:class:`CommitOutcome` back: committed at transaction N, rejected with the reason, or (for an
+asynchronous request not waited for) pending under its request id.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from statestore.commit_requests import CommitSender
+from statestore.engine import TransactionLogStateStore
+from statestore.errors import TransactionValidationError
+from statestore.ports import CommitOutcome as CommitStatusOutcome
+from statestore.transactions import Transaction
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What became of one commit request.
+
+    ``committed`` with ``transaction_number`` set; or rejected with ``reason``; or ``pending`` when the
+    caller chose not to wait (only the queue committer). ``rejected_parts`` lists parts of a transaction
+    with independent parts (compaction jobs) that were skipped, as ``(part id, reason)``.
+    """
+
+    committed: bool
+    transaction_number: int | None = None
+    reason: str | None = None
+    request_id: str | None = None
+    rejected_parts: tuple[tuple[str, str], ...] = ()
+    pending: bool = False
+
+    @property
+    def rejected(self) -> bool:
+        return not self.committed and not self.pending
+
+
+class Committer(Protocol):
+    """Commits transactions for the jobs."""
+
+    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+        """Request that ``transaction`` be committed to ``table_id``.
+
+        With ``wait`` the outcome is final (committed or rejected). Without it an asynchronous committer
+        may return a pending outcome at once. A rejection is an outcome, not an exception; errors of the
+        backend itself (unreachable, throttled past its retries) are raised as StateStoreError.
+        """
+        ...
+
+
+class SyncCommitter:
+    """Commits directly through :meth:`TransactionLogStateStore.commit` (the caller does the conditional put).
+
+    Fine for tests, benchmarks and rare writers. ``wait`` is ignored: the outcome is always final.
+    Thread-safe: commits to one table are serialised on one store instance (the store is not
+    thread-safe, and concurrent writers still coordinate through the log).
+    """
+
+    def __init__(self, stores: Callable[[str], TransactionLogStateStore]) -> None:
+        """``stores(table_id)`` builds a state store for a table; one is built per table and reused."""
+        self._factory = stores
+        self._stores: dict[str, TransactionLogStateStore] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_store(cls, store: TransactionLogStateStore) -> SyncCommitter:
+        """A committer for the one table of ``store`` (used only by this committer from now on)."""
+
+        def only(table_id: str) -> TransactionLogStateStore:
+            if table_id != store.table_id:
+                raise ValueError(f"this committer only commits to table {store.table_id!r}, not {table_id!r}")
+            return store
+
+        return cls(only)
+
+    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+        with self._lock:
+            store = self._stores.get(table_id)
+            if store is None:
+                store = self._stores[table_id] = self._factory(table_id)
+            try:
+                result = store.commit(transaction)
+            except TransactionValidationError as e:
+                return CommitOutcome(False, reason=f"{type(e).__name__}: {e}")
+        return CommitOutcome(True, result.transaction_number, rejected_parts=result.rejected_parts)
+
+
+class QueueCommitter:
+    """Sends commit requests to the committer's SQS FIFO queue through a :class:`CommitSender`.
+
+    A thin adapter: the sender owns message bodies (big ones go to the bucket), deduplication ids and
+    looking outcomes up by request id; this maps its :class:`CommitStatus` onto :class:`CommitOutcome`.
+    A request with no outcome after ``wait_timeout`` seconds comes back pending, with its request id.
+    """
+
+    def __init__(self, sender: CommitSender, wait_timeout: float = 120.0) -> None:
+        self.sender = sender
+        self.wait_timeout = wait_timeout
+
+    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+        request_id = self.sender.send(table_id, transaction)
+        if not wait:
+            return CommitOutcome(False, request_id=request_id, pending=True)
+        return self.outcome(request_id)
+
+    def outcome(self, request_id: str) -> CommitOutcome:
+        """Wait (up to ``wait_timeout``) for the outcome of an earlier request."""
+        status = self.sender.wait(request_id, timeout=self.wait_timeout)
+        if status is None:
+            reason = f"no outcome after {self.wait_timeout:g}s; look it up later by request id {request_id!r}"
+            return CommitOutcome(False, reason=reason, request_id=request_id, pending=True)
+        if status.outcome is CommitStatusOutcome.COMMITTED:
+            # For a committed request the reason, if any, names the parts that were skipped.
+            parts = (("skipped", status.reason),) if status.reason else ()
+            return CommitOutcome(True, status.transaction_number, None, request_id, parts)
+        return CommitOutcome(False, reason=f"{status.outcome.value}: {status.reason}", request_id=request_id)

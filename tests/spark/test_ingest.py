@@ -1,0 +1,147 @@
+"""Ingest writes one sorted file per leaf partition per task, commits them once, and refuses bad input."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_client.committer import CommitOutcome
+from spark_client.errors import CommitRejectedError, SchemaMismatchError
+from spark_client.ingest import ingest
+from statestore.transactions import Transaction
+from tests.spark.conftest import KEY_SCHEMA, MakeTable, dataframe, key_rows
+
+pytestmark = pytest.mark.spark
+
+SPLITS = [1_000, 2_500, 5_000, 7_500]
+
+
+def data_files(root: Path) -> list[str]:
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".parquet")]
+
+
+def test_ingest_commits_files_with_exact_row_counts_per_leaf(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    rows = key_rows(5_000, seed=1)
+    store = table.store()
+
+    result = ingest(dataframe(spark, KEY_SCHEMA, rows), store, table.data, table.committer)
+
+    state = table.store().state()
+    tree = state.partition_tree
+    expected = Counter(tree.leaf_for_key([key]).id for key, _, _ in rows)
+    actual: Counter[str] = Counter()
+    for ref in state.file_references():
+        actual[ref.partition_id] += ref.number_of_rows
+        assert not ref.count_approximate
+        assert pq.read_metadata(table.data.path(ref.filename)).num_rows == ref.number_of_rows
+    assert actual == expected
+    assert result.rows == 5_000
+    assert result.outcome is not None and result.outcome.transaction_number == state.transaction_number
+    assert table.log_length() == 2  # the partitions, then ONE AddFiles
+    # At most one file per leaf per task (the input has two Spark partitions).
+    per_leaf = Counter(ref.partition_id for ref in state.file_references())
+    assert all(count <= 2 for count in per_leaf.values())
+
+
+def test_each_file_holds_one_leafs_rows_sorted_by_row_key_then_sort_key(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    ingest(dataframe(spark, KEY_SCHEMA, key_rows(3_000, seed=2)), table.store(), table.data, table.committer)
+
+    state = table.store().state()
+    for ref in state.file_references():
+        content = pq.read_table(table.data.path(ref.filename)).to_pylist()
+        keys = [(r["key"], r["ts"]) for r in content]
+        assert keys == sorted(keys)
+        region = state.partition(ref.partition_id).region
+        assert all(region.contains([r["key"]]) for r in content)
+
+
+def test_ingest_with_tasks_writes_one_file_per_leaf(spark: SparkSession, make_table: MakeTable) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    df = dataframe(spark, KEY_SCHEMA, key_rows(4_000, seed=3), partitions=4)
+
+    result = ingest(df, table.store(), table.data, table.committer, tasks=2)
+
+    per_leaf = Counter(ref.partition_id for ref in result.files)
+    assert sorted(per_leaf) == sorted(p.id for p in table.store().state().leaf_partitions())
+    assert set(per_leaf.values()) == {1}
+
+
+def test_a_two_key_table_with_string_and_bytes_keys(spark: SparkSession, make_table: MakeTable) -> None:
+    from statestore.schema import Schema
+
+    schema = Schema.of({"name": "string", "blob": "bytes"}, values={"n": "int"})
+    table = make_table(schema, ["g", "p"])
+    rows = [(f"{chr(97 + i % 26)}{i}", bytes([i % 256, 7]), i) for i in range(2_000)]
+
+    ingest(dataframe(spark, schema, rows), table.store(), table.data, table.committer)
+
+    state = table.store().state()
+    expected = Counter(state.partition_tree.leaf_for_key([name, blob]).id for name, blob, _ in rows)
+    actual: Counter[str] = Counter()
+    for ref in state.file_references():
+        actual[ref.partition_id] += ref.number_of_rows
+    assert actual == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda df: df.withColumn("key", F.col("key").cast("string")), "column 'key' is string"),
+        (lambda df: df.drop("value"), "missing column(s) ['value']"),
+        (lambda df: df.withColumn("extra", F.lit(1)), "not in the table schema ['extra']"),
+        (lambda df: df.withColumn("ts", F.col("ts").cast("int")), "column 'ts' is int"),
+    ],
+)
+def test_a_dataframe_not_matching_the_schema_is_refused_before_anything_is_written(
+    spark: SparkSession, make_table: MakeTable, change: object, message: str
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    df = change(dataframe(spark, KEY_SCHEMA, key_rows(100, seed=4)))  # type: ignore[operator]
+
+    with pytest.raises(SchemaMismatchError, match="does not match the table schema") as raised:
+        ingest(df, table.store(), table.data, table.committer)
+
+    assert message in str(raised.value)
+    assert data_files(Path(table.data.base)) == []
+    assert table.log_length() == 1
+
+
+def test_rows_with_null_row_keys_are_refused_before_anything_is_written(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    rows = key_rows(100, seed=5)
+    df = spark.createDataFrame(rows + [(None, 1, "x"), (None, 2, "y")], "key long, ts long, value string")
+
+    with pytest.raises(SchemaMismatchError, match="2 row\\(s\\) with a null 'key'"):
+        ingest(df, table.store(), table.data, table.committer)
+
+    assert data_files(Path(table.data.base)) == []
+    assert table.log_length() == 1
+
+
+def test_a_rejected_commit_raises_and_leaves_nothing_in_the_state(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+
+    class Rejecting:
+        def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+            return CommitOutcome(False, reason="the table is read-only today")
+
+    with pytest.raises(CommitRejectedError, match="read-only today"):
+        ingest(dataframe(spark, KEY_SCHEMA, key_rows(100, seed=6)), table.store(), table.data, Rejecting())
+
+    assert not table.store().state().has_files()
