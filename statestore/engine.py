@@ -192,6 +192,8 @@ class TransactionLogStateStore:
                 self.log.append(self.table_id, entry)
             except TransactionNumberTakenError:
                 self.retries += 1
+                if attempt + 1 == self.retry.max_attempts:
+                    break  # no point waiting or catching up just to give up
                 self._sleep(self.retry.delay(attempt, self._rng))
                 state = self._state = self._catch_up(state)
                 continue
