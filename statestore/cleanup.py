@@ -134,7 +134,7 @@ def cleanup_table(
     refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
     if refused:
         logger.warning(
-            "table %r: %d unreferenced file(s) are not under %r and were not deleted, e.g. %r",
+            "table %r: %d unreferenced file(s) not deleted: not data files under %r, e.g. %r",
             table_id, len(refused), layout.table_prefix(table_id), refused[0],
         )  # fmt: skip
     deletable = [f for f in ready if may_delete_data_file(table_id, f)]
