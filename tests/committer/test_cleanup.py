@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -66,7 +67,7 @@ operations = st.lists(
 @settings(max_examples=100, deadline=None)
 @given(operations, st.integers(0, 6_000), st.integers(0, 9_000))
 def test_cleanup_keeps_everything_a_retained_point_needs(
-    ops: list[tuple[str, int, bool]], log_min_age: int, retention: int
+    ops: list[tuple[str, Any, bool]], log_min_age: int, retention: int
 ) -> None:
     log = RecordingLog()
     h = Harness(log=log)
