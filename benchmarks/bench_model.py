@@ -1,0 +1,224 @@
+"""Benchmark of the pure model: applying AddFiles, Parquet snapshots of a big state, JSON body sizes.
+
+Run ``.venv/bin/python benchmarks/bench_model.py`` (``--quick`` for a small run that checks the code paths
+but not the targets). Every figure is printed next to its target with PASS or FAIL.
+
+Peak memory is the process's resident-set high-water mark (``resource.getrusage(RUSAGE_SELF).ru_maxrss``):
+it covers everything the process did up to that point, including building the state it then writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import resource
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.codec.transaction_json import decode_transaction, encode_transaction
+from statestore.files import FileReference, TableFile
+from statestore.partitions import partitions_from_split_points
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import AddFiles, InitialisePartitions
+
+SCHEMA = Schema.of({"key": "string"}, sort_keys={"timestamp": "long"}, values={"value": "bytes"})
+BASE_TIME = 1_767_225_600_000  # 2026-01-01 in epoch ms
+
+
+@dataclass(frozen=True)
+class Scale:
+    add_files_references: int
+    add_files_partitions: int
+    snapshot_references: int
+    snapshot_leaves: int
+    json_references: int
+
+
+FULL = Scale(100_000, 1_000, 1_000_000, 100_000, 10_000)
+QUICK = Scale(10_000, 100, 20_000, 2_000, 10_000)
+
+
+class Report:
+    """Prints each figure beside its target and remembers whether all targets were met."""
+
+    def __init__(self, check_targets: bool) -> None:
+        self.check_targets = check_targets
+        self.failed = False
+
+    def figure(self, name: str, value: float, unit: str, target: float | None = None) -> None:
+        line = f"  {name:<52} {value:>12,.3f} {unit:<6}"
+        if target is not None:
+            ok = value <= target
+            verdict = ("PASS" if ok else "FAIL") if self.check_targets else "(quick run: not judged)"
+            line += f" target <= {target:,} {unit}  {verdict}"
+            self.failed |= self.check_targets and not ok
+        print(line, flush=True)
+
+
+def peak_rss_mb() -> float:
+    # ru_maxrss is in kilobytes on Linux (bytes on macOS).
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
+
+
+def random_uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def split_points(leaves: int) -> list[str]:
+    return [f"{i:08d}" for i in range(1, leaves)]
+
+
+def data_filename(rng: random.Random, table_id: str, partition_id: str) -> str:
+    return f"tables/{table_id}/data/partition={partition_id}/{random_uuid(rng)}.parquet"
+
+
+def add_files_transactions(
+    rng: random.Random, table_id: str, leaf_ids: list[str], references: int, per_transaction: int
+) -> list[AddFiles]:
+    """Ingest-shaped AddFiles: each writes ``per_transaction`` files into leaves chosen at random."""
+    transactions = []
+    for _ in range(0, references, per_transaction):
+        refs = []
+        for _ in range(per_transaction):
+            leaf = rng.choice(leaf_ids)
+            refs.append(FileReference(data_filename(rng, table_id, leaf), leaf, rng.randrange(1, 10_000_000)))
+        transactions.append(AddFiles(tuple(refs)))
+    return transactions
+
+
+def big_state(seed: int, leaves: int, references: int) -> TableState:
+    """A state of ``references`` file references over ``leaves`` leaf partitions, shaped like a real table.
+
+    95% of files have one reference, 2.5% span two neighbouring leaves (two references each, as after a
+    split), and 1% more have none (awaiting garbage collection); some references belong to compaction jobs,
+    some counts are approximate, and update times are shared per 10,000 files, as transactions stamp them.
+    """
+    rng = random.Random(seed)
+    table_id = random_uuid(rng)
+    partitions = partitions_from_split_points(SCHEMA, split_points(leaves))
+    state = TableState(SCHEMA, {p.id: p for p in partitions}, {}, transaction_number=1)
+    leaf_ids = [p.id for p in sorted(state.leaf_partitions(), key=lambda p: p.region.ranges[0].min)]
+    two_reference_files = references // 40
+    files: dict[str, TableFile] = {}
+    update_time = BASE_TIME
+    made = 0
+    while made < references:
+        if len(files) % 10_000 == 0:
+            update_time = BASE_TIME + len(files)  # one int object shared by the files of a "transaction"
+        i = rng.randrange(len(leaf_ids) - 1)
+        spans_two = len(files) < two_reference_files and made + 2 <= references
+        in_partitions = leaf_ids[i : i + 2] if spans_two else leaf_ids[i : i + 1]
+        name = data_filename(rng, table_id, in_partitions[0])
+        refs = tuple(
+            FileReference(
+                name,
+                partition_id,
+                rng.randrange(1, 10_000_000),
+                count_approximate=made % 7 == 0,
+                only_contains_data_for_this_partition=not spans_two,
+                job_id=f"job-{made // 10}" if made % 50 < 10 else None,
+                last_update_time=update_time,
+            )
+            for partition_id in in_partitions
+        )
+        files[name] = TableFile(name, refs, update_time)
+        made += len(refs)
+    for _ in range(references // 100):
+        name = data_filename(rng, table_id, rng.choice(leaf_ids))
+        files[name] = TableFile(name, (), update_time)
+    state.files_by_name = files
+    return state
+
+
+def bench_add_files(report: Report, scale: Scale) -> None:
+    rng = random.Random(1)
+    table_id = random_uuid(rng)
+    partitions = partitions_from_split_points(SCHEMA, split_points(scale.add_files_partitions))
+    state = TableState(SCHEMA)
+    init = InitialisePartitions(tuple(partitions))
+    init.validate(state)
+    init.apply(state, BASE_TIME)
+    leaf_ids = [p.id for p in state.leaf_partitions()]
+    transactions = add_files_transactions(rng, table_id, leaf_ids, scale.add_files_references, 10_000)
+    print(
+        f"(a) AddFiles: {scale.add_files_references:,} references in {len(transactions)} transactions "
+        f"of 10,000 over {len(leaf_ids):,} leaf partitions (validate + apply, as the engine does)"
+    )
+    start = time.perf_counter()
+    for n, txn in enumerate(transactions, 1):
+        txn.validate(state)
+        txn.apply(state, BASE_TIME + n)
+    seconds = time.perf_counter() - start
+    report.figure("validate + apply", seconds, "s")
+    report.figure("references per second", scale.add_files_references / seconds, "ref/s")
+
+
+def bench_json(report: Report, scale: Scale) -> None:
+    rng = random.Random(2)
+    table_id = random_uuid(rng)
+    n = scale.json_references
+    print(f"(c) JSON body of one AddFiles of {n:,} references (stored bytes, after compression)")
+    for partitions, judged in ((n // 100, True), (n, False)):
+        leaf_ids = [random_uuid(rng) for _ in range(partitions)]
+        (txn,) = add_files_transactions(rng, table_id, leaf_ids, n, n)
+        start = time.perf_counter()
+        body, compressed = encode_transaction(txn)
+        encode_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        decoded = decode_transaction(body, compressed)
+        decode_seconds = time.perf_counter() - start
+        assert decoded == txn and compressed, "the AddFiles body did not round-trip compressed"
+        label = f"over {partitions:,} partitions"
+        report.figure(f"bytes per reference, {label}", len(body) / n, "B", 64 if judged else None)
+        report.figure(f"encode / decode seconds, {label}", encode_seconds, "s")
+        report.figure("", decode_seconds, "s")
+
+
+def bench_snapshot(report: Report, scale: Scale) -> None:
+    refs, leaves = scale.snapshot_references, scale.snapshot_leaves
+    print(f"(b) Parquet snapshot of {refs:,} file references over {leaves:,} leaf partitions")
+    start = time.perf_counter()
+    state = big_state(3, leaves, refs)
+    print(f"  built {state!r} in {time.perf_counter() - start:.1f} s (not judged)")
+    gc.collect()
+
+    start = time.perf_counter()
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    report.figure("write seconds", time.perf_counter() - start, "s", 3)
+    report.figure("Parquet bytes, partitions", len(partitions_bytes) / 1e6, "MB")
+    report.figure("Parquet bytes, files", len(files_bytes) / 1e6, "MB")
+    report.figure("peak RSS after write", peak_rss_mb(), "MB", 1500)
+
+    start = time.perf_counter()
+    loaded = state_from_parquet(SCHEMA, partitions_bytes, files_bytes, state.transaction_number)
+    report.figure("load seconds", time.perf_counter() - start, "s", 3)
+    report.figure("peak RSS after load (written state still held)", peak_rss_mb(), "MB", 1500)
+
+    start = time.perf_counter()
+    equal = loaded == state
+    print(f"  loaded state equals the written one: {equal} (checked in {time.perf_counter() - start:.1f} s)")
+    report.failed |= not equal
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small run: checks the code paths, not targets")
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    report = Report(check_targets=not args.quick)
+    print(f"statestore model benchmark{' (quick)' if args.quick else ''}, Python {sys.version.split()[0]}")
+    bench_add_files(report, scale)
+    bench_json(report, scale)
+    bench_snapshot(report, scale)
+    print("ALL TARGETS MET" if not report.failed else "SOME TARGETS MISSED")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
