@@ -41,5 +41,15 @@ lint: venv
 bench: venv
 	$(PY) benchmarks/bench_model.py
 
+# The Lambda asset (our code + pinned dependencies for Lambda's Python 3.12 x86_64, from PyPI wheels, no
+# Docker): build/lambda/asset/. Rebuilt only when its inputs change.
+lambda-asset: venv
+	$(PY) -m infra.asset
+
+# CloudFormation templates into cdk.out/ (offline: no account, region or lookups needed). cdk.json runs
+# `python3 app.py`, so the venv's python goes first on PATH.
+synth: venv node lambda-asset
+	PATH="$(abspath $(VENV)/bin):$$PATH" cdk synth --quiet
+
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,100 @@
+"""CloudWatch alarms on the commit path and the scheduled jobs, published to an SNS topic."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.nag import acknowledge
+
+
+class Alarms(Construct):
+    """Alarms named ``statestore-<instance>-<what>``; subscribe to ``topic`` (or pass ``alarm_email``)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        instance_id: str,
+        commit_queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        committer: lambda_.IFunction,
+        scheduled: dict[str, lambda_.IFunction],
+        oldest_message_seconds: int,
+        alarm_email: str | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic(self, "Topic", topic_name=f"statestore-{instance_id}-alarms", enforce_ssl=True)
+        acknowledge(
+            self.topic,
+            "Alarm notifications carry no data. CloudWatch cannot publish to a topic encrypted "
+            "with the AWS-managed SNS key, and a customer-managed key would cost $1 a month at rest.",
+            "AwsSolutions-SNS2",
+        )
+        if alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+        prefix = f"statestore-{instance_id}"
+        minute = Duration.minutes(1)
+        self.alarms: list[cloudwatch.Alarm] = []
+
+        def alarm(
+            construct_id: str,
+            name: str,
+            description: str,
+            metric: cloudwatch.IMetric,
+            threshold: float,
+            evaluation_periods: int = 1,
+        ) -> None:
+            created = cloudwatch.Alarm(
+                self,
+                construct_id,
+                alarm_name=f"{prefix}-{name}",
+                alarm_description=description,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=evaluation_periods,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            created.add_alarm_action(actions.SnsAction(self.topic))
+            self.alarms.append(created)
+
+        alarm(
+            "DeadLettersNotEmpty",
+            "dlq-not-empty",
+            "Commit requests failed repeatedly and wait in the DLQ: read the reasons, fix, redrive.",
+            dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=minute, statistic="Maximum"
+            ),
+            1,
+        )
+        alarm(
+            "CommitterErrors",
+            "committer-errors",
+            "The committer Lambda failed whole invocations (not single rejected requests): see its logs.",
+            committer.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            1,
+        )
+        alarm(
+            "OldestCommitRequest",
+            "oldest-commit-request-age",
+            f"A commit request has waited over {oldest_message_seconds} s: the committer is behind or stuck.",
+            commit_queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum"),
+            oldest_message_seconds,
+            evaluation_periods=3,
+        )
+        for name, function in scheduled.items():
+            alarm(
+                f"{name.title()}Errors",
+                f"{name}-errors",
+                f"The scheduled {name} Lambda failed: see its logs.",
+                function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+                1,
+            )

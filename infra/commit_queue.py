@@ -1,0 +1,65 @@
+"""The FIFO queue of commit requests and its dead-letter queue."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.nag import acknowledge
+from statestore.resources import ResourceNames
+
+# A request waits in the queue at most this long; the DLQ keeps a failed one for the longest SQS allows.
+COMMIT_RETENTION = Duration.days(4)
+DEAD_LETTER_RETENTION = Duration.days(14)
+
+
+class CommitQueue(Construct):
+    """Senders set ``MessageGroupId = table_id`` and ``MessageDeduplicationId = request_id``.
+
+    Deduplication is per message group and throughput is per group, so tables never slow each other down.
+    A request received ``max_receive_count`` times without success moves to the dead-letter queue.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ResourceNames,
+        visibility_timeout: Duration,
+        max_receive_count: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetters",
+            queue_name=names.dead_letter_queue,
+            fifo=True,
+            content_based_deduplication=False,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DEAD_LETTER_RETENTION,
+        )
+        acknowledge(
+            self.dead_letter_queue,
+            "This is the dead-letter queue of the commit queue.",
+            "AwsSolutions-SQS3",
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Commits",
+            queue_name=names.commit_queue,
+            fifo=True,
+            # Request ids are the deduplication ids: two different requests with equal bodies are both wanted.
+            content_based_deduplication=False,
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=visibility_timeout,
+            retention_period=COMMIT_RETENTION,
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=max_receive_count
+            ),
+        )

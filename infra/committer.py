@@ -1,0 +1,54 @@
+"""The committer: a Lambda fed by the commit queue, ten requests at a time, reporting partial failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.functions import StatestoreFunction
+from statestore.resources import ResourceNames
+
+COMMITTER_TIMEOUT = Duration.minutes(1)
+# AWS recommends a queue visibility timeout of at least six times the consuming function's timeout,
+# so a message is not handed out again while a throttled or retried invocation still holds it.
+COMMIT_QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(6 * COMMITTER_TIMEOUT.to_seconds())
+# SQS's maximum batch for FIFO queues; the committer writes a table's valid requests as one log entry.
+BATCH_SIZE = 10
+
+
+class Committer(Construct):
+    """``lambdas.committer.handler`` consuming ``queue``; its event source grants it the consume actions."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue: sqs.IQueue,
+        asset_dir: Path,
+        names: ResourceNames,
+        memory_mb: int,
+        reserved_concurrency: int | None,
+        log_retention_days: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.lambda_ = StatestoreFunction(
+            self,
+            "Lambda",
+            handler="lambdas.committer.handler",
+            description="applies commit requests from the FIFO queue to the transaction log",
+            asset_dir=asset_dir,
+            names=names,
+            memory_mb=memory_mb,
+            timeout=COMMITTER_TIMEOUT,
+            log_retention_days=log_retention_days,
+            reserved_concurrency=reserved_concurrency,
+        )
+        self.function = self.lambda_.function
+        self.function.add_event_source(
+            event_sources.SqsEventSource(queue, batch_size=BATCH_SIZE, report_batch_item_failures=True)
+        )

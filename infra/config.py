@@ -1,0 +1,149 @@
+"""An instance's settings, read from CDK context (``cdk.json`` or ``cdk deploy -c key=value``).
+
+- ``instance_id`` (``main``): names everything (``statestore-<id>-...``) and the stack.
+- ``lambda_asset`` (``build/lambda/asset``): the folder ``make lambda-asset`` builds.
+- ``snapshot_rate_minutes`` (15), ``cleanup_rate_minutes`` (60): how often the scheduled Lambdas run.
+- ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (2048), ``cleanup_memory_mb`` (1024): Lambda
+  memory; CPU scales with it.
+- ``committer_reserved_concurrency`` (unset): reserve concurrency for the committer. Unset by default:
+  a new account's concurrency quota can be too small to reserve any, and FIFO groups bound it anyway.
+- ``dlq_max_receive_count`` (5): receives before a commit request moves to the dead-letter queue.
+- ``log_retention_days`` (30): retention of the Lambdas' log groups (a value CloudWatch accepts).
+- ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
+  false makes the instance disposable. The buckets are always retained.
+- ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
+- ``alarm_email`` (unset): an address subscribed to the alarm topic.
+
+Values given with ``-c`` arrive as strings; they are parsed here and rejected with the key's name if
+they do not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from infra.asset import DEFAULT_ASSET_DIR, REPO_ROOT
+from statestore.resources import ResourceNames
+
+
+class ContextSource(Protocol):
+    def try_get_context(self, key: str) -> Any: ...
+
+
+# Log retention values CloudWatch accepts, in days, shortest first.
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """Everything that differs between two deployed instances."""
+
+    instance_id: str = "main"
+    lambda_asset: Path = DEFAULT_ASSET_DIR
+    snapshot_rate_minutes: int = 15
+    cleanup_rate_minutes: int = 60
+    committer_memory_mb: int = 1024
+    snapshot_memory_mb: int = 2048
+    cleanup_memory_mb: int = 1024
+    committer_reserved_concurrency: int | None = None
+    dlq_max_receive_count: int = 5
+    log_retention_days: int = 30
+    deletion_protection: bool = True
+    oldest_message_alarm_seconds: int = 300
+    alarm_email: str | None = None
+
+    def __post_init__(self) -> None:
+        ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
+        for key in ("snapshot_rate_minutes", "cleanup_rate_minutes", "dlq_max_receive_count"):
+            _check_range(key, getattr(self, key), 1, 1000 if key == "dlq_max_receive_count" else 7 * 24 * 60)
+        for key in ("committer_memory_mb", "snapshot_memory_mb", "cleanup_memory_mb"):
+            _check_range(key, getattr(self, key), 128, 10240)
+        if self.committer_reserved_concurrency is not None:
+            _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 10000)
+        _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            raise ValueError(
+                f"context key log_retention_days={self.log_retention_days} is not a retention CloudWatch "
+                f"accepts; use one of {LOG_RETENTION_DAYS}"
+            )
+
+    @property
+    def resource_names(self) -> ResourceNames:
+        """Names for the deployed instance; the bucket name carries account and region (bucket names are
+        global), so it is a CloudFormation token until deploy time."""
+        from aws_cdk import Aws
+
+        return ResourceNames.for_instance(
+            self.instance_id, bucket=f"statestore-{self.instance_id}-data-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+        )
+
+    @classmethod
+    def from_context(cls, context: ContextSource) -> InstanceConfig:
+        """Read every key of the table above from CDK context, defaults for those not given."""
+        defaults = cls()
+        values: dict[str, Any] = {}
+        for key in cls.__dataclass_fields__:
+            raw = context.try_get_context(key)
+            if raw is None or raw == "":
+                continue
+            default = getattr(defaults, key)
+            if key == "lambda_asset":
+                path = Path(str(raw))
+                values[key] = path if path.is_absolute() else REPO_ROOT / path
+            elif key == "deletion_protection":
+                values[key] = _parse_bool(key, raw)
+            elif key in ("instance_id", "alarm_email"):
+                values[key] = str(raw)
+            elif isinstance(default, int) or key == "committer_reserved_concurrency":
+                values[key] = _parse_int(key, raw)
+        return cls(**values)
+
+
+def _parse_bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "yes", "1"):
+        return True
+    if text in ("false", "no", "0"):
+        return False
+    raise ValueError(f"context key {key}={raw!r} must be true or false")
+
+
+def _parse_int(key: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"context key {key}={raw!r} must be a whole number")
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"context key {key}={raw!r} must be a whole number") from None
+
+
+def _check_range(key: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"context key {key}={value} must be between {low} and {high}")

@@ -1,0 +1,111 @@
+"""The instance's bucket: data files, Parquet snapshots, large log bodies and commit-request bodies."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from aws_cdk import CfnElement, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.nag import acknowledge
+from statestore import layout
+
+# S3 lifecycle prefixes cannot wildcard the table id in ``tables/<id>/requests/``, so temporary commit-request
+# bodies are found by tag instead: whoever puts a request body tags it ``statestore-lifecycle=request-body``
+# (``Tagging=`` on PutObject) and the bucket expires it after REQUEST_BODY_EXPIRY.
+REQUEST_BODY_TAG_KEY = "statestore-lifecycle"
+REQUEST_BODY_TAG_VALUE = "request-body"
+# Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.
+REQUEST_BODY_EXPIRY = Duration.days(15)
+ACCESS_LOG_EXPIRY = Duration.days(90)
+
+# Object key patterns for IAM, from the layout every adapter uses (any table id).
+_ANY_TABLE = "*"
+TABLES_PREFIX = layout.table_prefix(_ANY_TABLE).split(_ANY_TABLE)[0]  # "tables/": every table's objects
+DATA_OBJECTS = layout.data_prefix(_ANY_TABLE) + "*"
+SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
+LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
+REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
+
+
+class DataBucket(Construct):
+    """SSE-S3 encrypted, public access blocked, TLS only, server access logs to a second bucket.
+
+    Both buckets are retained when the stack is destroyed: they hold the tables' data.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, bucket_name: str) -> None:
+        super().__init__(scope, construct_id)
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 log delivery supports
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(id="expire-access-logs", expiration=ACCESS_LOG_EXPIRY)],
+        )
+        acknowledge(
+            self.access_logs,
+            "This is the access-log bucket; logging it to itself would loop.",
+            "AwsSolutions-S1",
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            bucket_name=bucket_name,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="data-bucket/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-commit-request-bodies",
+                    prefix=TABLES_PREFIX,
+                    tag_filters={REQUEST_BODY_TAG_KEY: REQUEST_BODY_TAG_VALUE},
+                    expiration=REQUEST_BODY_EXPIRY,
+                ),
+                s3.LifecycleRule(
+                    id="abort-incomplete-uploads", abort_incomplete_multipart_upload_after=Duration.days(1)
+                ),
+            ],
+        )
+
+    # Grants by object-key pattern. CDK's grant_* use action families (s3:GetObject*, s3:Abort*, ...), and a
+    # pattern is a wildcard, so each grant acknowledges exactly the cdk-nag IAM5 findings it causes.
+    def grant_read(self, grantee: iam.IGrantable, *patterns: str) -> None:
+        """Get objects under ``patterns``; includes s3:List* on the bucket, which listing a prefix needs."""
+        for pattern in patterns:
+            self.bucket.grant_read(grantee, pattern)
+        self._acknowledge(grantee, patterns, "s3:GetObject*", "s3:GetBucket*", "s3:List*")
+
+    def grant_put(self, grantee: iam.IGrantable, *patterns: str) -> None:
+        """Put objects (with tags) under ``patterns``."""
+        for pattern in patterns:
+            self.bucket.grant_put(grantee, pattern)
+        self._acknowledge(grantee, patterns, "s3:Abort*")
+
+    def grant_delete(self, grantee: iam.IGrantable, *patterns: str) -> None:
+        """Delete objects under ``patterns``."""
+        for pattern in patterns:
+            self.bucket.grant_delete(grantee, pattern)
+        self._acknowledge(grantee, patterns, "s3:DeleteObject*")
+
+    def _acknowledge(self, grantee: iam.IGrantable, patterns: tuple[str, ...], *action_families: str) -> None:
+        principal = grantee.grant_principal
+        if not isinstance(principal, Construct):
+            return
+        bucket_arn = (
+            f"<{Stack.of(self).get_logical_id(cast(CfnElement, self.bucket.node.default_child))}.Arn>"
+        )
+        acknowledge(
+            principal,
+            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout) for any "
+            "table id, with CDK's grant_* action families on those keys only.",
+            *(f"AwsSolutions-IAM5[Resource::{bucket_arn}/{pattern}]" for pattern in patterns),
+            *(f"AwsSolutions-IAM5[Action::{family}]" for family in action_families),
+        )

@@ -1,0 +1,93 @@
+"""The one way this app makes a Lambda function: the shared asset, Python 3.12 on x86_64, X-Ray tracing,
+its own log group and a role that starts with nothing but writing to that log group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.asset import LAMBDA_ARCHITECTURE, LAMBDA_PYTHON_VERSION
+from infra.config import LOG_RETENTION_DAYS
+from infra.nag import acknowledge
+from statestore.resources import ResourceNames
+
+RUNTIME = lambda_.Runtime(f"python{LAMBDA_PYTHON_VERSION}", lambda_.RuntimeFamily.PYTHON)
+ARCHITECTURE = lambda_.Architecture.X86_64 if LAMBDA_ARCHITECTURE == "x86_64" else lambda_.Architecture.ARM_64
+POWERTOOLS_NAMESPACE = "statestore"
+# RetentionDays members are listed shortest first, like LOG_RETENTION_DAYS; INFINITE is last.
+_RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[:-1], strict=True))
+
+
+class StatestoreFunction(Construct):
+    """A handler from ``lambdas/`` with ``STATESTORE_RESOURCES`` in its environment.
+
+    Grants are added by whoever wires the function to what it uses; IAM wildcard findings that come from
+    object-key patterns and X-Ray are suppressed here, once, with the reason.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: str,
+        description: str,
+        asset_dir: Path,
+        names: ResourceNames,
+        memory_mb: int,
+        timeout: Duration,
+        log_retention_days: int,
+        reserved_concurrency: int | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=_RETENTION[log_retention_days],
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"statestore {names.instance_id}: {description}",
+        )
+        self.log_group.grant_write(self.role)
+        service = handler.split(".")[1]
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=f"statestore {names.instance_id}: {description}",
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            code=lambda_.Code.from_asset(str(asset_dir)),
+            handler=handler,
+            role=self.role,
+            memory_size=memory_mb,
+            timeout=timeout,
+            reserved_concurrent_executions=reserved_concurrency,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment={
+                "STATESTORE_RESOURCES": names.to_json(),
+                "POWERTOOLS_SERVICE_NAME": f"statestore-{service}",
+                "POWERTOOLS_METRICS_NAMESPACE": POWERTOOLS_NAMESPACE,
+            },
+        )
+        acknowledge(
+            self.role,
+            "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions.",
+            "AwsSolutions-IAM5[Resource::*]",
+        )
+        acknowledge(
+            self.function,
+            f"Python {LAMBDA_PYTHON_VERSION} on purpose: the asset's wheels (pyarrow) are built for it; "
+            "move runtime and asset together (infra/asset.py).",
+            "AwsSolutions-L1",
+        )

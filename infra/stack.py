@@ -1,0 +1,149 @@
+"""One statestore instance: tables, bucket, commit queue, committer, scheduled Lambdas, alarms, outputs.
+
+Grants are made here, where the pieces meet, and each function gets only what its handler uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from constructs import Construct
+
+from infra import data_bucket as objects
+from infra.alarms import Alarms
+from infra.asset import require_asset
+from infra.commit_queue import CommitQueue
+from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
+from infra.config import InstanceConfig
+from infra.data_bucket import DataBucket
+from infra.scheduled import ScheduledFunction
+from infra.state import APPEND, DELETE, UPDATE, StateTables, grant_read_and
+
+SNAPSHOT_TIMEOUT = Duration.minutes(5)
+CLEANUP_TIMEOUT = Duration.minutes(10)
+
+
+class StatestoreStack(Stack):
+    """Deploys the instance ``config.instance_id``; synthesising needs the built Lambda asset."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: InstanceConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        require_asset(config.lambda_asset)
+        names = config.resource_names
+        self.names = names
+
+        self.state = StateTables(self, "State", names=names, deletion_protection=config.deletion_protection)
+        self.data = DataBucket(self, "Data", bucket_name=names.bucket)
+        self.commits = CommitQueue(
+            self,
+            "CommitQueue",
+            names=names,
+            visibility_timeout=COMMIT_QUEUE_VISIBILITY_TIMEOUT,
+            max_receive_count=config.dlq_max_receive_count,
+        )
+        function_settings: dict[str, Any] = {
+            "asset_dir": config.lambda_asset,
+            "names": names,
+            "log_retention_days": config.log_retention_days,
+        }
+        self.committer = Committer(
+            self,
+            "Committer",
+            queue=self.commits.queue,
+            memory_mb=config.committer_memory_mb,
+            reserved_concurrency=config.committer_reserved_concurrency,
+            **function_settings,
+        )
+        self.snapshot = ScheduledFunction(
+            self,
+            "Snapshot",
+            handler="lambdas.snapshot.handler",
+            description="writes a Parquet snapshot of every table whose log has moved",
+            rate_minutes=config.snapshot_rate_minutes,
+            timeout=SNAPSHOT_TIMEOUT,
+            memory_mb=config.snapshot_memory_mb,
+            **function_settings,
+        )
+        self.cleanup = ScheduledFunction(
+            self,
+            "Cleanup",
+            handler="lambdas.cleanup.handler",
+            description="deletes old log entries and snapshots, garbage-collects unreferenced data files",
+            rate_minutes=config.cleanup_rate_minutes,
+            timeout=CLEANUP_TIMEOUT,
+            memory_mb=config.cleanup_memory_mb,
+            **function_settings,
+        )
+        self._grant()
+        self.alarms = Alarms(
+            self,
+            "Alarms",
+            instance_id=config.instance_id,
+            commit_queue=self.commits.queue,
+            dead_letter_queue=self.commits.dead_letter_queue,
+            committer=self.committer.function,
+            scheduled={"snapshot": self.snapshot.function, "cleanup": self.cleanup.function},
+            oldest_message_seconds=config.oldest_message_alarm_seconds,
+            alarm_email=config.alarm_email,
+        )
+        self._outputs()
+
+    def _grant(self) -> None:
+        state, data = self.state, self.data
+
+        # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and
+        # table, records each request's outcome; the queue's consume actions come with its event source.
+        committer = self.committer.function
+        state.grant_table_index_read(committer)
+        grant_read_and(state.transaction_log, committer, APPEND)
+        grant_read_and(state.commit_status, committer, UPDATE)
+        state.snapshots.grant_read_data(committer)
+        data.grant_read(
+            committer, objects.SNAPSHOT_OBJECTS, objects.REQUEST_BODY_OBJECTS, objects.LOG_BODY_OBJECTS
+        )
+        data.grant_put(committer, objects.LOG_BODY_OBJECTS)
+
+        # Snapshot: loads each table and writes a snapshot; it never writes the log. It deletes only the
+        # objects of a snapshot whose recording lost a race (SnapshotStore.write).
+        snapshot = self.snapshot.function
+        state.grant_table_index_read(snapshot)
+        state.transaction_log.grant_read_data(snapshot)
+        grant_read_and(state.snapshots, snapshot, UPDATE)
+        data.grant_read(snapshot, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
+        data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
+        data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
+
+        # Cleanup: deletes old log entries (and their bodies) and old snapshots (metadata and objects),
+        # garbage-collects unreferenced data files, and records that as DeleteFiles - committed to the log
+        # directly or sent to the commit queue (with a large body in the bucket).
+        cleanup = self.cleanup.function
+        state.grant_table_index_read(cleanup)
+        grant_read_and(state.transaction_log, cleanup, APPEND + DELETE)
+        grant_read_and(state.snapshots, cleanup, DELETE)
+        data.grant_read(cleanup, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
+        data.grant_put(cleanup, objects.LOG_BODY_OBJECTS, objects.REQUEST_BODY_OBJECTS)
+        data.grant_delete(cleanup, objects.LOG_BODY_OBJECTS, objects.SNAPSHOT_OBJECTS, objects.DATA_OBJECTS)
+        self.commits.queue.grant_send_messages(cleanup)
+
+    def _outputs(self) -> None:
+        """What the CLI and Spark jobs read from the stack (``aws cloudformation describe-stacks``)."""
+        names = self.names
+        outputs = {
+            "StatestoreResources": (names.to_json(), "STATESTORE_RESOURCES for jobs and the CLI"),
+            "TransactionLogTable": (self.state.transaction_log.table_name, "transaction log table"),
+            "SnapshotsTable": (self.state.snapshots.table_name, "snapshot metadata table"),
+            "TablesByIdTable": (self.state.tables_by_id.table_name, "table index by id"),
+            "TablesByNameTable": (self.state.tables_by_name.table_name, "table index by name"),
+            "CommitStatusTable": (self.state.commit_status.table_name, "commit request outcomes"),
+            "DataBucket": (self.data.bucket.bucket_name, "data files, snapshots, large bodies"),
+            "CommitQueueUrl": (self.commits.queue.queue_url, "send commit requests here"),
+            "DeadLetterQueueUrl": (self.commits.dead_letter_queue.queue_url, "failed commit requests"),
+            "AlarmTopicArn": (self.alarms.topic.topic_arn, "subscribe to be told of alarms"),
+            "RequestBodyTag": (
+                f"{objects.REQUEST_BODY_TAG_KEY}={objects.REQUEST_BODY_TAG_VALUE}",
+                "tag request bodies with this so they expire",
+            ),
+        }
+        for key, (value, description) in outputs.items():
+            CfnOutput(self, key, value=value, description=description)
