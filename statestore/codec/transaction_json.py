@@ -137,9 +137,9 @@ def _transaction_fields(txn: Transaction) -> dict[str, Any]:
     raise CodecError(f"no JSON form for transaction class {type(txn).__name__}")
 
 
-def _key_to_json(value: Key | None) -> Any:
+def _key_to_json(value: Key) -> Any:
     # bool is an int subclass, but no key type holds one: writing it would decode as a different value.
-    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     if isinstance(value, bytes):
         return {"b64": base64.b64encode(value).decode("ascii")}
@@ -153,7 +153,10 @@ def _partition_to_json(p: Partition) -> dict[str, Any]:
         "child_ids": list(p.child_ids),
         "leaf": p.leaf,
         "dimension": p.dimension,
-        "region": [{"min": _key_to_json(r.min), "max": _key_to_json(r.max)} for r in p.region.ranges],
+        "region": [
+            {"min": _key_to_json(r.min), "max": None if r.max is None else _key_to_json(r.max)}
+            for r in p.region.ranges
+        ],
     }
 
 
