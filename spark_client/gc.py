@@ -1,0 +1,38 @@
+"""Orphan data files: objects under a table's data prefix that its state does not name at all.
+
+The store's own garbage collection (``statestore.cleanup``) deletes files that are *in* the state with no
+references. A file the state never learnt of is different: an ingest or compaction wrote it, then its
+commit was rejected, or the job died (or did not wait for an outcome) before it could clean up. Such a
+file is found by listing the data prefix and subtracting every filename the state holds; only files older
+than ``min_age_ms`` are candidates, because a running job's files are legitimately not in the state yet.
+Choose an age longer than any job runs plus the commit queue's delay (the default is a day).
+"""
+
+from __future__ import annotations
+
+import time
+
+from spark_client.data_store import DataStore
+from statestore.engine import TransactionLogStateStore
+
+DEFAULT_MIN_AGE_MS = 24 * 60 * 60 * 1000
+
+
+def find_orphan_files(
+    store: TransactionLogStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
+) -> list[str]:
+    """Data files of the table not named in its state and last modified more than ``min_age_ms`` ago."""
+    cutoff = time.time_ns() // 1_000_000 - min_age_ms
+    # List first, then read the state: a file committed in between is then seen as known, never as orphan.
+    listed = data.list_data_files(store.table_id)
+    known = store.state().files_by_name
+    return [filename for filename, modified in listed if filename not in known and modified <= cutoff]
+
+
+def delete_orphan_files(
+    store: TransactionLogStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
+) -> list[str]:
+    """Delete the files :func:`find_orphan_files` finds; returns their names."""
+    orphans = find_orphan_files(store, data, min_age_ms)
+    data.delete(orphans)
+    return orphans
