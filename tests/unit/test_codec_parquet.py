@@ -1,0 +1,201 @@
+"""Parquet snapshots: any state reached by valid transactions loads back exactly; bad files are rejected."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.errors import CodecError
+from statestore.files import FileReference, TableFile
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    DeleteFiles,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+    SplitFileReferenceRequest,
+    SplitFileReferences,
+)
+from tests.builders import (
+    BYTES_SCHEMA,
+    INT_SCHEMA,
+    LONG_SCHEMA,
+    STRING_SCHEMA,
+    TWO_KEY_SCHEMA,
+    commit,
+    new_state,
+)
+
+SPLIT_POINTS: dict[Schema, list[Any]] = {
+    INT_SCHEMA: [-(2**31) + 1, -5, 0, 7, 2**31 - 1],
+    LONG_SCHEMA: [-(2**63) + 1, 0, 2**40, 2**63 - 1],
+    STRING_SCHEMA: ["a", "m", "m\x00", "zz", "\U0001f600"],
+    BYTES_SCHEMA: [b"\x00", b"\x00\x00", b"m", b"\xff\xff"],
+    TWO_KEY_SCHEMA: ["b", "q"],
+}
+
+
+def round_trip(state: TableState) -> TableState:
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    return state_from_parquet(state.schema, partitions_bytes, files_bytes, state.transaction_number)
+
+
+def assert_same(loaded: TableState, state: TableState) -> None:
+    assert loaded == state
+    # TableState equality ignores the order of a file's references; the snapshot keeps it too.
+    assert {n: f.references for n, f in loaded.files_by_name.items()} == {
+        n: f.references for n, f in state.files_by_name.items()
+    }
+
+
+@st.composite
+def states(draw: st.DrawFn) -> TableState:
+    """A state reached by valid transactions: added, split, assigned, compacted and collected files."""
+    schema = draw(st.sampled_from(list(SPLIT_POINTS)))
+    points = sorted(draw(st.sets(st.sampled_from(SPLIT_POINTS[schema]), max_size=4)))
+    state = new_state(schema, points)
+    partitions = sorted(state.partitions_by_id)
+    times = st.integers(min_value=0, max_value=2**62)
+    counter = iter(range(10_000))
+    for _ in range(draw(st.integers(min_value=0, max_value=12))):
+        op = draw(st.sampled_from(["add", "add", "split", "assign", "compact", "collect"]))
+        refs = [r for f in state.files_by_name.values() for r in f.references]
+        if op == "add":
+            new = []
+            for _ in range(draw(st.integers(min_value=1, max_value=3))):
+                name = f"tables/t/data/{next(counter)}.parquet"
+                for pid in draw(st.sets(st.sampled_from(partitions), min_size=1, max_size=2)):
+                    rows = draw(st.integers(min_value=0, max_value=2**63 - 1))
+                    new.append(FileReference(name, pid, rows, draw(st.booleans()), draw(st.booleans())))
+            commit(state, AddFiles(tuple(new)), draw(times))
+        elif op == "split":
+            movable = [
+                r for r in refs if r.job_id is None and not state.partitions_by_id[r.partition_id].leaf
+            ]
+            if movable:
+                ref = draw(st.sampled_from(movable))
+                taken = {r.partition_id for r in state.files_by_name[ref.filename].references}
+                children = [c for c in state.partitions_by_id[ref.partition_id].child_ids if c not in taken]
+                if children:
+                    new_refs = tuple(ref._replace(partition_id=c, number_of_rows=1) for c in children)
+                    split = SplitFileReferenceRequest(ref.filename, ref.partition_id, new_refs)
+                    commit(state, SplitFileReferences((split,)), draw(times))
+        elif op == "assign":
+            free = [r for r in refs if r.job_id is None]
+            if free:
+                ref = draw(st.sampled_from(free))
+                request = AssignJobIdRequest(f"job-{next(counter)}", ref.partition_id, (ref.filename,))
+                commit(state, AssignJobIds((request,)), draw(times))
+        elif op == "compact":
+            owned = [r for r in refs if r.job_id is not None]
+            if owned:
+                ref = draw(st.sampled_from(owned))
+                output = FileReference(f"tables/t/data/{next(counter)}.parquet", ref.partition_id, 5)
+                job = ReplaceFileReferencesJob(ref.job_id or "", ref.partition_id, (ref.filename,), output)
+                commit(state, ReplaceFileReferences((job,)), draw(times))
+        else:
+            unreferenced = sorted(f.filename for f in state.files_by_name.values() if not f.references)
+            if unreferenced:
+                doomed = draw(st.sets(st.sampled_from(unreferenced), min_size=1))
+                commit(state, DeleteFiles(tuple(sorted(doomed))), draw(times))
+    return state
+
+
+@settings(max_examples=150, deadline=None)
+@given(states())
+def test_any_state_reached_by_valid_transactions_round_trips_exactly(state: TableState) -> None:
+    assert_same(round_trip(state), state)
+
+
+@pytest.mark.parametrize("schema", list(SPLIT_POINTS), ids=lambda s: "+".join(f.type for f in s.row_keys))
+def test_every_key_type_round_trips_with_extreme_split_points(schema: Schema) -> None:
+    state = new_state(schema, SPLIT_POINTS[schema])
+    loaded = round_trip(state)
+    assert_same(loaded, state)
+    assert any(p.region.ranges[0].max is None for p in loaded.partitions())  # unbounded max kept
+
+
+def test_an_empty_table_round_trips() -> None:
+    state = TableState(STRING_SCHEMA)
+    assert_same(round_trip(state), state)
+
+
+def test_files_with_no_references_job_ids_and_counts_round_trip() -> None:
+    state = new_state(LONG_SCHEMA, [0])
+    left, right = sorted(p.id for p in state.leaf_partitions())
+    state.put_file(TableFile("gone-1.parquet", (), 1_700_000_000_000))
+    state.put_file(
+        TableFile(
+            "split.parquet",
+            (
+                FileReference("split.parquet", right, 7, True, False, "job-1", 12),
+                FileReference("split.parquet", left, 2**63 - 1, False, False, None, 13),
+            ),
+            14,
+        )
+    )
+    state.put_file(TableFile("gone-2.parquet", (), 3))
+    state.put_file(TableFile("one.parquet", (FileReference("one.parquet", left, 0),), 0))
+    state.transaction_number = 42
+    loaded = round_trip(state)
+    assert_same(loaded, state)
+    assert loaded.transaction_number == 42
+    assert loaded.file("gone-1.parquet").references == ()
+    # Loaded references share the partitions' id strings rather than holding copies.
+    assert loaded.file("one.parquet").references[0].partition_id is loaded.partition(left).id
+
+
+def rewrite_metadata(data: bytes, key: bytes, value: bytes) -> bytes:
+    table = pq.read_table(io.BytesIO(data))
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), key: value})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("which", ["partitions", "files"])
+def test_an_unknown_format_version_is_rejected(which: str) -> None:
+    state = new_state(STRING_SCHEMA, ["m"], [FileReference("a.parquet", "root", 1)])
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    if which == "partitions":
+        partitions_bytes = rewrite_metadata(partitions_bytes, b"statestore.snapshot.version", b"2")
+    else:
+        files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"2")
+    with pytest.raises(CodecError, match=f"the {which} snapshot has format version '2'"):
+        state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, 2)
+
+
+def test_files_that_are_not_snapshots_are_rejected() -> None:
+    state = new_state(STRING_SCHEMA, ["m"])
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    with pytest.raises(CodecError, match="not a readable Parquet file"):
+        state_from_parquet(STRING_SCHEMA, b"not parquet", files_bytes, 1)
+    with pytest.raises(CodecError, match="expected a partitions snapshot"):
+        state_from_parquet(STRING_SCHEMA, files_bytes, partitions_bytes, 1)
+    plain = io.BytesIO()
+    pq.write_table(pq.read_table(io.BytesIO(files_bytes)).replace_schema_metadata(None), plain)
+    with pytest.raises(CodecError, match="no statestore format version"):
+        state_from_parquet(STRING_SCHEMA, partitions_bytes, plain.getvalue(), 1)
+
+
+def test_a_snapshot_of_other_row_keys_is_rejected() -> None:
+    state = new_state(STRING_SCHEMA, ["m"])
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    with pytest.raises(CodecError, match="written for row keys \\['key:string'\\]"):
+        state_from_parquet(LONG_SCHEMA, partitions_bytes, files_bytes, 1)
+
+
+def test_a_key_of_the_wrong_type_cannot_be_written() -> None:
+    state = new_state(LONG_SCHEMA, [5])
+    state.schema = Schema.of({"key": "string"})  # the partitions still hold int keys
+    with pytest.raises(CodecError, match="cannot write the state as Parquet"):
+        state_to_parquet(state)
