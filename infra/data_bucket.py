@@ -12,9 +12,10 @@ from constructs import Construct
 from infra.nag import acknowledge
 from statestore import layout
 
-# S3 lifecycle prefixes cannot wildcard the table id in ``tables/<id>/requests/``, so temporary commit-request
-# bodies are found by tag instead: whoever puts a request body tags it ``statestore-lifecycle=request-body``
-# (``Tagging=`` on PutObject) and the bucket expires it after REQUEST_BODY_EXPIRY.
+# The cleanup Lambda deletes stale commit-request bodies (``tables/<id>/requests/``) by the time in their
+# key. As a backstop for bodies no cleanup reaches (a deleted table's, say), the bucket also expires them
+# itself. S3 lifecycle prefixes cannot wildcard the table id, so it finds them by tag: whoever puts a request
+# body tags it ``statestore-lifecycle=request-body`` (``Tagging=`` on PutObject).
 REQUEST_BODY_TAG_KEY = "statestore-lifecycle"
 REQUEST_BODY_TAG_VALUE = "request-body"
 # Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.

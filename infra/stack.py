@@ -18,7 +18,7 @@ from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
 from infra.config import InstanceConfig
 from infra.data_bucket import DataBucket
 from infra.scheduled import ScheduledFunction
-from infra.state import APPEND, DELETE, UPDATE, StateTables, grant_read_and
+from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
 
 SNAPSHOT_TIMEOUT = Duration.minutes(5)
 CLEANUP_TIMEOUT = Duration.minutes(10)
@@ -90,41 +90,51 @@ class StatestoreStack(Stack):
         self._outputs()
 
     def _grant(self) -> None:
-        state, data = self.state, self.data
+        """Each function's grants, from the calls its handler makes through statestore.aws."""
+        state, data, commits = self.state, self.data, self.commits
 
         # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and
-        # table, records each request's outcome; the queue's consume actions come with its event source.
+        # table (a large body goes to the bucket first, and is deleted again if the number was taken),
+        # records each request's outcome, sends malformed requests to the dead-letter queue with their
+        # reason. Consuming the commit queue is granted by its event source.
         committer = self.committer.function
         state.grant_table_index_read(committer)
-        grant_read_and(state.transaction_log, committer, APPEND)
-        grant_read_and(state.commit_status, committer, UPDATE)
+        grant_read_and(state.transaction_log, committer, PUT)
+        grant_read_and(state.commit_status, committer, BATCH_WRITE)
         state.snapshots.grant_read_data(committer)
         data.grant_read(
             committer, objects.SNAPSHOT_OBJECTS, objects.REQUEST_BODY_OBJECTS, objects.LOG_BODY_OBJECTS
         )
         data.grant_put(committer, objects.LOG_BODY_OBJECTS)
+        data.grant_delete(committer, objects.LOG_BODY_OBJECTS)
+        commits.dead_letter_queue.grant_send_messages(committer)
 
-        # Snapshot: loads each table and writes a snapshot; it never writes the log. It deletes only the
+        # Snapshot: loads each table and records a snapshot; it never writes the log. It deletes only the
         # objects of a snapshot whose recording lost a race (SnapshotStore.write).
         snapshot = self.snapshot.function
         state.grant_table_index_read(snapshot)
         state.transaction_log.grant_read_data(snapshot)
-        grant_read_and(state.snapshots, snapshot, UPDATE)
+        grant_read_and(state.snapshots, snapshot, PUT)
         data.grant_read(snapshot, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
         data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
         data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
 
-        # Cleanup: deletes old log entries (and their bodies) and old snapshots (metadata and objects),
-        # garbage-collects unreferenced data files, and records that as DeleteFiles - committed to the log
-        # directly or sent to the commit queue (with a large body in the bucket).
+        # Cleanup: deletes old log entries with their bodies and old snapshots (records and objects),
+        # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles
+        # straight to the log (not through the queue).
         cleanup = self.cleanup.function
         state.grant_table_index_read(cleanup)
-        grant_read_and(state.transaction_log, cleanup, APPEND + DELETE)
-        grant_read_and(state.snapshots, cleanup, DELETE)
+        grant_read_and(state.transaction_log, cleanup, PUT + BATCH_WRITE)
+        grant_read_and(state.snapshots, cleanup, DELETE + BATCH_WRITE)
         data.grant_read(cleanup, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
-        data.grant_put(cleanup, objects.LOG_BODY_OBJECTS, objects.REQUEST_BODY_OBJECTS)
-        data.grant_delete(cleanup, objects.LOG_BODY_OBJECTS, objects.SNAPSHOT_OBJECTS, objects.DATA_OBJECTS)
-        self.commits.queue.grant_send_messages(cleanup)
+        data.grant_put(cleanup, objects.LOG_BODY_OBJECTS)
+        data.grant_delete(
+            cleanup,
+            objects.LOG_BODY_OBJECTS,
+            objects.SNAPSHOT_OBJECTS,
+            objects.DATA_OBJECTS,
+            objects.REQUEST_BODY_OBJECTS,
+        )
 
     def _outputs(self) -> None:
         """What the CLI and Spark jobs read from the stack (``aws cloudformation describe-stacks``)."""

@@ -13,10 +13,13 @@ from statestore.resources import KeySchema, ResourceNames
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 
 # Writes are granted per action rather than with grant_write_data, so that e.g. the snapshot Lambda can
-# append to nothing and delete nothing. Conditional puts and transactions need only these per-item actions.
-APPEND = ("dynamodb:PutItem",)
-UPDATE = ("dynamodb:PutItem", "dynamodb:UpdateItem")
-DELETE = ("dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
+# neither append to nor delete from the log. These are the calls statestore.aws makes; a conditional put
+# or a TransactWriteItems needs only the per-item actions inside it (ConditionCheckItem comes with reads).
+PUT = ("dynamodb:PutItem",)
+DELETE = ("dynamodb:DeleteItem",)
+# BatchWriteItem (batch deletes of log entries and snapshot records, batch puts of commit statuses)
+# cannot be narrowed to puts or deletes in IAM.
+BATCH_WRITE = ("dynamodb:BatchWriteItem",)
 
 
 class StateTables(Construct):
