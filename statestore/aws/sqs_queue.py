@@ -124,9 +124,16 @@ def _record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
 
 
 def provision_queues(
-    resources: ResourceNames, sqs_client: Any, caller: AwsCaller | None = None
+    resources: ResourceNames,
+    sqs_client: Any,
+    caller: AwsCaller | None = None,
+    *,
+    max_receive_count: int = MAX_RECEIVE_COUNT,
 ) -> tuple[str, str]:
-    """Create the commit queue and its dead-letter queue if absent; returns their URLs (queue, DLQ)."""
+    """Create the commit queue and its dead-letter queue if absent; returns their URLs (queue, DLQ).
+
+    A message received ``max_receive_count`` times without being deleted moves to the dead-letter queue.
+    """
     call = caller or AwsCaller()
     common = {
         "FifoQueue": "true",
@@ -153,7 +160,7 @@ def provision_queues(
             **common,
             "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
             "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT}
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
             ),
         },
     )["QueueUrl"]

@@ -1,0 +1,661 @@
+"""The embedded default: everything the deployed system does, on this machine.
+
+:class:`LocalRuntime` starts a local AWS endpoint (moto in server mode on 127.0.0.1) or attaches to one,
+creates an instance's tables, bucket and queues from the shared definitions, and runs the same Lambda
+handlers AWS would:
+
+- a **poller** thread plays the SQS -> Lambda event source mapping: it long-polls the FIFO commit queue
+  for up to ten messages, hands them to ``lambdas.committer.handler`` as a Lambda-shaped event, deletes
+  the messages not reported in ``batchItemFailures`` and leaves those for redelivery. The queue's redrive
+  policy (honoured by moto and by SQS) moves a message received ``max_receive_count`` times to the
+  dead-letter queue. Unlike the real mapping, which lets a failed message wait out the queue's visibility
+  timeout (two minutes), the poller makes it visible again after ``retry_delay`` seconds;
+- a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
+  seconds, as the EventBridge schedules do.
+
+Use it from Python as a context manager::
+
+    with LocalRuntime.start(port=0) as rt:
+        client = rt.client()
+        client.create_table("events", {"row_keys": [{"name": "key", "type": "long"}]})
+        request_id = rt.sender().send(client.get_table("events").table_id, transaction)
+        rt.wait_idle()
+
+While it runs, the process environment points at it (``AWS_ENDPOINT_URL``, ``STATESTORE_RESOURCES``, and
+fake credentials and a region if none are configured), so the handlers, boto3 clients and child processes
+find it. The handlers share one module-level runtime, so one :class:`LocalRuntime` runs per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any
+
+from statestore.aws.clients import DEFAULT_REGION, AwsCaller, make_client
+from statestore.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.aws.sqs_queue import MAX_RECEIVE_COUNT, SqsCommitQueue, provision_queues
+from statestore.client import StateStoreClient
+from statestore.commit_requests import CommitSender
+from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
+from statestore.errors import StateStoreError, StoreUnavailableError
+from statestore.resources import ResourceNames
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 4566
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
+DEFAULT_CLEANUP_INTERVAL_SECONDS = 300.0
+
+# Settings for the Powertools-based handlers when they run here: no CloudWatch metrics or X-Ray, and only
+# warnings in the log (a local endpoint needs no per-invocation INFO lines). Set only where unset.
+_HANDLER_ENVIRONMENT = {
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+    "POWERTOOLS_SERVICE_NAME": "statestore-local",
+}
+_FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+_active_lock = threading.Lock()
+_active: LocalRuntime | None = None
+
+
+class EndpointUnavailableError(StoreUnavailableError):
+    """The local endpoint could not be started (e.g. the port is taken) or does not answer."""
+
+
+@dataclass
+class PollerStats:
+    """What the poller has done since the runtime started (counts of messages unless said otherwise)."""
+
+    batches: int = 0  # handler invocations
+    received: int = 0
+    redelivered: int = 0  # received with ApproximateReceiveCount > 1
+    deleted: int = 0
+    failed: int = 0  # reported in batchItemFailures, left for redelivery
+    unacknowledged: int = 0  # left on the queue by a simulated crash
+    committed: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    handler_errors: int = 0  # invocations that raised
+    snapshot_runs: int = 0
+    cleanup_runs: int = 0
+    schedule_errors: int = 0
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message on the dead-letter queue. ``reason`` is the committer's, None if the queue's redrive
+    policy moved it (received too often without being acknowledged)."""
+
+    body: str
+    group_id: str
+    reason: str | None
+    source_message_id: str | None
+    receive_count: int
+
+
+@dataclass
+class FakeLambdaContext:
+    """The parts of a Lambda context the handlers (and Powertools) read."""
+
+    function_name: str
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = ""
+    aws_request_id: str = ""
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+    timeout_seconds: float = 120.0
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    @classmethod
+    def for_invocation(cls, function_name: str, region: str, timeout_seconds: float) -> FakeLambdaContext:
+        return cls(
+            function_name=function_name,
+            invoked_function_arn=f"arn:aws:lambda:{region}:000000000000:function:{function_name}",
+            aws_request_id=os.urandom(16).hex(),
+            log_group_name=f"/aws/lambda/{function_name}",
+            timeout_seconds=timeout_seconds,
+        )
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
+
+
+class LocalRuntime:
+    """A local endpoint holding one instance's resources, with the committer and the schedules running.
+
+    Build with :meth:`start`; stop with :meth:`stop` or by leaving the ``with`` block.
+    """
+
+    def __init__(
+        self,
+        resources: ResourceNames,
+        endpoint_url: str,
+        region: str,
+        *,
+        max_receive_count: int = MAX_RECEIVE_COUNT,
+        poll_wait_seconds: int = 1,
+        retry_delay_seconds: int = 1,
+        snapshot_interval: float | None = DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
+        cleanup_interval: float | None = DEFAULT_CLEANUP_INTERVAL_SECONDS,
+        server: Any = None,
+    ) -> None:
+        """Use :meth:`start`; this only records the settings."""
+        if max_receive_count < 1:
+            raise ValueError(f"max_receive_count must be at least 1, got {max_receive_count}")
+        if not 0 <= poll_wait_seconds <= 20:
+            raise ValueError(
+                f"poll_wait_seconds must be 0-20 (SQS's long-poll limit), got {poll_wait_seconds}"
+            )
+        if retry_delay_seconds < 0:
+            raise ValueError(f"retry_delay_seconds must not be negative, got {retry_delay_seconds}")
+        for name, interval in (
+            ("snapshot_interval", snapshot_interval),
+            ("cleanup_interval", cleanup_interval),
+        ):
+            if interval is not None and interval <= 0:
+                raise ValueError(f"{name} must be positive (or None for never), got {interval}")
+        self.resources = resources
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.max_receive_count = max_receive_count
+        self.poll_wait_seconds = poll_wait_seconds
+        self.retry_delay_seconds = retry_delay_seconds
+        self.snapshot_interval = snapshot_interval
+        self.cleanup_interval = cleanup_interval
+        self.stats = PollerStats()
+        self._server = server
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._busy = threading.Event()  # set while the poller holds received messages
+        self._crashes_to_simulate = 0
+        self._restore_environment: Callable[[], None] | None = None
+        self._sqs: Any = None
+        self.queue: SqsCommitQueue
+        self.dead_letter_queue: SqsCommitQueue
+
+    # --- starting and stopping ------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        instance: str | ResourceNames = "local",
+        *,
+        endpoint_url: str | None = None,
+        port: int = DEFAULT_PORT,
+        host: str = DEFAULT_HOST,
+        region: str | None = None,
+        max_receive_count: int = MAX_RECEIVE_COUNT,
+        poll_wait_seconds: int = 1,
+        retry_delay_seconds: int = 1,
+        snapshot_interval: float | None = DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
+        cleanup_interval: float | None = DEFAULT_CLEANUP_INTERVAL_SECONDS,
+    ) -> LocalRuntime:
+        """Start the endpoint (or attach to ``endpoint_url``), provision ``instance`` and start the threads.
+
+        ``port=0`` picks a free port. ``snapshot_interval``/``cleanup_interval`` of None turn a schedule off.
+        Raises EndpointUnavailableError if the port is taken or the endpoint does not answer, StateStoreError
+        if provisioning fails, RuntimeError if a LocalRuntime already runs in this process.
+        """
+        global _active
+        resources = instance if isinstance(instance, ResourceNames) else ResourceNames.for_instance(instance)
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError(
+                    f"a LocalRuntime already runs in this process (at {_active.endpoint_url}); "
+                    "stop it first: the Lambda handlers share one runtime per process"
+                )
+            server = None
+            if endpoint_url is None:
+                server, endpoint_url = _start_moto_server(host, port)
+            runtime = cls(
+                resources,
+                endpoint_url.rstrip("/"),
+                region or _configured_region() or DEFAULT_REGION,
+                max_receive_count=max_receive_count,
+                poll_wait_seconds=poll_wait_seconds,
+                retry_delay_seconds=retry_delay_seconds,
+                snapshot_interval=snapshot_interval,
+                cleanup_interval=cleanup_interval,
+                server=server,
+            )
+            _active = runtime
+        try:
+            runtime._start()
+        except BaseException:
+            runtime.stop()
+            raise
+        return runtime
+
+    def _start(self) -> None:
+        self._restore_environment = _set_environment(self._environment())
+        if self._server is None:
+            _wait_for_endpoint(self.endpoint_url)
+        self._sqs = make_client("sqs", endpoint_url=self.endpoint_url, region=self.region)
+        StateStoreClient.for_aws(self.resources, self.endpoint_url, region=self.region, provision=True)
+        queue_url, dlq_url = _provision_queues(self.resources, self._sqs, self.max_receive_count)
+        self.queue = SqsCommitQueue(self._sqs, queue_url)
+        self.dead_letter_queue = SqsCommitQueue(self._sqs, dlq_url)
+
+        # Imported here, after the environment is set: Powertools reads it when the modules load.
+        from lambdas._runtime import Runtime, use_runtime
+
+        use_runtime(Runtime.for_aws(self.resources, self.endpoint_url))
+        self._spawn(self._poll, "statestore-local-poller")
+        if self.snapshot_interval is not None or self.cleanup_interval is not None:
+            self._spawn(self._run_schedules, "statestore-local-schedules")
+        logger.info(
+            "local runtime for instance %r at %s (queue %s)",
+            self.resources.instance_id,
+            self.endpoint_url,
+            self.resources.commit_queue,
+        )
+
+    def _environment(self) -> dict[str, str]:
+        env = {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "STATESTORE_RESOURCES": self.resources.to_json(),
+            "STATESTORE_INSTANCE_ID": self.resources.instance_id,
+        }
+        if not _configured_region():
+            env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
+        if not _has_credentials():
+            env.update(_FAKE_CREDENTIALS)
+        for name, value in _HANDLER_ENVIRONMENT.items():
+            env[name] = os.environ.get(name, value)
+        return env
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def stop(self) -> None:
+        """Stop the threads (a batch being committed is finished first), the server, and restore the
+        environment. Safe to call more than once."""
+        global _active
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        with _active_lock:
+            if _active is self:
+                from lambdas._runtime import use_runtime
+
+                use_runtime(None)
+                _active = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._restore_environment is not None:
+            self._restore_environment()
+            self._restore_environment = None
+
+    def __enter__(self) -> LocalRuntime:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._threads) and not self._stop.is_set()
+
+    # --- for callers ----------------------------------------------------------------------------
+
+    def client(self) -> StateStoreClient:
+        """A client of this instance (tables, their state, synchronous commits)."""
+        return StateStoreClient.for_aws(self.resources, self.endpoint_url, region=self.region)
+
+    def sender(self) -> CommitSender:
+        """A commit sender to this instance's queue (one per thread or process is simplest)."""
+        return connect_commit_sender(self.resources, self.endpoint_url, region=self.region)
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Wait until the commit queue is empty and no batch is being processed (every request sent before
+        the call has its outcome). Raises TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # Messages stay counted (in flight) until the poller deletes them, and it is busy until it has
+            # counted them: so an empty queue, then a poller not busy, means every earlier request is done.
+            if self._queued_messages() == 0 and not self._busy.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the commit queue {self.resources.commit_queue!r} still holds "
+                    f"{self._queued_messages()} message(s) after {timeout:.0f}s"
+                )
+            time.sleep(0.05)
+
+    def _queued_messages(self) -> int:
+        attributes = self.queue.call(
+            f"count the messages on {self.queue.queue_url}",
+            self._sqs.get_queue_attributes,
+            QueueUrl=self.queue.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
+            attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
+        )
+
+    def take_dead_letters(self, wait_seconds: int = 0) -> list[DeadLetter]:
+        """Receive and delete every message on the dead-letter queue (waiting up to ``wait_seconds`` for the
+        first), with the committer's reason where it gave one."""
+        letters: list[DeadLetter] = []
+        while True:
+            records = self.dead_letter_queue.receive_event(10, wait_seconds if not letters else 0)["Records"]
+            if not records:
+                return letters
+            for record in records:
+                attributes = record.get("messageAttributes") or {}
+                letters.append(
+                    DeadLetter(
+                        body=record["body"],
+                        group_id=record["attributes"].get("MessageGroupId", ""),
+                        reason=(attributes.get(REASON_ATTRIBUTE) or {}).get("stringValue"),
+                        source_message_id=(attributes.get(SOURCE_MESSAGE_ID_ATTRIBUTE) or {}).get(
+                            "stringValue"
+                        ),
+                        receive_count=int(record["attributes"].get("ApproximateReceiveCount", 1)),
+                    )
+                )
+            self.dead_letter_queue.delete([r["receiptHandle"] for r in records])
+
+    def simulate_crashes(self, batches: int = 1) -> None:
+        """Make the poller "crash" after each of the next ``batches`` invocations: the handler has run (log
+        written, statuses recorded) but its messages are not deleted, so they are delivered again, as after
+        a Lambda that died before the event source mapping acknowledged them. For tests."""
+        with self._stats_lock:
+            self._crashes_to_simulate += batches
+
+    def run_snapshots(self) -> dict[str, Any]:
+        """Invoke the snapshot handler now; returns its summary (raises what it raises)."""
+        from lambdas import snapshot
+
+        return dict(snapshot.handler({"source": "statestore.local"}, self._context("snapshot")))
+
+    def run_cleanup(self) -> dict[str, Any]:
+        """Invoke the cleanup handler now; returns its summary (raises what it raises)."""
+        from lambdas import cleanup
+
+        return dict(cleanup.handler({"source": "statestore.local"}, self._context("cleanup")))
+
+    def _context(self, function: str) -> FakeLambdaContext:
+        return FakeLambdaContext.for_invocation(
+            f"statestore-{self.resources.instance_id}-{function}", self.region, timeout_seconds=900.0
+        )
+
+    # --- the event source mapping ---------------------------------------------------------------
+
+    def _poll(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                event = self.queue.receive_event(10, self.poll_wait_seconds)
+                if event["Records"]:
+                    self._busy.set()
+                    self._deliver(event)
+                failures = 0
+            except StateStoreError as e:
+                failures += 1
+                logger.warning("the commit queue poller could not reach the queue (will retry): %s", e)
+                self._stop.wait(min(5.0, 0.2 * 2**failures))
+            except Exception:
+                failures += 1
+                logger.exception("the commit queue poller failed (will retry)")
+                self._stop.wait(min(5.0, 0.2 * 2**failures))
+            finally:
+                self._busy.clear()
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        from lambdas import committer
+        from lambdas._runtime import runtime
+
+        records = event["Records"]
+        stats = runtime().committer().stats
+        before = replace(stats)
+        try:
+            response = committer.handler(
+                event, FakeLambdaContext.for_invocation(self._function_name, self.region, 120.0)
+            )
+            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+            handler_error = False
+        except Exception:
+            # As Lambda does when a function fails: the whole batch is retried.
+            logger.exception("the committer handler failed; its %d message(s) will be retried", len(records))
+            failed = {r["messageId"] for r in records}
+            handler_error = True
+        after = stats
+        with self._stats_lock:
+            crash = self._crashes_to_simulate > 0
+            if crash:
+                self._crashes_to_simulate -= 1
+
+        if crash:
+            self._make_visible([r["receiptHandle"] for r in records], 0)
+        else:
+            self.queue.delete([r["receiptHandle"] for r in records if r["messageId"] not in failed])
+            self._make_visible(
+                [r["receiptHandle"] for r in records if r["messageId"] in failed], self.retry_delay_seconds
+            )
+
+        with self._stats_lock:
+            s = self.stats
+            s.batches += 1
+            s.received += len(records)
+            s.redelivered += sum(
+                1 for r in records if int(r["attributes"].get("ApproximateReceiveCount", 1)) > 1
+            )
+            s.handler_errors += handler_error
+            if crash:
+                s.unacknowledged += len(records)
+            else:
+                s.deleted += len(records) - len(failed)
+                s.failed += len(failed)
+            s.committed += after.committed - before.committed
+            s.rejected += after.rejected - before.rejected
+            s.duplicates += after.duplicates - before.duplicates
+            s.dead_lettered += after.dead_letters - before.dead_letters
+        logger.info(
+            "committer batch of %d: %d committed, %d rejected, %d duplicate, %d dead-lettered, %d to retry%s",
+            len(records),
+            after.committed - before.committed,
+            after.rejected - before.rejected,
+            after.duplicates - before.duplicates,
+            after.dead_letters - before.dead_letters,
+            len(failed),
+            " (simulated crash: not acknowledged)" if crash else "",
+        )
+
+    @property
+    def _function_name(self) -> str:
+        return f"statestore-{self.resources.instance_id}-committer"
+
+    def _make_visible(self, receipt_handles: list[str], after_seconds: int) -> None:
+        """Let messages be received again after ``after_seconds``, not the queue's visibility timeout."""
+        for start in range(0, len(receipt_handles), 10):
+            chunk = receipt_handles[start : start + 10]
+            self.queue.call(
+                f"change the visibility of {len(chunk)} message(s) on {self.queue.queue_url}",
+                self._sqs.change_message_visibility_batch,
+                QueueUrl=self.queue.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": after_seconds}
+                    for i, h in enumerate(chunk)
+                ],
+            )
+
+    # --- the schedules --------------------------------------------------------------------------
+
+    def _run_schedules(self) -> None:
+        schedules: list[tuple[str, float, Callable[[], dict[str, Any]]]] = []
+        if self.snapshot_interval is not None:
+            schedules.append(("snapshot", self.snapshot_interval, self.run_snapshots))
+        if self.cleanup_interval is not None:
+            schedules.append(("cleanup", self.cleanup_interval, self.run_cleanup))
+        now = time.monotonic()
+        due = {name: now + interval for name, interval, _ in schedules}
+        while True:
+            wait = max(0.0, min(due.values()) - time.monotonic())
+            if self._stop.wait(wait):
+                return
+            for name, interval, run in schedules:
+                if time.monotonic() < due[name]:
+                    continue
+                due[name] = time.monotonic() + interval
+                try:
+                    summary = run()
+                    logger.info("%s: %s", name, summary)
+                except Exception as e:
+                    with self._stats_lock:
+                        self.stats.schedule_errors += 1
+                    logger.warning("scheduled %s failed: %s", name, e)
+                with self._stats_lock:
+                    if name == "snapshot":
+                        self.stats.snapshot_runs += 1
+                    else:
+                        self.stats.cleanup_runs += 1
+
+
+def connect_commit_sender(
+    resources: ResourceNames, endpoint_url: str | None = None, *, region: str | None = None
+) -> CommitSender:
+    """A :class:`CommitSender` for an instance's queue, status table and bucket, on AWS or a local endpoint.
+
+    Raises StateStoreError if the commit queue does not exist.
+    """
+    from statestore.aws.backend import AwsBackend
+
+    backend = AwsBackend.connect(resources, endpoint_url, region=region)
+    sqs = make_client("sqs", endpoint_url=endpoint_url, region=region)
+    return CommitSender(
+        SqsCommitQueue.named(sqs, resources.commit_queue, backend.caller),
+        DynamoDBCommitStatusStore(backend.dynamodb, resources.commit_status_table, backend.caller),
+        backend.blobs,
+    )
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _start_moto_server(host: str, port: int) -> tuple[Any, str]:
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        raise EndpointUnavailableError(
+            "the local runtime needs moto's server mode: "
+            "install the 'local' extra (pip install 'statestore[local]')"
+        ) from e
+    port = port or _free_port(host)
+    # ThreadedMotoServer waits forever if its thread cannot bind, so find out first.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise EndpointUnavailableError(
+                f"cannot start the local endpoint on {host}:{port}: {e.strerror}; "
+                "pick another port (--port), or attach to the endpoint already there (--endpoint-url)"
+            ) from e
+    server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+    server.start()
+    return server, f"http://{host}:{port}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_endpoint(endpoint_url: str, timeout: float = 10.0) -> None:
+    """Raise EndpointUnavailableError unless something accepts connections at ``endpoint_url``."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint_url)
+    host, port = parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise EndpointUnavailableError(
+                    f"nothing answers at {endpoint_url} ({e.strerror or e}); "
+                    "start it (e.g. `statestore local`) or check the URL"
+                ) from e
+            time.sleep(0.2)
+
+
+def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int) -> tuple[str, str]:
+    """Create the queues; if they exist with another redrive policy, update it to ``max_receive_count``."""
+    try:
+        return provision_queues(resources, sqs, max_receive_count=max_receive_count)
+    except StateStoreError as e:
+        if "QueueAlreadyExists" not in str(e):
+            raise
+    call = AwsCaller()
+    dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)[
+        "QueueUrl"
+    ]
+    queue_url = call("find the commit queue", sqs.get_queue_url, QueueName=resources.commit_queue)["QueueUrl"]
+    dlq_arn = call(
+        "read the dead-letter queue's ARN",
+        sqs.get_queue_attributes,
+        QueueUrl=dlq_url,
+        AttributeNames=["QueueArn"],
+    )["Attributes"]["QueueArn"]
+    call(
+        "update the commit queue's redrive policy",
+        sqs.set_queue_attributes,
+        QueueUrl=queue_url,
+        Attributes={
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            )
+        },
+    )
+    return queue_url, dlq_url
+
+
+def _configured_region() -> str | None:
+    import boto3
+
+    region = boto3.session.Session().region_name
+    return str(region) if region else None
+
+
+def _has_credentials() -> bool:
+    import boto3
+
+    return boto3.session.Session().get_credentials() is not None
+
+
+def _set_environment(values: Mapping[str, str]) -> Callable[[], None]:
+    """Set ``values`` in ``os.environ``; returns a function putting back what was there before."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+
+    def restore() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    return restore
