@@ -1,0 +1,41 @@
+"""PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads.
+
+Data files move with pyarrow inside the Spark tasks (a local directory or S3 through pyarrow's
+``S3FileSystem``); the state changes through a :class:`Committer` (synchronous, or the commit queue).
+"""
+
+from spark_client.committer import CommitOutcome, Committer, QueueCommitter, SyncCommitter
+from spark_client.compaction import CompactionResult, compact
+from spark_client.data_store import DataStore
+from spark_client.errors import CommitRejectedError, DataFileMissingError, SchemaMismatchError
+from spark_client.gc import delete_orphan_files, find_orphan_files
+from spark_client.incremental import IncrementalBatch, read_added_since
+from spark_client.ingest import IngestResult, ingest
+from spark_client.query import query, region_of
+from spark_client.session import local_session
+from spark_client.splitting import SplitDecision, split_partition_at, split_partitions
+
+__all__ = [
+    "CommitOutcome",
+    "CommitRejectedError",
+    "Committer",
+    "CompactionResult",
+    "DataFileMissingError",
+    "DataStore",
+    "IncrementalBatch",
+    "IngestResult",
+    "QueueCommitter",
+    "SchemaMismatchError",
+    "SplitDecision",
+    "SyncCommitter",
+    "compact",
+    "delete_orphan_files",
+    "find_orphan_files",
+    "ingest",
+    "local_session",
+    "query",
+    "read_added_since",
+    "region_of",
+    "split_partition_at",
+    "split_partitions",
+]
