@@ -119,3 +119,17 @@ def test_blob_listing_pages_through_many_objects(aws: AwsBackend) -> None:
     assert blobs.list("tables/t1/") == keys
     blobs.delete(keys)
     assert blobs.list("tables/t1/") == []
+
+
+def test_provisioning_creates_every_table_on_demand_with_ttl_on_commit_status_and_can_run_again(
+    aws: AwsBackend,
+) -> None:
+    aws.provision()  # the fixture already did it once: a second run changes nothing and does not fail
+
+    for table_name, keys in aws.resources.table_key_schemas.items():
+        table = aws.dynamodb.describe_table(TableName=table_name)["Table"]
+        assert table["KeySchema"][0]["AttributeName"] == keys.hash_key[0]
+        assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    ttl = aws.dynamodb.describe_time_to_live(TableName=aws.resources.commit_status_table)
+    assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+    assert aws.blobs.list("") == []
