@@ -1,0 +1,66 @@
+"""The jobs on the embedded default: data in S3 through pyarrow's S3FileSystem, the state in DynamoDB,
+commits through the SQS FIFO queue and the committer Lambda, all on a local moto server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_client.committer import QueueCommitter, SyncCommitter
+from spark_client.compaction import compact
+from spark_client.data_store import DataStore
+from spark_client.incremental import read_added_since
+from spark_client.ingest import ingest
+from spark_client.query import query
+from spark_client.splitting import split_partitions
+from statestore.local_runtime import LocalRuntime
+from tests.spark.conftest import KEY_SCHEMA, as_tuples, dataframe, key_rows
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[LocalRuntime]:
+    instance = f"spark{uuid.uuid4().hex[:10]}"
+    with LocalRuntime.start(instance, port=0, snapshot_interval=None, cleanup_interval=None) as rt:
+        yield rt
+
+
+def test_ingest_query_compact_split_and_read_incrementally_through_the_queue(
+    spark: SparkSession, runtime: LocalRuntime
+) -> None:
+    client = runtime.client()
+    table_id = client.create_table(f"events-{uuid.uuid4().hex[:6]}", KEY_SCHEMA, [5_000]).table_id
+    data = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
+    assert data.endpoint_override is not None and data.scheme == "http"
+    committer = QueueCommitter(runtime.sender(), wait_timeout=60)
+    store = client.state_store(table_id)
+    batches = [key_rows(1_500, seed=300), key_rows(1_500, seed=301)]
+
+    for rows in batches:
+        result = ingest(dataframe(spark, KEY_SCHEMA, rows), store, data, committer)
+        assert result.outcome is not None and result.outcome.committed and result.outcome.request_id
+    expected = sorted(batches[0] + batches[1])
+
+    state = client.state_store(table_id).state()
+    assert sum(r.number_of_rows for r in state.file_references()) == 3_000
+    assert all(data.exists(f.filename) for f in state.files())
+    assert all(f.filename.startswith(f"tables/{table_id}/data/") for f in state.files())
+    assert as_tuples(query(spark, store, data, {"key": (1_000, 6_000)})) == [
+        r for r in expected if 1_000 <= r[0] < 6_000
+    ]
+
+    compacted = compact(spark, store, data, committer)
+    assert len(compacted.committed) == 2 and compacted.lost == ()
+    assert as_tuples(query(spark, store, data)) == expected
+
+    decisions = split_partitions(spark, store, data, SyncCommitter(client.state_store), max_rows=1_000)
+    assert all(d.outcome is not None and d.outcome.committed for d in decisions)
+    assert as_tuples(query(spark, store, data)) == expected
+
+    incremental = read_added_since(spark, store, data, 0)
+    assert as_tuples(incremental.rows) == expected
+    assert read_added_since(spark, store, data, incremental.to_watermark).files == ()
