@@ -5,9 +5,15 @@ from __future__ import annotations
 from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
+# The plugin's name; cdk-nag reports a finding as ``<plugin>::<rule>[<finding>]``.
+PLUGIN = "AwsSolutions"
+
 
 def acknowledge(scope: IConstruct, reason: str, *finding_ids: str) -> None:
-    """Acknowledge each of ``finding_ids`` (``Rule`` or ``Rule[finding]``) on ``scope`` and its children."""
+    """Acknowledge each of ``finding_ids`` (``AwsSolutions-XX`` or ``AwsSolutions-XX[finding]``) on ``scope``
+    and its children, with ``reason``."""
+    if not reason.strip():
+        raise ValueError("a cdk-nag acknowledgment needs a reason")
     Validations.of(scope).acknowledge(
-        *(Acknowledgment(id=finding_id, reason=reason) for finding_id in finding_ids)
+        *(Acknowledgment(id=f"{PLUGIN}::{finding_id}", reason=reason) for finding_id in finding_ids)
     )
