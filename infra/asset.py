@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -238,14 +239,28 @@ def _build_dependencies(deps_dir: Path) -> None:
     key_file = deps_dir / ".inputs"
     if key_file.is_file() and key_file.read_text() == key:
         return
-    staging = deps_dir.with_name(deps_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = _staging_dir(deps_dir)
     untrimmed = _install_dependencies(staging)
     (staging / ".untrimmed-bytes").write_text(str(untrimmed))
-    shutil.rmtree(deps_dir, ignore_errors=True)
-    staging.rename(deps_dir)
-    key_file.write_text(key)
+    (staging / ".inputs").write_text(key)
+    _replace(deps_dir, staging)
+
+
+def _staging_dir(final: Path) -> Path:
+    """A fresh folder beside ``final``: a build never shows half-done, and two builds never share one."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would travel into the asset
+    return staging
+
+
+def _replace(final: Path, staging: Path) -> None:
+    """Move ``staging`` to ``final``, dropping what was there."""
+    old = final.with_name(f".{final.name}-old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def build_asset(asset_dir: Path = DEFAULT_ASSET_DIR, *, force: bool = False) -> dict[str, object]:
@@ -263,9 +278,10 @@ def build_asset(asset_dir: Path = DEFAULT_ASSET_DIR, *, force: bool = False) -> 
     if force:
         shutil.rmtree(deps_dir, ignore_errors=True)
     _build_dependencies(deps_dir)
-    staging = asset_dir.with_name(asset_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(deps_dir, staging, ignore=shutil.ignore_patterns(".inputs", ".untrimmed-bytes"))
+    staging = _staging_dir(asset_dir)
+    shutil.copytree(
+        deps_dir, staging, ignore=shutil.ignore_patterns(".inputs", ".untrimmed-bytes"), dirs_exist_ok=True
+    )
     for package in CODE_PACKAGES:
         shutil.copytree(
             REPO_ROOT / package, staging / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -276,8 +292,7 @@ def build_asset(asset_dir: Path = DEFAULT_ASSET_DIR, *, force: bool = False) -> 
             f"the Lambda asset is {manifest['unzipped_bytes']} bytes unzipped, over Lambda's limit of "
             f"{MAX_UNZIPPED_BYTES}; see what grew in {staging}"
         )
-    shutil.rmtree(asset_dir, ignore_errors=True)
-    staging.rename(asset_dir)
+    _replace(asset_dir, staging)
     return manifest
 
 
