@@ -13,6 +13,8 @@ except ImportError:
         "virtual environment first on PATH (`source .venv/bin/activate`; `make venv` builds it)."
     )
 
+from cdk_nag import AwsSolutionsChecks
+
 from infra.asset import AssetError
 from infra.config import InstanceConfig
 from infra.stack import StatestoreStack
@@ -30,6 +32,8 @@ def main() -> None:
         )
     except (AssetError, ValueError) as e:
         sys.exit(f"error: {e}")
+    # Synth (and so deploy) stops on any cdk-nag AwsSolutions finding that is not acknowledged with a reason.
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
 
 
