@@ -74,6 +74,7 @@ class TransactionLogStateStore:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         on_follow: Callable[[LogEntry, Transaction], None] | None = None,
+        max_unread_ms: int = 5 * 60_000,
     ) -> None:
         self.table_id = table_id
         self.schema = schema
@@ -84,6 +85,8 @@ class TransactionLogStateStore:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._state: TableState | None = None
+        self.max_unread_ms = max_unread_ms
+        self._read_to_end_at = 0
         # Told of every log entry this store applies from the log (the committer learns request ids from it).
         self._on_follow = on_follow
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
@@ -99,9 +102,16 @@ class TransactionLogStateStore:
         return self._state
 
     def cached_state(self) -> TableState:
-        """The state as last seen, without reading the log (loads it the first time)."""
+        """The state as last seen, without reading the log (loads it the first time).
+
+        A state not read to the end of the log for ``max_unread_ms`` is caught up first: cleanup deletes
+        only entries older than its minimum age, so an append from a state read more recently than that
+        can never reuse a deleted number (a collision on a live number is caught by the conditional put).
+        """
         if self._state is None:
             self._state = self.load()
+        elif self._clock() - self._read_to_end_at > self.max_unread_ms:
+            self._state = self._catch_up(self._state)
         return self._state
 
     def load(self, as_of: int | None = None) -> TableState:
@@ -146,7 +156,6 @@ class TransactionLogStateStore:
         expected = state.transaction_number + 1
         if to_number is not None and to_number < expected:
             return
-        start = expected
         for entry in self.log.read(self.table_id, expected, to_number):
             if entry.transaction_number != expected:
                 raise TransactionNotRetainedError(
@@ -159,13 +168,10 @@ class TransactionLogStateStore:
             if self._on_follow is not None:
                 self._on_follow(entry, transaction)
             expected += 1
-        if to_number is None and expected == start:
-            # Nothing newer was read: the state is current, or cleanup deleted every entry after it (going
-            # on from a stale state would append a number already used). Or a writer appended after the
-            # read: following up to the latest number tells these apart.
-            latest = self.log.latest_number(self.table_id)
-            if latest > state.transaction_number:
-                self._follow(state, latest)
+        if to_number is None:
+            # Read to the end. The log never deletes its latest entry, so an empty read means the state
+            # is current, not that cleanup removed everything after it.
+            self._read_to_end_at = self._clock()
             return
         if to_number is not None and state.transaction_number < to_number:
             raise TransactionNotRetainedError(

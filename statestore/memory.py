@@ -57,7 +57,8 @@ class InMemoryTransactionLog(TransactionLogStore):
     def delete_up_to(self, table_id: str, transaction_number: int) -> int:
         with self._lock:
             entries = self._entries.get(table_id, {})
-            doomed = [n for n in entries if n <= transaction_number]
+            keep_from = min(transaction_number + 1, self._latest.get(table_id, 0))
+            doomed = [n for n in entries if n < keep_from]
             for n in doomed:
                 del entries[n]
             return len(doomed)

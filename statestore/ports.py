@@ -54,7 +54,11 @@ class TransactionLogStore(ABC):
 
     @abstractmethod
     def delete_up_to(self, table_id: str, transaction_number: int) -> int:
-        """Delete entries numbered ``<= transaction_number`` (with any stored bodies); return how many."""
+        """Delete entries numbered ``<= transaction_number`` (with any stored bodies); return how many.
+
+        The table's latest entry is always kept, so ``latest_number`` never goes back and a reader that
+        fell behind sees a gap (and reloads from a snapshot) instead of an empty log it could append to.
+        """
 
     @abstractmethod
     def delete_table(self, table_id: str) -> None:

@@ -177,7 +177,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
 
     # --- deleting -------------------------------------------------------------------------------
 
-    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
+    def delete_up_to(self, table_id: str, transaction_number: int, keep_latest: bool = True) -> int:
+        if keep_latest:
+            transaction_number = min(transaction_number, self.latest_number(table_id) - 1)
         deleted = 0
         batch: list[dict[str, Any]] = []
         for item in self._query(table_id, 0, transaction_number, projection="#n, #k"):
@@ -201,7 +203,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         return len(items)
 
     def delete_table(self, table_id: str) -> None:
-        self.delete_up_to(table_id, 2**63 - 1)
+        self.delete_up_to(table_id, 2**63 - 1, keep_latest=False)
         # Bodies orphaned by a crash between an upload and its put, or between an item and its body delete.
         self.blobs.delete(self.blobs.list(layout.log_body_prefix(table_id)))
 

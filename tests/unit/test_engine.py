@@ -406,11 +406,13 @@ def test_a_store_behind_catches_up_when_cleanup_deleted_every_entry_up_to_the_sn
     writer.commit(add("c"))
     writer.create_snapshot()  # at 3, the latest transaction
     log.delete_up_to(TABLE, 3)
+    # The latest entry is kept, so the reader behind sees a gap rather than an empty log.
+    assert [e.transaction_number for e in log.read(TABLE, 0)] == [3]
 
     assert behind.state() == writer.state()
     # The next commit must take number 4, not reuse a deleted number.
     assert behind.commit(add("d")).transaction_number == 4
-    assert [e.transaction_number for e in log.read(TABLE, 0)] == [4]
+    assert [e.transaction_number for e in log.read(TABLE, 0)] == [3, 4]
 
 
 def test_catching_up_over_deleted_entries_no_snapshot_covers_is_not_retained() -> None:
@@ -429,28 +431,34 @@ def test_catching_up_over_deleted_entries_no_snapshot_covers_is_not_retained() -
     assert log.latest_number(TABLE) == 4
 
 
-class LateAppendLog(InMemoryTransactionLog):
-    """A log where a rival appends right after a reader found nothing new, before it checks the log's end."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.armed = False
-
-    def latest_number(self, table_id: str) -> int:
-        if self.armed:
-            self.armed = False
-            make_store(self).commit(add("late"))
-        return super().latest_number(table_id)
-
-
-def test_an_append_between_a_catch_up_read_and_the_end_check_is_followed_not_taken_for_cleanup() -> None:
-    log = LateAppendLog()
-    store = make_store(log)
+def test_a_cached_state_is_used_as_is_while_fresh_and_caught_up_once_unread_for_too_long() -> None:
+    log = InMemoryTransactionLog()
+    now = [1_000]
+    store = TransactionLogStateStore(TABLE, STRING_SCHEMA, log, clock=lambda: now[0], max_unread_ms=60_000)
     initialise(store)
     store.state()
-    log.armed = True
+    make_store(log).commit(add("by-another-writer"))
 
-    state = store.state()
+    now[0] += 30_000
+    assert "by-another-writer" not in store.cached_state().files_by_name  # fresh enough: no log read
+    now[0] += 31_000
+    assert "by-another-writer" in store.cached_state().files_by_name  # unread for > 60 s: caught up
 
-    assert state.transaction_number == 2 and "late" in state.files_by_name
-    assert store.commit(add("mine")).transaction_number == 3
+
+def test_a_stale_writer_cannot_reuse_a_number_cleanup_deleted() -> None:
+    log = InMemoryTransactionLog()
+    snapshots = snapshot_store()
+    stale = make_store(log, snapshots)
+    initialise(stale)
+    stale.state()
+    writer = make_store(log, snapshots)
+    for name in ("b", "c"):
+        writer.commit(add(name))
+    writer.create_snapshot()  # at 3, the latest
+    log.delete_up_to(TABLE, 3)  # keeps entry 3: the log never loses its latest entry
+
+    result = stale.commit(add("d"))
+
+    assert result.transaction_number == 4
+    assert [e.transaction_number for e in log.read(TABLE, 0)] == [3, 4]
+    assert stale.state() == make_store(log, snapshots).load()
