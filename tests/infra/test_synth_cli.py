@@ -93,9 +93,9 @@ def real_asset() -> Path:
 def runtime_python() -> str:
     python = find_runtime_python()
     if python is None:
-        pytest.skip(
+        pytest.fail(
             f"no Python {LAMBDA_PYTHON_VERSION} here to import the asset with (its wheels are for it); "
-            "set STATESTORE_LAMBDA_PYTHON to one"
+            "install one (e.g. pyenv) or set STATESTORE_LAMBDA_PYTHON to one"
         )
     return python
 
@@ -146,7 +146,11 @@ def test_trimmed_pyarrow_still_writes_and_reads_parquet(
         "import io, pyarrow, pyarrow.parquet as pq, pyarrow.dataset, pyarrow.fs\n"
         "buffer = io.BytesIO(); pq.write_table(pyarrow.table({'n': [1, 2, 3]}), buffer)\n"
         "assert pq.read_table(io.BytesIO(buffer.getvalue())).column('n').to_pylist() == [1, 2, 3]\n"
-        "print(pyarrow.__file__)\n"
+        "print(pyarrow.__file__, flush=True)\n"
+        # Arrow's thread pools occasionally abort at interpreter teardown ("terminate called without an
+        # active exception") after the work succeeded; Lambda never tears the interpreter down between
+        # invocations, so skip teardown rather than let that race fail the check.
+        "import os; os._exit(0)\n"
     )
     result = run_in_asset(runtime_python, real_asset, tmp_path, code)
     assert result.returncode == 0, result.stderr
