@@ -51,6 +51,11 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     )
 
 
+def field_type(type_name: str) -> pa.DataType:
+    """The Arrow type of a schema field type (``"long"`` -> ``int64``, ...)."""
+    return _ARROW_TYPES[type_name]
+
+
 def sort_columns(schema: Schema) -> list[str]:
     """The columns a data file is sorted by: row keys, then sort keys."""
     return [f.name for f in schema.row_keys + schema.sort_keys]

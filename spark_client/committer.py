@@ -98,9 +98,10 @@ class QueueCommitter:
     A request with no outcome after ``wait_timeout`` seconds comes back pending, with its request id.
     """
 
-    def __init__(self, sender: CommitSender, wait_timeout: float = 120.0) -> None:
+    def __init__(self, sender: CommitSender, wait_timeout: float = 120.0, poll_interval: float = 0.1) -> None:
         self.sender = sender
         self.wait_timeout = wait_timeout
+        self.poll_interval = poll_interval
 
     def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
         request_id = self.sender.send(table_id, transaction)
@@ -110,7 +111,7 @@ class QueueCommitter:
 
     def outcome(self, request_id: str) -> CommitOutcome:
         """Wait (up to ``wait_timeout``) for the outcome of an earlier request."""
-        status = self.sender.wait(request_id, timeout=self.wait_timeout)
+        status = self.sender.wait(request_id, timeout=self.wait_timeout, poll_interval=self.poll_interval)
         if status is None:
             reason = f"no outcome after {self.wait_timeout:g}s; look it up later by request id {request_id!r}"
             return CommitOutcome(False, reason=reason, request_id=request_id, pending=True)

@@ -6,7 +6,7 @@ and in tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -23,32 +23,39 @@ WRITE_BATCH_ROWS = 131_072
 
 
 class DataFileWriter:
-    """Writes one sorted data file in batches and counts its rows exactly."""
+    """Writes one sorted data file, buffering slices into row groups of ``WRITE_BATCH_ROWS``, and counts its
+    rows exactly."""
 
     def __init__(self, data: DataStore, filename: str, schema: pa.Schema) -> None:
         self.filename = filename
         self.rows = 0
         data.ensure_parent(filename)
         self._schema = schema
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
         self._writer = pq.ParquetWriter(
             data.path(filename), schema, filesystem=data.filesystem(), compression="zstd"
         )
 
-    def write_rows(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Append rows given as tuples in the schema's column order."""
-        if not rows:
-            return
-        columns = list(zip(*rows, strict=False))
-        arrays = [pa.array(columns[i], type=f.type) for i, f in enumerate(self._schema)]
-        self.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
-
     def write_table(self, table: pa.Table) -> None:
+        """Append rows (already in sort order) with the file's schema."""
         if table.num_rows:
-            self._writer.write_table(table, row_group_size=1_048_576)
+            self._buffer.append(table)
+            self._buffered += table.num_rows
             self.rows += table.num_rows
+            if self._buffered >= WRITE_BATCH_ROWS:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._writer.write_table(pa.concat_tables(self._buffer), row_group_size=WRITE_BATCH_ROWS * 8)
+            self._buffer, self._buffered = [], 0
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._flush()
+        finally:
+            self._writer.close()
 
 
 def read_file(
