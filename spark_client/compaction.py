@@ -6,8 +6,9 @@ One run:
    or by an ingest that raced one) are replaced by references on the leaves below them, with approximate
    row counts — one SplitFileReferences commit. Their rows are then compacted into the leaves.
 2. **Plan**: a job per leaf with at least ``min_files`` unassigned references (up to ``max_files`` each).
-3. **Claim**: one AssignJobIds commit per job. The commit decides which job wins a file: a job whose
-   commit is rejected (another compaction took a file first) stops here without writing anything.
+3. **Claim**: AssignJobIds commits (all jobs at once, or one per job if that is rejected). The commit
+   decides which job wins a file: a job whose claim is rejected (another compaction took a file first)
+   stops here without writing anything.
 4. **Merge**: one Spark task per claimed job reads its input files restricted to the partition's region
    (a file referenced from several partitions holds rows of the others too), sorts by row and sort keys,
    and writes one file with its exact row count.
@@ -154,10 +155,20 @@ def plan_compaction_jobs(
 def claim_jobs(
     table_id: str, committer: Committer, jobs: Iterable[CompactionJob]
 ) -> tuple[list[CompactionJob], list[tuple[CompactionJob, str]]]:
-    """Commit AssignJobIds for each job; returns ``(claimed, lost with the reason)``."""
+    """Commit AssignJobIds for the jobs; returns ``(claimed, lost with the reason)``.
+
+    All jobs are claimed in one commit first (the usual case: nobody else is compacting these files). An
+    AssignJobIds fails whole if any file is taken, so if that one is rejected each job is claimed on its
+    own, and only the jobs that lost a file stop.
+    """
+    jobs = list(jobs)
+    if not jobs:
+        return [], []
+    requests = tuple(AssignJobIdRequest(job.job_id, job.partition_id, job.input_files) for job in jobs)
+    if len(jobs) > 1 and committer.commit(table_id, AssignJobIds(requests), wait=True).committed:
+        return jobs, []
     claimed, lost = [], []
-    for job in jobs:
-        request = AssignJobIdRequest(job.job_id, job.partition_id, job.input_files)
+    for job, request in zip(jobs, requests, strict=True):
         outcome = committer.commit(table_id, AssignJobIds((request,)), wait=True)
         if outcome.committed:
             claimed.append(job)

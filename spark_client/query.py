@@ -70,12 +70,13 @@ class ReadPlan:
 
 def plan_query(state: TableState, region: Region) -> ReadPlan:
     """Select the file references whose partition overlaps ``region``, each with the region to read."""
+    by_partition = state.references_by_partition()
     parts = []
     for partition in state.partition_tree.overlapping(region):
         restricted = intersect(partition.region, region)
         if restricted is None:
             continue
-        for ref in state.references_in_partition(partition.id):
+        for ref in by_partition.get(partition.id, ()):
             parts.append((ref.filename, restricted))
     return ReadPlan(tuple(sorted(parts, key=lambda p: p[0])), state.transaction_number)
 

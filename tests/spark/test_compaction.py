@@ -176,3 +176,23 @@ def test_split_points_are_medians_so_both_children_get_rows(
         spark, constant.store(), constant.data, constant.committer, max_rows=10
     )
     assert unsplittable.split_point is None and unsplittable.outcome is None
+
+
+def test_only_the_jobs_that_lost_a_file_stop_when_claims_race(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    expected = ingest_batches(spark, table, [31, 32])
+    state = table.store().state()
+    other_run = plan_compaction_jobs(state, table.data, table.table_id)[:1]
+    this_run = plan_compaction_jobs(state, table.data, table.table_id)
+    claim_jobs(table.table_id, table.committer, other_run)
+
+    claimed, lost = claim_jobs(table.table_id, table.committer, this_run)
+
+    assert [job.partition_id for job, _ in lost] == [other_run[0].partition_id]
+    assert len(claimed) == len(this_run) - 1
+    finished = run_jobs(spark, KEY_SCHEMA, table.data, claimed)
+    committed, rejected, _ = commit_jobs(table.store(), table.data, table.committer, finished)
+    assert len(committed) == len(claimed) and rejected == []
+    assert as_tuples(query(spark, table.store(), table.data)) == expected
