@@ -145,3 +145,63 @@ def test_a_rejected_commit_raises_and_leaves_nothing_in_the_state(
         ingest(dataframe(spark, KEY_SCHEMA, key_rows(100, seed=6)), table.store(), table.data, Rejecting())
 
     assert not table.store().state().has_files()
+
+
+def test_every_value_type_round_trips_exactly_including_awkward_values(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    from spark_client.query import query
+    from statestore.schema import Schema
+
+    schema = Schema.of(
+        {"id": "int", "blob": "bytes"},
+        sort_keys={"name": "string"},
+        values={"d": "double", "f": "float", "flag": "boolean", "n": "long", "raw": "bytes"},
+    )
+    table = make_table(schema, [0])
+    awkward_doubles = [
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        -0.0,
+        5e-324,
+        1.7976931348623157e308,
+        0.1,
+        None,
+    ]
+    rows = [
+        (
+            i - 4,
+            bytes([i, 255 - i, 0]),
+            ["", 'é\n"quoted"\t', "日本", None, "\\", "a" * 300, "x", "\u0000"][i],
+            awkward_doubles[i],
+            [0.5, float("nan"), None, -1.25, 3.0, 0.0, 1e10, -2.5][i],
+            [True, False, None, True, False, True, None, False][i],
+            [-(2**63), 2**63 - 1, None, 0, 1, -1, 42, 7][i],
+            [b"", None, bytes(range(256)), b"\n", b"\x00", b"{}", b'"', b"z"][i],
+        )
+        for i in range(8)
+    ]
+
+    ingest(dataframe(spark, schema, rows), table.store(), table.data, table.committer)
+    back = query(spark, table.store(), table.data).collect()
+
+    def normalised(row: tuple[object, ...]) -> tuple[object, ...]:
+        # NaN != NaN, so compare its text; bytearray vs bytes is only a container difference.
+        return tuple(
+            "NaN" if isinstance(v, float) and v != v else bytes(v) if isinstance(v, bytearray) else v
+            for v in row
+        )
+
+    assert sorted(map(normalised, back), key=repr) == sorted(map(normalised, rows), key=repr)
+    negative_zero = next(r for r in back if r[0] == -1)
+    assert str(negative_zero[3]) == "-0.0"
+
+
+def test_an_empty_dataframe_commits_nothing(spark: SparkSession, make_table: MakeTable) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+
+    result = ingest(dataframe(spark, KEY_SCHEMA, []), table.store(), table.data, table.committer)
+
+    assert result.files == () and result.rows == 0 and result.outcome is None
+    assert table.log_length() == 1
