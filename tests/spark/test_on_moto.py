@@ -17,15 +17,19 @@ from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
 from statestore.local_runtime import LocalRuntime
+from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
 from tests.spark.conftest import KEY_SCHEMA, as_tuples, dataframe, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[LocalRuntime]:
-    instance = f"spark{uuid.uuid4().hex[:10]}"
-    with LocalRuntime.start(instance, port=0, snapshot_interval=None, cleanup_interval=None) as rt:
+@pytest.fixture
+def runtime(moto_server: str) -> Iterator[LocalRuntime]:  # noqa: F811
+    """The committer and its poller for a new instance on the session's moto server."""
+    resources = unique_resources("spark")
+    with LocalRuntime.start(
+        resources, endpoint_url=moto_server, snapshot_interval=None, cleanup_interval=None
+    ) as rt:
         yield rt
 
 
