@@ -1,0 +1,53 @@
+"""CLI fixtures: one local runtime (committer and all) attached to the session's moto server for the module,
+and ``cli(...)``, which runs ``statestore`` against it and captures what it printed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from statestore.cli import main
+from statestore.local_runtime import LocalRuntime
+from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
+
+
+@pytest.fixture(scope="module")
+def runtime(moto_server: str) -> Iterator[LocalRuntime]:  # noqa: F811
+    with LocalRuntime.start(
+        unique_resources("cli"), endpoint_url=moto_server, snapshot_interval=None, cleanup_interval=None
+    ) as rt:
+        yield rt
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+class Cli:
+    def __init__(self, runtime: LocalRuntime, capsys: pytest.CaptureFixture[str]) -> None:
+        self.runtime = runtime
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> Run:
+        """``statestore ARGV...`` against the runtime's endpoint and instance."""
+        self.capsys.readouterr()
+        code = main(
+            [*argv, "--endpoint-url", self.runtime.endpoint_url, "--instance", self.runtime.resources.instance_id]
+        )
+        captured = self.capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+
+@pytest.fixture
+def cli(runtime: LocalRuntime, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(runtime, capsys)

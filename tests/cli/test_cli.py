@@ -1,0 +1,357 @@
+"""The ``statestore`` CLI against a moto server, with the local runtime committing what it sends."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from statestore.cli import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    main,
+)
+from statestore.codec.transaction_json import transaction_to_json
+from statestore.files import FileReference
+from statestore.local_runtime import LocalRuntime
+from statestore.transactions import AddFiles
+from tests.cli.conftest import Cli
+from tests.fixtures.aws_servers import REPO_ROOT
+
+SCHEMA = {
+    "row_keys": [{"name": "key", "type": "long"}],
+    "sort_keys": [{"name": "ts", "type": "long"}],
+    "values": [{"name": "value", "type": "string"}],
+}
+
+
+def write(path: Path, content: object) -> str:
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def create(cli: Cli, tmp_path: Path, name: str, *extra: str) -> dict[str, object]:
+    result = cli("tables", "create", name, "--schema", write(tmp_path / "schema.json", SCHEMA), *extra, "--json")
+    assert result.code == EXIT_OK, result.err
+    created: dict[str, object] = result.json()
+    return created
+
+
+def add_files_file(tmp_path: Path, table_id: str, partition_id: str, *names: str) -> str:
+    transaction = AddFiles(tuple(FileReference(f"tables/{table_id}/data/{n}", partition_id, 100) for n in names))
+    return write(tmp_path / f"add-{uuid.uuid4().hex[:6]}.json", transaction_to_json(transaction))
+
+
+def leaf_ids(cli: Cli, table: str) -> list[str]:
+    return [p["id"] for p in cli("partitions", table, "--leaves", "--json").json()]
+
+
+# --- tables ---------------------------------------------------------------------------------------------
+
+
+def test_create_a_table_with_split_points_from_a_file_then_list_and_show_it(cli: Cli, tmp_path: Path) -> None:
+    name = unique("events")
+    splits = write(tmp_path / "splits.txt", "100\n200\n\n300\n")
+    result = cli(
+        "tables", "create", name, "--schema", write(tmp_path / "s.json", SCHEMA), "--split-points", splits,
+        "--property", "gc_delay_minutes=5",
+    )  # fmt: skip
+
+    assert result.code == EXIT_OK, result.err
+    assert f"created table {name!r}" in result.out and "4 leaf partitions" in result.out
+
+    listed = cli("tables", "list")
+    header, *rows = listed.out.splitlines()
+    assert header.split() == ["NAME", "TABLE", "ID", "ROW", "KEYS", "TRANSACTIONS", "CREATED"]
+    [row] = [r for r in rows if r.startswith(name + " ")]
+    assert "key:long" in row
+    [entry] = [t for t in cli("tables", "list", "--json").json() if t["table_name"] == name]
+    assert entry["schema"] == SCHEMA and entry["properties"] == {"gc_delay_minutes": "5"}
+    assert entry["transaction_number"] == 1
+
+    shown = cli("tables", "show", name)
+    assert shown.code == EXIT_OK
+    assert "partitions:  7 (4 leaves)" in shown.out and "properties:  gc_delay_minutes=5" in shown.out
+    details = cli("tables", "show", name, "--json").json()
+    assert (details["partitions"], details["leaf_partitions"], details["files"]) == (7, 4, 0)
+    assert details["latest_snapshot"] is None
+
+    leaves = cli("partitions", name, "--leaves", "--json").json()
+    assert [(p["region"][0]["min"], p["region"][0]["max"]) for p in leaves] == [
+        (-(2**63), 100),
+        (100, 200),
+        (200, 300),
+        (300, None),
+    ]
+    tree = cli("partitions", name).out
+    assert "key in [-inf, +inf)" in tree and "key in [300, +inf)" in tree
+
+
+def test_split_points_as_options_and_as_a_json_array_for_string_keys(cli: Cli, tmp_path: Path) -> None:
+    schema = write(tmp_path / "s.json", {"row_keys": [{"name": "id", "type": "string"}]})
+    by_option = unique("strings")
+    assert cli("tables", "create", by_option, "--schema", schema, "--split-point", "m", "--split-point", "t").code == 0
+    by_file = unique("strings")
+    points = write(tmp_path / "p.json", ["g", "p"])
+    assert cli("tables", "create", by_file, "--schema", schema, "--split-points", points).code == 0
+
+    regions = [
+        [r["region"][0]["min"] for r in cli("partitions", t, "--leaves", "--json").json()] for t in (by_option, by_file)
+    ]
+    assert regions == [["", "m", "t"], ["", "g", "p"]]
+
+
+def test_rename_and_delete_a_table(cli: Cli, tmp_path: Path) -> None:
+    old, new = unique("old"), unique("new")
+    create(cli, tmp_path, old)
+
+    assert cli("tables", "rename", old, new).code == EXIT_OK
+    assert cli("tables", "show", old).code == EXIT_NOT_FOUND
+    refused = cli("tables", "delete", new)  # stdin is not a terminal: no one to ask
+    assert refused.code == EXIT_USAGE and "without --yes" in refused.err
+    assert cli("tables", "delete", new, "--yes").code == EXIT_OK
+    assert new not in [t["table_name"] for t in cli("tables", "list", "--json").json()]
+
+
+# --- commits, status, log, files ------------------------------------------------------------------------
+
+
+def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(cli: Cli, tmp_path: Path) -> None:
+    name = unique("commits")
+    table = create(cli, tmp_path, name, "--split-point", "0")
+    table_id = str(table["table_id"])
+    leaf = leaf_ids(cli, name)[0]
+
+    result = cli("commit", name, add_files_file(tmp_path, table_id, leaf, "a.parquet", "b.parquet"), "--wait", "30")
+
+    assert result.code == EXIT_OK, result.err
+    request_id, outcome = result.out.strip().split(" ", 1)
+    assert outcome == "committed at transaction 2"
+    status = cli("status", request_id, "--json")
+    assert status.code == EXIT_OK
+    assert status.json() | {"recorded_time": 0} == {
+        "request_id": request_id,
+        "table_id": table_id,
+        "table_name": name,
+        "outcome": "committed",
+        "transaction_number": 2,
+        "reason": None,
+        "recorded_time": 0,
+    }
+    assert "outcome:     committed" in cli("status", request_id).out
+
+    log = cli("log", name, "--json").json()
+    assert [(e["transaction_number"], e["type"], e["request_ids"]) for e in log] == [
+        (1, "InitialisePartitions", []),
+        (2, "Batch", [request_id]),
+    ]
+    assert log[1]["summary"] == "1 request: added 2 files (2 references, 200 rows)"
+    human_log = cli("log", name, "--from", "2", "--limit", "1").out.splitlines()
+    assert len(human_log) == 2 and request_id in human_log[1] and "added 2 files" in human_log[1]
+
+    files = cli("files", name, "--json").json()
+    assert [f["filename"] for f in files] == [f"tables/{table_id}/data/a.parquet", f"tables/{table_id}/data/b.parquet"]
+    assert all(f["references"][0]["partition_id"] == leaf for f in files)
+    assert cli("files", name, "--unreferenced").out.strip() == "no unreferenced files"
+
+
+def test_commit_from_stdin_without_waiting_prints_the_request_id(
+    cli: Cli, tmp_path: Path, runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("stdin")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    body = Path(add_files_file(tmp_path, table_id, "root", "c.parquet")).read_text()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(body))
+
+    result = cli("commit", name, "-", "--request-id", "my-request-1")
+
+    assert (result.code, result.out.strip()) == (EXIT_OK, "my-request-1")
+    runtime.wait_idle()
+    assert cli("status", "my-request-1").code == EXIT_OK
+
+
+def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> None:
+    name = unique("rejected")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+
+    result = cli("commit", name, add_files_file(tmp_path, table_id, "no-such-partition", "x.parquet"), "--wait", "30")
+
+    assert result.code == EXIT_FAILED
+    assert result.out.strip().endswith("rejected: partition not found: 'no-such-partition'")
+    request_id = result.out.split()[0]
+    assert cli("status", request_id).code == EXIT_FAILED
+    assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
+
+
+# --- upkeep ---------------------------------------------------------------------------------------------
+
+
+def test_snapshot_now_then_nothing_new_to_snapshot_and_cleanup(cli: Cli, tmp_path: Path) -> None:
+    name = unique("upkeep")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    assert cli("commit", name, add_files_file(tmp_path, table_id, "root", "f.parquet"), "--wait", "30").code == 0
+
+    first = cli("snapshot", name, "--json")
+    again = cli("snapshot", name)
+
+    assert first.code == EXIT_OK and first.json()["written"] is True
+    assert first.json()["snapshot"]["transaction_number"] == 2
+    assert again.code == EXIT_OK and "no snapshot written" in again.out
+    assert cli("tables", "show", name, "--json").json()["latest_snapshot"]["transaction_number"] == 2
+
+    cleaned = cli("cleanup", name, "--log-min-snapshot-age", "0", "--json")
+    assert cleaned.code == EXIT_OK
+    [report] = cleaned.json()["tables"]
+    assert (report["table_name"], report["log_retained_from"]) == (name, 2)
+    assert report["log_entries_deleted"] >= 1
+    assert cli("cleanup").code == EXIT_OK
+    tail = cli("log", name, "--from", "1", "--json")
+    assert tail.code == EXIT_OK and "were deleted by cleanup" in tail.err
+    assert [e["transaction_number"] for e in tail.json()] == [2]
+    assert cli("tables", "show", name, "--json").json()["files"] == 1  # loads from the snapshot
+
+
+# --- errors and exit codes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"row_keys": []}, "at least one row key"),
+        ({"row_keys": [{"name": "k", "type": "float"}]}, "has type 'float'"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_an_invalid_schema_exits_2_naming_the_problem(cli: Cli, tmp_path: Path, schema: object, message: str) -> None:
+    result = cli("tables", "create", unique("bad"), "--schema", write(tmp_path / "bad.json", schema))
+
+    assert result.code == EXIT_USAGE
+    assert message in result.err and result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--schema", "missing.json"], "does not exist"),
+        (["--split-point", "x"], "not a valid long"),
+        (["--split-point", "5", "--split-point", "1"], "sorted and distinct"),
+        (["--property", "novalue"], "NAME=VALUE"),
+    ],
+)
+def test_bad_table_input_exits_2(cli: Cli, tmp_path: Path, args: list[str], message: str) -> None:
+    if "--schema" not in args:
+        args = ["--schema", write(tmp_path / "s.json", SCHEMA), *args]
+    result = cli("tables", "create", unique("bad"), *args)
+
+    assert result.code == EXIT_USAGE and message in result.err
+
+
+def test_a_duplicate_table_name_exits_1(cli: Cli, tmp_path: Path) -> None:
+    name = unique("twice")
+    create(cli, tmp_path, name)
+
+    result = cli("tables", "create", name, "--schema", write(tmp_path / "s.json", SCHEMA))
+
+    assert result.code == EXIT_FAILED and f"a table named {name!r} already exists" in result.err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["tables", "show"], ["partitions"], ["files"], ["log"], ["snapshot"], ["cleanup"], ["tables", "delete"]],
+)
+def test_a_missing_table_exits_3(cli: Cli, command: list[str]) -> None:
+    result = cli(*command, "no-such-table")
+
+    assert result.code == EXIT_NOT_FOUND
+    assert result.err.strip() == (
+        "statestore: error: table not found: 'no-such-table'; list the tables with `statestore tables list`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"version": 1, "type": "AddFiles"', "is not valid JSON"),
+        ('{"version": 1, "type": "Bogus"}', "unknown transaction type 'Bogus'"),
+        ('{"type": "ClearFiles"}', "no 'version' field"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_a_malformed_transaction_exits_2_and_sends_nothing(cli: Cli, tmp_path: Path, body: str, message: str) -> None:
+    name = unique("malformed")
+    create(cli, tmp_path, name)
+
+    result = cli("commit", name, write(tmp_path / "t.json", body), "--wait", "5")
+
+    assert result.code == EXIT_USAGE and message in result.err and result.out == ""
+
+
+def test_unknown_request_ids_missing_files_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
+    assert cli("status", "never-sent").code == EXIT_NOT_FOUND
+    assert cli("commit", "any", str(tmp_path / "nope.json")).code == EXIT_USAGE
+    assert cli("tables", "frobnicate").code == EXIT_USAGE
+    assert main(["--help"]) == EXIT_OK
+
+
+def test_an_endpoint_nobody_listens_on_or_an_instance_not_set_up_exits_4(
+    moto_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.fixtures.aws_servers import free_port
+
+    assert main(["tables", "list", "--endpoint-url", f"http://127.0.0.1:{free_port()}"]) == EXIT_UNAVAILABLE
+    assert "nothing answers at" in capsys.readouterr().err
+
+    assert main(["tables", "list", "--endpoint-url", moto_server, "--instance", "never-provisioned"]) == 4
+    error = capsys.readouterr().err
+    assert "instance 'never-provisioned' is not set up" in error and error.count("\n") == 1
+
+
+# --- statestore local ------------------------------------------------------------------------------------
+
+
+def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "statestore", "local", "--port", "0", "--instance", "clilocal"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("Press Ctrl-C"):
+                break
+        [endpoint] = [line.split("=", 1)[1] for line in lines if "export AWS_ENDPOINT_URL=" in line]
+        assert endpoint.startswith("http://127.0.0.1:")
+        assert "  export STATESTORE_INSTANCE_ID=clilocal" in lines
+
+        schema = write(tmp_path / "s.json", SCHEMA)
+        assert (
+            main(["tables", "create", "t", "--schema", schema, "--endpoint-url", endpoint, "--instance", "clilocal"])
+            == 0
+        )
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "stopped" in err
