@@ -156,7 +156,9 @@ class LocalRuntime:
         if max_receive_count < 1:
             raise ValueError(f"max_receive_count must be at least 1, got {max_receive_count}")
         if not 0 <= poll_wait_seconds <= 20:
-            raise ValueError(f"poll_wait_seconds must be 0-20 (SQS's long-poll limit), got {poll_wait_seconds}")
+            raise ValueError(
+                f"poll_wait_seconds must be 0-20 (SQS's long-poll limit), got {poll_wait_seconds}"
+            )
         if retry_delay_seconds < 0:
             raise ValueError(f"retry_delay_seconds must not be negative, got {retry_delay_seconds}")
         for name, interval in (
@@ -366,7 +368,9 @@ class LocalRuntime:
                         body=record["body"],
                         group_id=record["attributes"].get("MessageGroupId", ""),
                         reason=(attributes.get(REASON_ATTRIBUTE) or {}).get("stringValue"),
-                        source_message_id=(attributes.get(SOURCE_MESSAGE_ID_ATTRIBUTE) or {}).get("stringValue"),
+                        source_message_id=(attributes.get(SOURCE_MESSAGE_ID_ATTRIBUTE) or {}).get(
+                            "stringValue"
+                        ),
                         receive_count=int(record["attributes"].get("ApproximateReceiveCount", 1)),
                     )
                 )
@@ -455,7 +459,9 @@ class LocalRuntime:
             s = self.stats
             s.batches += 1
             s.received += len(records)
-            s.redelivered += sum(1 for r in records if int(r["attributes"].get("ApproximateReceiveCount", 1)) > 1)
+            s.redelivered += sum(
+                1 for r in records if int(r["attributes"].get("ApproximateReceiveCount", 1)) > 1
+            )
             s.handler_errors += handler_error
             if crash:
                 s.unacknowledged += len(records)
@@ -490,7 +496,8 @@ class LocalRuntime:
                 self._sqs.change_message_visibility_batch,
                 QueueUrl=self.queue.queue_url,
                 Entries=[
-                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": after_seconds} for i, h in enumerate(chunk)
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": after_seconds}
+                    for i, h in enumerate(chunk)
                 ],
             )
 
@@ -552,7 +559,8 @@ def _start_moto_server(host: str, port: int) -> tuple[Any, str]:
         from moto.server import ThreadedMotoServer
     except ImportError as e:  # pragma: no cover - depends on the installation
         raise EndpointUnavailableError(
-            "the local runtime needs moto's server mode: install the 'local' extra (pip install 'statestore[local]')"
+            "the local runtime needs moto's server mode: "
+            "install the 'local' extra (pip install 'statestore[local]')"
         ) from e
     port = port or _free_port(host)
     # ThreadedMotoServer waits forever if its thread cannot bind, so find out first.
@@ -603,7 +611,9 @@ def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int
         if "QueueAlreadyExists" not in str(e):
             raise
     call = AwsCaller()
-    dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)["QueueUrl"]
+    dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)[
+        "QueueUrl"
+    ]
     queue_url = call("find the commit queue", sqs.get_queue_url, QueueName=resources.commit_queue)["QueueUrl"]
     dlq_arn = call(
         "read the dead-letter queue's ARN",
@@ -616,7 +626,9 @@ def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int
         sqs.set_queue_attributes,
         QueueUrl=queue_url,
         Attributes={
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count})
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            )
         },
     )
     return queue_url, dlq_url

@@ -42,7 +42,13 @@ class Cli:
         """``statestore ARGV...`` against the runtime's endpoint and instance."""
         self.capsys.readouterr()
         code = main(
-            [*argv, "--endpoint-url", self.runtime.endpoint_url, "--instance", self.runtime.resources.instance_id]
+            [
+                *argv,
+                "--endpoint-url",
+                self.runtime.endpoint_url,
+                "--instance",
+                self.runtime.resources.instance_id,
+            ]
         )
         captured = self.capsys.readouterr()
         return Run(code, captured.out, captured.err)

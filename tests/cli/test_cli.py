@@ -45,14 +45,18 @@ def unique(name: str) -> str:
 
 
 def create(cli: Cli, tmp_path: Path, name: str, *extra: str) -> dict[str, object]:
-    result = cli("tables", "create", name, "--schema", write(tmp_path / "schema.json", SCHEMA), *extra, "--json")
+    result = cli(
+        "tables", "create", name, "--schema", write(tmp_path / "schema.json", SCHEMA), *extra, "--json"
+    )
     assert result.code == EXIT_OK, result.err
     created: dict[str, object] = result.json()
     return created
 
 
 def add_files_file(tmp_path: Path, table_id: str, partition_id: str, *names: str) -> str:
-    transaction = AddFiles(tuple(FileReference(f"tables/{table_id}/data/{n}", partition_id, 100) for n in names))
+    transaction = AddFiles(
+        tuple(FileReference(f"tables/{table_id}/data/{n}", partition_id, 100) for n in names)
+    )
     return write(tmp_path / f"add-{uuid.uuid4().hex[:6]}.json", transaction_to_json(transaction))
 
 
@@ -104,13 +108,19 @@ def test_create_a_table_with_split_points_from_a_file_then_list_and_show_it(cli:
 def test_split_points_as_options_and_as_a_json_array_for_string_keys(cli: Cli, tmp_path: Path) -> None:
     schema = write(tmp_path / "s.json", {"row_keys": [{"name": "id", "type": "string"}]})
     by_option = unique("strings")
-    assert cli("tables", "create", by_option, "--schema", schema, "--split-point", "m", "--split-point", "t").code == 0
+    assert (
+        cli(
+            "tables", "create", by_option, "--schema", schema, "--split-point", "m", "--split-point", "t"
+        ).code
+        == 0
+    )
     by_file = unique("strings")
     points = write(tmp_path / "p.json", ["g", "p"])
     assert cli("tables", "create", by_file, "--schema", schema, "--split-points", points).code == 0
 
     regions = [
-        [r["region"][0]["min"] for r in cli("partitions", t, "--leaves", "--json").json()] for t in (by_option, by_file)
+        [r["region"][0]["min"] for r in cli("partitions", t, "--leaves", "--json").json()]
+        for t in (by_option, by_file)
     ]
     assert regions == [["", "m", "t"], ["", "g", "p"]]
 
@@ -130,13 +140,17 @@ def test_rename_and_delete_a_table(cli: Cli, tmp_path: Path) -> None:
 # --- commits, status, log, files ------------------------------------------------------------------------
 
 
-def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(cli: Cli, tmp_path: Path) -> None:
+def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(
+    cli: Cli, tmp_path: Path
+) -> None:
     name = unique("commits")
     table = create(cli, tmp_path, name, "--split-point", "0")
     table_id = str(table["table_id"])
     leaf = leaf_ids(cli, name)[0]
 
-    result = cli("commit", name, add_files_file(tmp_path, table_id, leaf, "a.parquet", "b.parquet"), "--wait", "30")
+    result = cli(
+        "commit", name, add_files_file(tmp_path, table_id, leaf, "a.parquet", "b.parquet"), "--wait", "30"
+    )
 
     assert result.code == EXIT_OK, result.err
     request_id, outcome = result.out.strip().split(" ", 1)
@@ -164,7 +178,10 @@ def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(
     assert len(human_log) == 2 and request_id in human_log[1] and "added 2 files" in human_log[1]
 
     files = cli("files", name, "--json").json()
-    assert [f["filename"] for f in files] == [f"tables/{table_id}/data/a.parquet", f"tables/{table_id}/data/b.parquet"]
+    assert [f["filename"] for f in files] == [
+        f"tables/{table_id}/data/a.parquet",
+        f"tables/{table_id}/data/b.parquet",
+    ]
     assert all(f["references"][0]["partition_id"] == leaf for f in files)
     assert cli("files", name, "--unreferenced").out.strip() == "no unreferenced files"
 
@@ -188,7 +205,9 @@ def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> 
     name = unique("rejected")
     table_id = str(create(cli, tmp_path, name)["table_id"])
 
-    result = cli("commit", name, add_files_file(tmp_path, table_id, "no-such-partition", "x.parquet"), "--wait", "30")
+    result = cli(
+        "commit", name, add_files_file(tmp_path, table_id, "no-such-partition", "x.parquet"), "--wait", "30"
+    )
 
     assert result.code == EXIT_FAILED
     assert result.out.strip().endswith("rejected: partition not found: 'no-such-partition'")
@@ -203,7 +222,9 @@ def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> 
 def test_snapshot_now_then_nothing_new_to_snapshot_and_cleanup(cli: Cli, tmp_path: Path) -> None:
     name = unique("upkeep")
     table_id = str(create(cli, tmp_path, name)["table_id"])
-    assert cli("commit", name, add_files_file(tmp_path, table_id, "root", "f.parquet"), "--wait", "30").code == 0
+    assert (
+        cli("commit", name, add_files_file(tmp_path, table_id, "root", "f.parquet"), "--wait", "30").code == 0
+    )
 
     first = cli("snapshot", name, "--json")
     again = cli("snapshot", name)
@@ -236,7 +257,9 @@ def test_snapshot_now_then_nothing_new_to_snapshot_and_cleanup(cli: Cli, tmp_pat
         ("{not json", "not valid JSON"),
     ],
 )
-def test_an_invalid_schema_exits_2_naming_the_problem(cli: Cli, tmp_path: Path, schema: object, message: str) -> None:
+def test_an_invalid_schema_exits_2_naming_the_problem(
+    cli: Cli, tmp_path: Path, schema: object, message: str
+) -> None:
     result = cli("tables", "create", unique("bad"), "--schema", write(tmp_path / "bad.json", schema))
 
     assert result.code == EXIT_USAGE
@@ -291,7 +314,9 @@ def test_a_missing_table_exits_3(cli: Cli, command: list[str]) -> None:
         ("[1, 2]", "must be a JSON object"),
     ],
 )
-def test_a_malformed_transaction_exits_2_and_sends_nothing(cli: Cli, tmp_path: Path, body: str, message: str) -> None:
+def test_a_malformed_transaction_exits_2_and_sends_nothing(
+    cli: Cli, tmp_path: Path, body: str, message: str
+) -> None:
     name = unique("malformed")
     create(cli, tmp_path, name)
 
@@ -347,7 +372,19 @@ def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_pa
 
         schema = write(tmp_path / "s.json", SCHEMA)
         assert (
-            main(["tables", "create", "t", "--schema", schema, "--endpoint-url", endpoint, "--instance", "clilocal"])
+            main(
+                [
+                    "tables",
+                    "create",
+                    "t",
+                    "--schema",
+                    schema,
+                    "--endpoint-url",
+                    endpoint,
+                    "--instance",
+                    "clilocal",
+                ]
+            )
             == 0
         )
     finally:

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.e2e
 SCHEMA = {"row_keys": [{"name": "key", "type": "long"}], "values": [{"name": "value", "type": "string"}]}
 
 
-def new_table(client: StateStoreClient, name: str, split_points: list[int] | None = None) -> tuple[str, list[str]]:
+def new_table(
+    client: StateStoreClient, name: str, split_points: list[int] | None = None
+) -> tuple[str, list[str]]:
     table = client.create_table(name, SCHEMA, split_points or [])
     return table.table_id, sorted(p.id for p in client.leaf_partitions(table.table_id))
 
@@ -49,7 +51,9 @@ def added_files(client: StateStoreClient, table_id: str) -> Counter[str]:
     added: Counter[str] = Counter()
     for entry in client.log.read(table_id, 1):
         transaction = decode_entry(entry)
-        parts = [i.transaction for i in transaction.items] if isinstance(transaction, TransactionBatch) else []
+        parts = (
+            [i.transaction for i in transaction.items] if isinstance(transaction, TransactionBatch) else []
+        )
         for part in parts:
             if isinstance(part, AddFiles):
                 added.update(r.filename for r in part.references)
@@ -166,7 +170,9 @@ def test_bad_messages_go_to_the_dead_letter_queue_with_reasons_while_every_table
     unknown_type = json.dumps(
         {"version": 1, "request_id": "unknown-type", "table_id": t2, "type": "Bogus", "transaction": {}}
     )
-    unknown_table = encode_request(CommitRequest("unknown-table", "no-such-table", add_file("x", "root", "x")))
+    unknown_table = encode_request(
+        CommitRequest("unknown-table", "no-such-table", add_file("x", "root", "x"))
+    )
 
     good = [sender.send(t, add_file(t, leaf, "before.parquet")) for t, [leaf] in tables]
     runtime.queue.send(
@@ -255,7 +261,9 @@ def test_a_runtime_starts_its_own_server_and_restores_the_environment_when_stopp
             LocalRuntime.start("other", port=0)
         client = runtime.client()
         table_id, [leaf] = new_table(client, "t")
-        status = runtime.sender().wait(runtime.sender().send(table_id, add_file(table_id, leaf, "f")), timeout=30)
+        status = runtime.sender().wait(
+            runtime.sender().send(table_id, add_file(table_id, leaf, "f")), timeout=30
+        )
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert os.environ["AWS_ENDPOINT_URL"] == "http://example.invalid:1"
     assert "STATESTORE_RESOURCES" not in os.environ
