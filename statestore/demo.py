@@ -78,7 +78,9 @@ def run(rows_per_batch: int, batches: int) -> None:
     }.items():
         os.environ.setdefault(name, value)
     report = Report()
-    schema = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"amount": "double", "note": "string"})
+    schema = Schema.of(
+        {"key": "long"}, sort_keys={"ts": "long"}, values={"amount": "double", "note": "string"}
+    )
 
     with report.step("start the embedded endpoint and local runtime") as detail:
         runtime = LocalRuntime.start(
@@ -98,7 +100,12 @@ def run(rows_per_batch: int, batches: int) -> None:
 
 
 def _walk_through(
-    spark: SparkSession, runtime: LocalRuntime, report: Report, schema: Schema, rows_per_batch: int, batches: int
+    spark: SparkSession,
+    runtime: LocalRuntime,
+    report: Report,
+    schema: Schema,
+    rows_per_batch: int,
+    batches: int,
 ) -> None:
     key_space = 1_000_000
     client = runtime.client()
@@ -108,7 +115,9 @@ def _walk_through(
     with report.step("create a table with split points") as detail:
         table = client.create_table(f"events-{uuid.uuid4().hex[:6]}", schema, [250_000, 500_000, 750_000])
         store = client.state_store(table.table_id)
-        detail.append(f"{table.table_name} ({table.table_id[:8]}), {len(store.state().leaf_partitions())} leaves")
+        detail.append(
+            f"{table.table_name} ({table.table_id[:8]}), {len(store.state().leaf_partitions())} leaves"
+        )
 
     def batch_frame(batch: int) -> DataFrame:
         return spark.range(rows_per_batch, numPartitions=2).selectExpr(
@@ -179,8 +188,8 @@ def _walk_through(
         detail.append(_snapshot_summary(runtime.run_snapshots()))
         clean = runtime.run_cleanup()
         detail.append(
-            f"cleanup: {clean['log_entries_deleted']} log entries, {clean['snapshots_deleted']} snapshots and "
-            f"{clean['data_files_deleted']} data files deleted (compacted inputs wait out the table's GC delay)"
+            f"cleanup: {clean['log_entries_deleted']} log entries, {clean['snapshots_deleted']} snapshots, "
+            f"{clean['data_files_deleted']} data files deleted (compacted inputs wait out the GC delay)"
         )
 
     state = store.state()
@@ -198,7 +207,7 @@ def _snapshot_summary(summary: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=200_000, help="rows per ingest batch (default 200,000)")
+    parser.add_argument("--rows", type=int, default=250_000, help="rows per ingest batch (default 250,000)")
     parser.add_argument("--batches", type=int, default=4, help="ingest batches (default 4)")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.batches < 2:

@@ -67,7 +67,9 @@ def run(files_per_partition: int = 200) -> None:
     step(f"assign {len(inputs)} files of partition {target.id[:8]} to compaction job-1")
 
     output = FileReference(f"tables/demo-table/data/{target.id}/{uuid.uuid4()}.parquet", target.id, 10_045)
-    bogus = ReplaceFileReferencesJob("job-2", target.id, (inputs[0],), output._replace(filename="other.parquet"))
+    bogus = ReplaceFileReferencesJob(
+        "job-2", target.id, (inputs[0],), output._replace(filename="other.parquet")
+    )
     replaced = store.commit(
         ReplaceFileReferences((ReplaceFileReferencesJob("job-1", target.id, inputs, output), bogus))
     )
@@ -75,7 +77,9 @@ def run(files_per_partition: int = 200) -> None:
     for job_id, reason in replaced.rejected_parts:
         print(f"        rejected {job_id}: {reason}")
 
-    parent, left, right = store.state().partition(target.id).split(0, -500, str(uuid.uuid4()), str(uuid.uuid4()))
+    parent, left, right = (
+        store.state().partition(target.id).split(0, -500, str(uuid.uuid4()), str(uuid.uuid4()))
+    )
     store.commit(SplitPartition(parent, (left, right)))
     step(f"split partition {target.id[:8]} at key -500")
 
@@ -103,7 +107,8 @@ def run(files_per_partition: int = 200) -> None:
 
     past = store.load(as_of=result.transaction_number)
     print(
-        f"  time travel: as of transaction {result.transaction_number} the table had {len(past.files_by_name)} files"
+        f"  time travel: as of transaction {result.transaction_number} "
+        f"the table had {len(past.files_by_name)} files"
     )
     replayed = TransactionLogStateStore("demo-table", schema, log).load()
     print(f"  a full replay of the log equals the live state: {replayed == store.state()}")

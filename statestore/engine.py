@@ -229,7 +229,7 @@ class TransactionLogStateStore:
     # --- snapshots ------------------------------------------------------------------------------
 
     def create_snapshot(self) -> SnapshotInfo | None:
-        """Write a snapshot of the latest state, or return None if the log has not moved since the last one."""
+        """Write a snapshot of the latest state; None if the log has not moved since the last one."""
         if self.snapshots is None:
             raise StateStoreError("this state store has no snapshot store")
         latest = self.snapshots.metadata.latest(self.table_id)

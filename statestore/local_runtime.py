@@ -572,6 +572,8 @@ def _start_moto_server(host: str, port: int) -> tuple[Any, str]:
                 f"cannot start the local endpoint on {host}:{port}: {e.strerror}; "
                 "pick another port (--port), or attach to the endpoint already there (--endpoint-url)"
             ) from e
+    # werkzeug logs every request at INFO; the endpoint serves thousands, which would bury the output.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
     return server, f"http://{host}:{port}"

@@ -59,7 +59,9 @@ class Region:
         return cls(tuple(Range(t.minimum) for t in schema.row_key_types))
 
     def contains(self, key: Sequence[Key]) -> bool:
-        return len(key) == len(self.ranges) and all(r.contains(k) for r, k in zip(self.ranges, key, strict=True))
+        return len(key) == len(self.ranges) and all(
+            r.contains(k) for r, k in zip(self.ranges, key, strict=True)
+        )
 
     def overlaps(self, other: Region) -> bool:
         return all(a.overlaps(b) for a, b in zip(self.ranges, other.ranges, strict=True))
@@ -127,7 +129,9 @@ def check_split(parent_before: Partition, parent_after: Partition, children: Seq
     """
     pid = parent_before.id
     if len(children) != 2:
-        raise InvalidPartitionSplitError(f"a split of {pid!r} needs exactly two children, got {len(children)}")
+        raise InvalidPartitionSplitError(
+            f"a split of {pid!r} needs exactly two children, got {len(children)}"
+        )
     left, right = children
     if parent_after.id != pid or parent_after.region != parent_before.region:
         raise InvalidPartitionSplitError(f"the split parent must keep the id and region of {pid!r}")
@@ -244,13 +248,17 @@ class PartitionTree:
                 children.append(self._partitions[child_id])
             before = replace(node, child_ids=(), leaf=True, dimension=-1)
             try:
-                check_split(before, node, [replace(c, child_ids=(), leaf=True, dimension=-1) for c in children])
+                check_split(
+                    before, node, [replace(c, child_ids=(), leaf=True, dimension=-1) for c in children]
+                )
             except InvalidPartitionSplitError as e:
                 raise InvalidPartitionTreeError(str(e)) from e
             stack.extend(children)
         unreachable = set(self._partitions) - seen
         if unreachable:
-            raise InvalidPartitionTreeError(f"partitions not reachable from the root: {sorted(unreachable)[:5]}")
+            raise InvalidPartitionTreeError(
+                f"partitions not reachable from the root: {sorted(unreachable)[:5]}"
+            )
 
 
 def check_region_keys(schema: Schema, partition: Partition) -> None:
@@ -266,7 +274,7 @@ def check_region_keys(schema: Schema, partition: Partition) -> None:
 
 
 def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
-    """Check ``partitions`` form one tree over ``schema``'s whole key space (raises InvalidPartitionTreeError)."""
+    """Check ``partitions`` form one tree over ``schema``'s key space; raises InvalidPartitionTreeError."""
     by_id: dict[str, Partition] = {}
     for p in partitions:
         if p.id in by_id:
@@ -305,7 +313,9 @@ def partitions_from_split_points(
         if not a < b:  # type: ignore[operator]
             raise InvalidPartitionSplitError(f"split points must be sorted and distinct: {a!r} then {b!r}")
     if points and not key_type.minimum < points[0]:  # type: ignore[operator]
-        raise InvalidPartitionSplitError(f"split point {points[0]!r} is the minimum of its type: nothing below it")
+        raise InvalidPartitionSplitError(
+            f"split point {points[0]!r} is the minimum of its type: nothing below it"
+        )
 
     counter = iter(range(1, 2**62))
 

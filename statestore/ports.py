@@ -14,7 +14,7 @@ from enum import StrEnum
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One transaction in a table's log. ``body`` is the codec's output; ``compressed`` says how to read it."""
+    """One transaction in a table's log: ``body`` is the codec's output, ``compressed`` how to read it."""
 
     transaction_number: int
     update_time: int  # epoch milliseconds; every replica stamps the transaction's changes with it
@@ -46,7 +46,7 @@ class TransactionLogStore(ABC):
 
     @abstractmethod
     def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
-        """Entries with ``from_number <= n <= to_number`` (no upper bound if None), in order, strongly consistent."""
+        """Entries ``from_number <= n <= to_number`` (unbounded if None), in order, strongly consistent."""
 
     @abstractmethod
     def latest_number(self, table_id: str) -> int:

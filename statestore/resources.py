@@ -61,7 +61,8 @@ class ResourceNames:
     def for_instance(cls, instance_id: str, bucket: str | None = None) -> ResourceNames:
         if not _INSTANCE_ID.match(instance_id):
             raise ValueError(
-                f"instance id {instance_id!r} must be 1-20 characters of a-z, 0-9 and '-', starting with a letter"
+                f"instance id {instance_id!r} must be 1-20 characters of a-z, 0-9 and '-', "
+                "starting with a letter"
             )
         prefix = f"statestore-{instance_id}"
         return cls(

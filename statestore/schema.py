@@ -99,7 +99,11 @@ class Schema:
         if not self.row_keys:
             raise InvalidSchemaError("a schema needs at least one row key field")
         seen: set[str] = set()
-        for kind, fields in (("row key", self.row_keys), ("sort key", self.sort_keys), ("value", self.values)):
+        for kind, fields in (
+            ("row key", self.row_keys),
+            ("sort key", self.sort_keys),
+            ("value", self.values),
+        ):
             for field in fields:
                 if not isinstance(field.name, str) or not field.name:
                     raise InvalidSchemaError(f"{kind} field has an empty or non-string name: {field.name!r}")
@@ -119,7 +123,7 @@ class Schema:
         sort_keys: Mapping[str, str] | Sequence[tuple[str, str]] = (),
         values: Mapping[str, str] | Sequence[tuple[str, str]] = (),
     ) -> Schema:
-        """Build a schema from ``name -> type`` pairs, e.g. ``Schema.of({"id": "string"}, values={"v": "long"})``."""
+        """A schema from ``name -> type`` pairs: ``Schema.of({"id": "string"}, values={"v": "long"})``."""
 
         def fields(pairs: Mapping[str, str] | Sequence[tuple[str, str]]) -> tuple[Field, ...]:
             items = pairs.items() if isinstance(pairs, Mapping) else pairs

@@ -44,7 +44,8 @@ class SnapshotStore:
             files_bytes = self.blobs.get(info.files_key)
         except StateStoreError as e:
             raise SnapshotNotFoundError(
-                f"snapshot {info.transaction_number} of table {info.table_id!r} is recorded but its data is gone: {e}"
+                f"snapshot {info.transaction_number} of table {info.table_id!r} is recorded but its data "
+                f"is gone: {e}"
             ) from e
         return state_from_parquet(schema, partitions_bytes, files_bytes, info.transaction_number)
 

@@ -76,7 +76,11 @@ class TableState:
 
     def files_ready_for_gc(self, before: int) -> list[str]:
         """Names of files with no references whose last update was before ``before`` (epoch ms)."""
-        return [f.filename for f in self.files_by_name.values() if not f.references and f.last_update_time < before]
+        return [
+            f.filename
+            for f in self.files_by_name.values()
+            if not f.references and f.last_update_time < before
+        ]
 
     def unreferenced_files(self) -> list[TableFile]:
         return [f for f in self.files_by_name.values() if not f.references]
@@ -103,7 +107,9 @@ class TableState:
 
     def copy(self) -> TableState:
         """An independent copy (values are immutable, so copying the dictionaries is enough)."""
-        return TableState(self.schema, dict(self.partitions_by_id), dict(self.files_by_name), self.transaction_number)
+        return TableState(
+            self.schema, dict(self.partitions_by_id), dict(self.files_by_name), self.transaction_number
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableState):
@@ -118,8 +124,8 @@ class TableState:
     def __repr__(self) -> str:
         refs = sum(len(f.references) for f in self.files_by_name.values())
         return (
-            f"TableState(transaction_number={self.transaction_number}, partitions={len(self.partitions_by_id)}, "
-            f"files={len(self.files_by_name)}, references={refs})"
+            f"TableState(transaction_number={self.transaction_number}, "
+            f"partitions={len(self.partitions_by_id)}, files={len(self.files_by_name)}, references={refs})"
         )
 
 

@@ -255,10 +255,13 @@ class ReplaceFileReferences(Transaction):
         new = job.new_reference
         if new.partition_id != job.partition_id:
             raise InvalidTransactionError(
-                f"job {job.job_id!r} output is in partition {new.partition_id!r}, not its own {job.partition_id!r}"
+                f"job {job.job_id!r} output is in partition {new.partition_id!r}, "
+                f"not its own {job.partition_id!r}"
             )
         if new.filename in job.input_files:
-            raise InvalidTransactionError(f"job {job.job_id!r} output {new.filename!r} is also one of its inputs")
+            raise InvalidTransactionError(
+                f"job {job.job_id!r} output {new.filename!r} is also one of its inputs"
+            )
         _check_new_reference(state, new)
         if new.filename in state.files_by_name or new.filename in produced:
             raise FileAlreadyExistsError(new.filename)
