@@ -38,8 +38,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# Each script prints its figures, targets and ratios (the README's Benchmarks section).
 bench: venv
 	$(PY) benchmarks/bench_model.py
+	$(PY) benchmarks/bench_sync_commits.py
+	$(PY) benchmarks/bench_committer.py
+	$(PY) benchmarks/bench_spark.py
 
 # The Lambda asset (our code + pinned dependencies for Lambda's Python 3.12 x86_64, from PyPI wheels, no
 # Docker): build/lambda/asset/. Rebuilt only when its inputs change.
