@@ -15,9 +15,9 @@ from statestore import layout
 # The cleanup Lambda deletes stale commit-request bodies (``tables/<id>/requests/``) by the time in their
 # key. As a backstop for bodies no cleanup reaches (a deleted table's, say), the bucket also expires them
 # itself. S3 lifecycle prefixes cannot wildcard the table id, so it finds them by tag: whoever puts a request
-# body tags it ``statestore-lifecycle=request-body`` (``Tagging=`` on PutObject).
-REQUEST_BODY_TAG_KEY = "statestore-lifecycle"
-REQUEST_BODY_TAG_VALUE = "request-body"
+# body tags it with ``layout.REQUEST_BODY_TAGS`` (``Tagging=`` on PutObject), as ``CommitSender`` does.
+REQUEST_BODY_TAG_KEY = layout.REQUEST_BODY_TAG_KEY
+REQUEST_BODY_TAG_VALUE = layout.REQUEST_BODY_TAG_VALUE
 # Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.
 REQUEST_BODY_EXPIRY = Duration.days(15)
 ACCESS_LOG_EXPIRY = Duration.days(90)

@@ -231,7 +231,8 @@ class CommitSender:
             body = encode_request(request)
             if len(body.encode("utf-8")) > self.max_inline_bytes:
                 key = body_key(request.table_id, request.request_id, self._clock())
-                self.blobs.put(key, json.dumps(transaction_to_json(request.transaction)).encode("utf-8"))
+                body_json = json.dumps(transaction_to_json(request.transaction)).encode("utf-8")
+                self.blobs.put(key, body_json, tags=layout.REQUEST_BODY_TAGS)
                 body = encode_request(request, key)
             messages.append(QueueMessage(body, request.table_id, request.request_id))
         self.queue.send(messages)

@@ -32,6 +32,13 @@ def log_body_key(table_id: str, transaction_number: int) -> str:
     return f"{log_body_prefix(table_id)}{transaction_number:012d}-{uuid.uuid4().hex[:12]}.body"
 
 
+# A commit request body is temporary: the bucket's lifecycle rule expires objects with this tag (lifecycle
+# prefixes cannot wildcard the table id), and cleanup deletes stale ones by the time in their key.
+REQUEST_BODY_TAG_KEY = "statestore-lifecycle"
+REQUEST_BODY_TAG_VALUE = "request-body"
+REQUEST_BODY_TAGS = {REQUEST_BODY_TAG_KEY: REQUEST_BODY_TAG_VALUE}
+
+
 def request_body_prefix(table_id: str) -> str:
     return f"{table_prefix(table_id)}requests/"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from statestore.errors import (
     BlobNotFoundError,
@@ -111,11 +111,13 @@ class InMemorySnapshotMetadataStore(SnapshotMetadataStore):
 class InMemoryBlobStore(BlobStore):
     def __init__(self) -> None:
         self._objects: dict[str, bytes] = {}
+        self.tags: dict[str, dict[str, str]] = {}  # what S3 would hold as object tags
         self._keys: list[str] = []
         self._lock = threading.Lock()
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, tags: Mapping[str, str] | None = None) -> None:
         with self._lock:
+            self.tags[key] = dict(tags or {})
             if key not in self._objects:
                 bisect.insort(self._keys, key)
             self._objects[key] = bytes(data)
@@ -130,6 +132,7 @@ class InMemoryBlobStore(BlobStore):
     def delete(self, keys: list[str]) -> None:
         with self._lock:
             for key in keys:
+                self.tags.pop(key, None)
                 if self._objects.pop(key, None) is not None:
                     self._keys.remove(key)
 

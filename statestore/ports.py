@@ -7,7 +7,7 @@ Implementations raise only :mod:`statestore.errors` exceptions, never a backend'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -96,7 +96,8 @@ class BlobStore(ABC):
     """Named byte objects (S3 in AWS): snapshot files, large transaction bodies."""
 
     @abstractmethod
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes, tags: Mapping[str, str] | None = None) -> None:
+        """Store ``data`` under ``key`` (replacing it), with object ``tags`` if given."""
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
@@ -24,9 +26,15 @@ class S3BlobStore(BlobStore):
         self.call = caller or AwsCaller()
         self.page_size = page_size
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, tags: Mapping[str, str] | None = None) -> None:
+        extra: dict[str, Any] = {"Tagging": urlencode(tags)} if tags else {}
         self.call(
-            f"write s3://{self.bucket}/{key}", self.s3.put_object, Bucket=self.bucket, Key=key, Body=data
+            f"write s3://{self.bucket}/{key}",
+            self.s3.put_object,
+            Bucket=self.bucket,
+            Key=key,
+            Body=data,
+            **extra,
         )
 
     def get(self, key: str) -> bytes:

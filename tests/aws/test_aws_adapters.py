@@ -121,6 +121,18 @@ def test_blob_listing_pages_through_many_objects(aws: AwsBackend) -> None:
     assert blobs.list("tables/t1/") == []
 
 
+def test_a_blob_put_with_tags_carries_them_as_s3_object_tags(aws: AwsBackend) -> None:
+    blobs = S3BlobStore(aws.s3, aws.resources.bucket)
+    tags = {"statestore-lifecycle": "request-body", "a b": "c/d=e+f"}  # needs URL encoding
+    blobs.put("tables/t1/requests/r1.json", b"{}", tags=tags)
+    blobs.put("tables/t1/data/f.parquet", b"x")
+
+    tagged = aws.s3.get_object_tagging(Bucket=aws.resources.bucket, Key="tables/t1/requests/r1.json")
+    untagged = aws.s3.get_object_tagging(Bucket=aws.resources.bucket, Key="tables/t1/data/f.parquet")
+    assert {t["Key"]: t["Value"] for t in tagged["TagSet"]} == tags
+    assert untagged["TagSet"] == []
+
+
 def test_provisioning_creates_every_table_on_demand_with_ttl_on_commit_status_and_can_run_again(
     aws: AwsBackend,
 ) -> None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from statestore import layout
 from statestore.catalog import TableInfo
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import CommitRequest, encode_request
@@ -345,7 +346,9 @@ def test_a_big_request_body_is_read_from_the_bucket(h: Harness) -> None:
     sender = CommitSender(queue, h.statuses, h.blobs, max_inline_bytes=100, clock=h.clock)
     request_id = sender.send(table, add_files(table, *(f"file-{i}" for i in range(50))).transaction)
     [sent] = queue.take()
-    assert "body_key" in json.loads(sent.body)
+    body_key = json.loads(sent.body)["body_key"]
+    # Tagged so the bucket's lifecycle rule expires it even if no cleanup ever reaches it.
+    assert h.blobs.tags[body_key] == layout.REQUEST_BODY_TAGS  # type: ignore[attr-defined]
 
     results = h.committer().process([message(sent.body, group_id=sent.group_id)])
 
