@@ -186,10 +186,12 @@ class TransactionLogStateStore:
         Raises the transaction's TransactionValidationError (nothing is written), or CommitConflictError
         when every attempt lost the race for the next number.
         """
-        body, compressed = encode_transaction(transaction)
         state = self.state()
+        encoded: tuple[bytes, bool] | None = None
         for attempt in range(self.retry.max_attempts):
             transaction.validate(state)
+            # Encoded once, after the first validation, so a malformed transaction reports its own error.
+            body, compressed = encoded = encoded or encode_transaction(transaction)
             rejected = tuple((part, str(error)) for part, error in transaction.rejected_parts(state))
             number = state.transaction_number + 1
             update_time = self._clock()

@@ -27,7 +27,15 @@ class Range:
     max: Key | None = None
 
     def __post_init__(self) -> None:
-        if self.max is not None and not self.min < self.max:  # type: ignore[operator]
+        if self.max is None:
+            return
+        try:
+            ordered = self.min < self.max  # type: ignore[operator]
+        except TypeError:
+            raise InvalidPartitionTreeError(
+                f"range bounds of different types: min {self.min!r}, max {self.max!r}"
+            ) from None
+        if not ordered:
             raise InvalidPartitionTreeError(f"empty range: min {self.min!r} is not below max {self.max!r}")
 
     def contains(self, value: Key) -> bool:

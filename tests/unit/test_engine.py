@@ -12,6 +12,7 @@ from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import (
     CommitConflictError,
     FileAlreadyExistsError,
+    InvalidTransactionError,
     StateStoreError,
     StoreUnavailableError,
     TransactionNotRetainedError,
@@ -24,10 +25,12 @@ from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
     AssignJobIds,
+    BatchItem,
     InitialisePartitions,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     Transaction,
+    TransactionBatch,
 )
 from tests.builders import STRING_SCHEMA, ref, tree
 
@@ -462,3 +465,14 @@ def test_a_stale_writer_cannot_reuse_a_number_cleanup_deleted() -> None:
     assert result.transaction_number == 4
     assert [e.transaction_number for e in log.read(TABLE, 0)] == [3, 4]
     assert stale.state() == make_store(log, snapshots).load()
+
+
+def test_a_malformed_transaction_is_reported_by_its_validation_not_by_the_codec() -> None:
+    log = InMemoryTransactionLog()
+    store = make_store(log)
+    initialise(store)
+    nested = TransactionBatch((BatchItem("outer", TransactionBatch((BatchItem("inner", add("a")),))),))
+
+    with pytest.raises(InvalidTransactionError, match="nested"):
+        store.commit(nested)
+    assert log.latest_number(TABLE) == 1

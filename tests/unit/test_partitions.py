@@ -441,3 +441,8 @@ def test_an_empty_range_cannot_be_built() -> None:
         Range(5, 5)
     with pytest.raises(InvalidPartitionTreeError, match="empty range"):
         Range("b", "a")
+
+
+def test_a_range_whose_bounds_are_of_different_types_is_a_clear_tree_error() -> None:
+    with pytest.raises(InvalidPartitionTreeError, match="different types"):
+        Range("a", b"b")
