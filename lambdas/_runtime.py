@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
-from statestore.aws.commit_status import DynamoDBCommitStatusStore
-from statestore.aws.sqs_queue import SqsCommitQueue
 from statestore.catalog import InMemoryTableIndex, TableIndex
 from statestore.cleanup import CleanupPolicy
 from statestore.committer import Committer
@@ -54,8 +52,8 @@ class Runtime:
             log=backend.log,
             snapshots=SnapshotStore(backend.snapshot_metadata, backend.blobs),
             blobs=backend.blobs,
-            statuses=DynamoDBCommitStatusStore(backend.dynamodb, names.commit_status_table, backend.caller),
-            dead_letters=SqsCommitQueue.named(sqs, names.dead_letter_queue, backend.caller),
+            statuses=backend.commit_statuses,
+            dead_letters=backend.queue(sqs, names.dead_letter_queue),
         )
 
     @classmethod

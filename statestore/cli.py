@@ -153,23 +153,17 @@ class Session:
         b = self.backend
         return StateStoreClient(b.table_index, b.log, b.snapshot_metadata, b.blobs)
 
-    @cached_property
+    @property
     def statuses(self) -> CommitStatusStore:
-        from statestore.aws.commit_status import DynamoDBCommitStatusStore
-
-        b = self.backend
-        return DynamoDBCommitStatusStore(b.dynamodb, self.resources.commit_status_table, b.caller)
+        return self.backend.commit_statuses
 
     @cached_property
     def sender(self) -> CommitSender:
         from statestore.aws.clients import make_client
-        from statestore.aws.sqs_queue import SqsCommitQueue
-        from statestore.commit_requests import CommitSender
 
-        b = self.backend
-        sqs = make_client("sqs", endpoint_url=self.endpoint_url, region=self.args.region)
-        queue = SqsCommitQueue.named(sqs, self.resources.commit_queue, b.caller)
-        return CommitSender(queue, self.statuses, b.blobs)
+        return self.backend.commit_sender(
+            make_client("sqs", endpoint_url=self.endpoint_url, region=self.args.region)
+        )
 
     def _check_endpoint(self) -> None:
         """Fail fast (not after minutes of retries) when a local endpoint is down; give a local endpoint

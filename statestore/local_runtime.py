@@ -40,7 +40,6 @@ from types import TracebackType
 from typing import Any
 
 from statestore.aws.clients import DEFAULT_REGION, AwsCaller, make_client
-from statestore.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.aws.sqs_queue import MAX_RECEIVE_COUNT, SqsCommitQueue, provision_queues
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
@@ -543,12 +542,7 @@ def connect_commit_sender(
     from statestore.aws.backend import AwsBackend
 
     backend = AwsBackend.connect(resources, endpoint_url, region=region)
-    sqs = make_client("sqs", endpoint_url=endpoint_url, region=region)
-    return CommitSender(
-        SqsCommitQueue.named(sqs, resources.commit_queue, backend.caller),
-        DynamoDBCommitStatusStore(backend.dynamodb, resources.commit_status_table, backend.caller),
-        backend.blobs,
-    )
+    return backend.commit_sender(make_client("sqs", endpoint_url=endpoint_url, region=region))
 
 
 # --- helpers ------------------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statestore.aws.clients import AwsCaller, make_client
+from statestore.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.aws.dynamodb_log import DynamoDBTransactionLog
 from statestore.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
 from statestore.aws.provision import provision
 from statestore.aws.s3_blobs import S3BlobStore
+from statestore.aws.sqs_queue import SqsCommitQueue
 from statestore.aws.table_index import DynamoDBTableIndex
+from statestore.commit_requests import CommitSender
 from statestore.resources import ResourceNames
 
 
@@ -33,6 +36,15 @@ class AwsBackend:
         self.table_index = DynamoDBTableIndex(
             self.dynamodb, r.tables_by_id_table, r.tables_by_name_table, self.caller
         )
+        self.commit_statuses = DynamoDBCommitStatusStore(self.dynamodb, r.commit_status_table, self.caller)
+
+    def queue(self, sqs: Any, queue_name: str) -> SqsCommitQueue:
+        """One of the instance's queues (the commit queue or the dead-letter queue) through ``sqs``."""
+        return SqsCommitQueue.named(sqs, queue_name, self.caller)
+
+    def commit_sender(self, sqs: Any) -> CommitSender:
+        """A sender of commit requests to the instance's queue, with its status table and bucket."""
+        return CommitSender(self.queue(sqs, self.resources.commit_queue), self.commit_statuses, self.blobs)
 
     @classmethod
     def connect(
