@@ -5,11 +5,11 @@ For each table (message group) in a batch, in message order:
 1. Skip requests already processed: a final status in the status store, a request id in a log entry this
    committer followed or wrote, or, for a redelivered message with no status (a committer died between its
    log write and recording the outcome), a request id in the log entries written since the message was sent.
-2. Validate the rest optimistically, on a copy of the table's warm state (no log read): each against the state
-   as changed by the ones before it. A request that fails validation is *rejected* with the reason; the others
-   go on.
-3. Write the valid ones as **one** :class:`~statestore.transactions.TransactionBatch` log entry. If another
-   writer took the number, catch up from the log and redo the table's group, with full-jitter backoff.
+2. Commit the rest as one group through the engine (:meth:`TransactionLogStateStore.commit_group`): each is
+   validated against the state as changed by the ones before it, starting from the state the entry is
+   appended after (optimistically the warm state, with no log read). A request that fails validation is
+   *rejected* with the reason; the valid ones become **one** ``TransactionBatch``
+   log entry. A lost race for the number redoes the whole group against the caught-up state.
 
 Then record every outcome in one status write, send malformed messages (and those for unknown tables) to the
 dead-letter queue with their reason, and report which messages to retry. Work is ordered log write, statuses,
@@ -33,15 +33,8 @@ from typing import Any
 from statestore.catalog import TableIndex, TableInfo
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import RequestEnvelope, parse_request
-from statestore.engine import RetryPolicy, TransactionLogStateStore, now_millis
-from statestore.errors import (
-    CodecError,
-    CommitConflictError,
-    StateStoreError,
-    TableNotFoundError,
-    TransactionNumberTakenError,
-    TransactionValidationError,
-)
+from statestore.engine import GroupMember, RetryPolicy, TransactionLogStateStore, now_millis
+from statestore.errors import CodecError, StateStoreError, TableNotFoundError
 from statestore.ports import (
     BlobStore,
     CommitOutcome,
@@ -53,7 +46,7 @@ from statestore.ports import (
     TransactionLogStore,
 )
 from statestore.snapshots import SnapshotStore
-from statestore.transactions import BatchItem, Transaction, TransactionBatch, request_ids_of
+from statestore.transactions import Transaction, request_ids_of
 
 logger = logging.getLogger(__name__)
 
@@ -347,81 +340,59 @@ class Committer:
                     p.result = _duplicate(p, first.transaction_number, "sent twice in one batch")
 
     def _commit(self, table: _Table, fresh: list[_Pending]) -> None:
-        """Validate ``fresh`` on a copy of the warm state and append the valid ones as one entry."""
+        """Commit ``fresh`` as one group through the engine, which validates it against the state it is
+        appended after and redoes it on a lost race; requests found in the log are duplicates."""
         table_id = table.info.table_id
-        for attempt in range(self.retry_policy.max_attempts):
-            todo = []
-            for p in fresh:
-                assert p.envelope is not None
-                number = table.followed.number_of(p.envelope.request_id)
-                if number is not None:
-                    p.result = _duplicate(p, number, "found in the log")
-                    p.status = _status(p, CommitOutcome.COMMITTED, self.clock(), number)
-                elif p.result is None or p.result.outcome is MessageOutcome.REJECTED:
-                    todo.append(p)
-            if not todo:
-                return
-            state = table.store.cached_state()
-            work = state.copy()
-            update_time = self.clock()
-            items: list[BatchItem] = []
-            accepted: list[tuple[_Pending, str | None]] = []
-            for p in todo:
-                assert p.envelope is not None
-                p.result = p.status = None
-                try:
-                    if p.transaction is None:
-                        p.transaction = p.envelope.transaction(self.blobs)
-                except CodecError as e:
-                    self._dead(p, f"malformed commit request: {e}")
-                    continue
-                transaction = p.transaction
-                try:
-                    transaction.validate(work)
-                    skipped = transaction.rejected_parts(work)
-                    transaction.apply(work, update_time)
-                except TransactionValidationError as e:
-                    p.result = MessageResult(
-                        p.message.message_id,
-                        MessageOutcome.REJECTED,
-                        p.envelope.request_id,
-                        table_id,
-                        None,
-                        str(e),
-                    )
-                    p.status = _status(p, CommitOutcome.REJECTED, update_time, None, str(e))
-                    continue
-                items.append(BatchItem(p.envelope.request_id, transaction))
-                note = "; ".join(f"skipped {part}: {error}" for part, error in skipped) or None
-                accepted.append((p, note))
-            if not items:
-                return
-            batch = TransactionBatch(tuple(items))
-            try:
-                number = table.store.append_validated(batch, work, update_time)
-            except TransactionNumberTakenError:
-                self.stats.log_append_conflicts += 1
-                self.sleep(self.retry_policy.delay(attempt, self.rng))
-                table.store.state()  # catch up; the followed entries reveal requests another writer committed
+        members: list[GroupMember] = []
+        by_request: dict[str, _Pending] = {}
+        for p in fresh:
+            assert p.envelope is not None
+            request_id = p.envelope.request_id
+            number = table.followed.number_of(request_id)
+            if number is not None:
+                self._found_in_log(p, number)
                 continue
-            self.stats.log_appends += 1
-            table.followed.add(number, update_time, batch.request_ids)
-            for p, note in accepted:
-                assert p.envelope is not None
-                p.result = MessageResult(
-                    p.message.message_id,
-                    MessageOutcome.COMMITTED,
-                    p.envelope.request_id,
-                    table_id,
-                    number,
-                    note,
-                )
-                p.status = _status(p, CommitOutcome.COMMITTED, update_time, number, note)
+            try:
+                if p.transaction is None:
+                    p.transaction = p.envelope.transaction(self.blobs)
+            except CodecError as e:
+                self._dead(p, f"malformed commit request: {e}")
+                continue
+            members.append(GroupMember(request_id, p.transaction))
+            by_request[request_id] = p
+        if not members:
             return
-        raise CommitConflictError(
-            f"table {table_id!r}: gave up after {self.retry_policy.max_attempts} attempts to append a batch; "
-            "other writers kept taking the next transaction number"
-        )
+        conflicts_before = table.store.retries
+        try:
+            outcome = table.store.commit_group(members, already_committed=table.followed.number_of)
+        finally:
+            self.stats.log_append_conflicts += table.store.retries - conflicts_before
+        now = self.clock()
+        for request_id, number in outcome.found.items():
+            self._found_in_log(by_request[request_id], number)
+        for request_id, error in outcome.rejected.items():
+            p = by_request[request_id]
+            p.result = MessageResult(
+                p.message.message_id, MessageOutcome.REJECTED, request_id, table_id, None, str(error)
+            )
+            p.status = _status(p, CommitOutcome.REJECTED, now, None, str(error))
+        if outcome.transaction_number is None or outcome.update_time is None:
+            return
+        number = outcome.transaction_number
+        self.stats.log_appends += 1
+        table.followed.add(number, outcome.update_time, outcome.committed)
+        for request_id in outcome.committed:
+            p = by_request[request_id]
+            skipped = outcome.skipped_parts.get(request_id, ())
+            note = "; ".join(f"skipped {part}: {error}" for part, error in skipped) or None
+            p.result = MessageResult(
+                p.message.message_id, MessageOutcome.COMMITTED, request_id, table_id, number, note
+            )
+            p.status = _status(p, CommitOutcome.COMMITTED, outcome.update_time, number, note)
+
+    def _found_in_log(self, p: _Pending, number: int) -> None:
+        p.result = _duplicate(p, number, "found in the log")
+        p.status = _status(p, CommitOutcome.COMMITTED, self.clock(), number)
 
     def _find_in_log(self, table: _Table, since: int, request_ids: set[str]) -> None:
         """Make sure ``table.followed`` knows which of ``request_ids`` are in log entries written since

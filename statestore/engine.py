@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from statestore.codec.transaction_json import decode_entry, encode_transaction
 from statestore.errors import (
     CommitConflictError,
+    CommitOutcomeUnknownError,
     StateStoreError,
+    StoreUnavailableError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
+    TransactionValidationError,
 )
 from statestore.ports import LogEntry, SnapshotInfo, TransactionLogStore
 from statestore.schema import Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
-from statestore.transactions import Transaction
+from statestore.transactions import BatchItem, Transaction, TransactionBatch
 
 
 def now_millis() -> int:
@@ -44,6 +48,43 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One request of a group commit: ``key`` (the commit request id) names it in the log entry."""
+
+    key: str
+    transaction: Transaction
+
+
+@dataclass(frozen=True)
+class GroupCommitResult:
+    """What a group commit did with each member.
+
+    ``committed`` members are in entry ``transaction_number`` (None when nothing was written); ``found``
+    maps members already in the log to their entry; ``rejected`` holds each invalid member's error;
+    ``skipped_parts`` the parts of committed members that were skipped, with their reasons.
+    """
+
+    transaction_number: int | None
+    update_time: int | None
+    attempts: int
+    committed: tuple[str, ...]
+    found: dict[str, int]
+    rejected: dict[str, TransactionValidationError]
+    skipped_parts: dict[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """What one attempt would append: the transaction, the state after it (None: apply it on success to the
+    state it was validated on) and its encoded body."""
+
+    transaction: Transaction
+    work: TableState | None
+    encoded: tuple[bytes, bool]
+    rejected_parts: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -183,50 +224,194 @@ class TransactionLogStateStore:
     def commit(self, transaction: Transaction) -> CommitResult:
         """Validate and append ``transaction`` as the next log entry, then apply it locally.
 
-        Raises the transaction's TransactionValidationError (nothing is written), or CommitConflictError
-        when every attempt lost the race for the next number.
+        Raises the transaction's TransactionValidationError (nothing is written; the state it was checked
+        against was read to the end of the log), CommitConflictError when every attempt lost the race for
+        the next number, or CommitOutcomeUnknownError when the store failed so that it cannot be told
+        whether the entry was stored.
         """
-        state = self.state()
-        encoded: tuple[bytes, bool] | None = None
-        for attempt in range(self.retry.max_attempts):
-            transaction.validate(state)
-            # Encoded once, after the first validation, so a malformed transaction reports its own error.
-            body, compressed = encoded = encoded or encode_transaction(transaction)
-            rejected = tuple((part, str(error)) for part, error in transaction.rejected_parts(state))
-            number = state.transaction_number + 1
-            update_time = self._clock()
-            entry = LogEntry(number, update_time, transaction.TYPE, body, compressed)
+        encoded: list[tuple[bytes, bool]] = []
+        errors: list[TransactionValidationError] = []
+
+        def draft(state: TableState, update_time: int) -> _Draft | None:
+            errors.clear()
             try:
-                self.log.append(self.table_id, entry)
-            except TransactionNumberTakenError:
-                self.retries += 1
-                if attempt + 1 == self.retry.max_attempts:
-                    break  # no point waiting or catching up just to give up
-                self._sleep(self.retry.delay(attempt, self._rng))
-                state = self._state = self._catch_up(state)
-                continue
-            transaction.apply(state, update_time)
-            state.transaction_number = number
-            return CommitResult(number, update_time, attempt + 1, rejected)
-        raise CommitConflictError(
-            f"table {self.table_id!r}: gave up after {self.retry.max_attempts} attempts to append a "
-            f"{transaction.TYPE} transaction; other writers kept taking the next number"
+                transaction.validate(state)
+            except TransactionValidationError as e:
+                errors.append(e)
+                return None
+            if not encoded:  # once, after the first validation: a malformed transaction reports its own error
+                encoded.append(encode_transaction(transaction))
+            rejected = tuple((part, str(error)) for part, error in transaction.rejected_parts(state))
+            return _Draft(transaction, None, encoded[0], rejected)
+
+        appended = self._append(draft, optimistic=False, what=transaction.TYPE)
+        if appended is None:
+            raise errors[0]
+        number, update_time, attempts, made = appended
+        return CommitResult(number, update_time, attempts, made.rejected_parts)
+
+    def commit_group(
+        self,
+        members: Sequence[GroupMember],
+        *,
+        already_committed: Callable[[str], int | None] = lambda key: None,
+    ) -> GroupCommitResult:
+        """Commit several independent requests as **one** log entry (a :class:`TransactionBatch`).
+
+        Each member is validated against the state as changed by the members before it, starting from the
+        state the entry will be appended after; invalid members are rejected, the others written together
+        at exactly that state's number + 1. On a lost race the whole group is redone against the caught-up
+        state. ``already_committed(key)`` gives the transaction number of a member found in the log (asked
+        again on every attempt, as catching up may reveal members another writer committed); such members
+        are skipped. A rejection is only reported once it was made against a state read to the end of the
+        log or proven current by the append that followed it.
+
+        Optimistic: starts from the cached state, without reading the log. Raises CommitConflictError,
+        CommitOutcomeUnknownError, or a store's StateStoreError; nothing is reported then.
+        """
+        keys = [m.key for m in members]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a commit group names a key more than once")
+        found: dict[str, int] = {}
+        rejected: dict[str, TransactionValidationError] = {}
+        skipped: dict[str, tuple[tuple[str, str], ...]] = {}
+
+        def draft(state: TableState, update_time: int) -> _Draft | None:
+            found.clear()
+            rejected.clear()
+            skipped.clear()
+            todo = []
+            for member in members:
+                number = already_committed(member.key)
+                if number is not None:
+                    found[member.key] = number
+                else:
+                    todo.append(member)
+            # One member is validated on the state itself and applied after the append; several need a
+            # working copy, each validated against the state as the ones before it changed it.
+            work = state if len(todo) <= 1 else state.copy()
+            items = []
+            for member in todo:
+                try:
+                    member.transaction.validate(work)
+                except TransactionValidationError as e:
+                    rejected[member.key] = e
+                    continue
+                skipped[member.key] = tuple(
+                    (part, str(error)) for part, error in member.transaction.rejected_parts(work)
+                )
+                if work is not state:
+                    member.transaction.apply(work, update_time)
+                items.append(BatchItem(member.key, member.transaction))
+            if not items:
+                return None
+            batch = TransactionBatch(tuple(items))
+            return _Draft(batch, None if work is state else work, encode_transaction(batch), ())
+
+        appended = self._append(
+            draft, optimistic=True, what=f"group of {len(members)}", recheck=lambda: bool(rejected)
+        )
+        if appended is None:
+            return GroupCommitResult(None, None, 1, (), dict(found), dict(rejected), {})
+        number, update_time, attempts, made = appended
+        batch = made.transaction
+        assert isinstance(batch, TransactionBatch)
+        return GroupCommitResult(
+            number, update_time, attempts, batch.request_ids, dict(found), dict(rejected), dict(skipped)
         )
 
-    def append_validated(self, transaction: Transaction, validated: TableState, update_time: int) -> int:
-        """Append a transaction already applied to ``validated`` (a copy of this store's state).
+    def _append(
+        self,
+        draft: Callable[[TableState, int], _Draft | None],
+        *,
+        optimistic: bool,
+        what: str,
+        recheck: Callable[[], bool] = lambda: False,
+    ) -> tuple[int, int, int, _Draft] | None:
+        """The append loop every commit goes through.
 
-        Used by the committer, which validates a group of requests on a copy before writing them as one
-        entry. On success the copy becomes this store's state. Raises TransactionNumberTakenError if
-        another writer got there first; this store's state is then unchanged.
+        ``draft(state, update_time)`` validates against ``state`` and returns what to append, or None when
+        there is nothing to write. Its entry goes in at exactly ``state.transaction_number + 1``; on a lost
+        race the state is caught up and ``draft`` asked again, after a full-jitter backoff. When nothing is
+        to be written from an ``optimistic`` (cached) state and ``recheck()`` says the decision depended on
+        that state (a rejection), the state is read to the end and ``draft`` asked again. Returns
+        ``(number, update_time, attempts, draft)``, or None if the last draft had nothing to write.
         """
-        current = self.cached_state()
-        number = current.transaction_number + 1
-        body, compressed = encode_transaction(transaction)
-        self.log.append(self.table_id, LogEntry(number, update_time, transaction.TYPE, body, compressed))
-        validated.transaction_number = number
-        self._state = validated
-        return number
+        state = self.cached_state() if optimistic else self.state()
+        current = not optimistic  # whether ``state`` was just read to the end of the log
+        attempt = 0
+        while True:
+            update_time = self._clock()
+            made = draft(state, update_time)
+            if made is None:
+                if not current and recheck():
+                    # Nothing to write, so no append proves the cached state current: a rejection made
+                    # against it may be stale. Read to the end and decide again.
+                    state = self._state = self._catch_up(state)
+                    current = True
+                    continue
+                return None
+            number = state.transaction_number + 1
+            body, compressed = made.encoded
+            entry = LogEntry(number, update_time, made.transaction.TYPE, body, compressed, uuid.uuid4().hex)
+            if self._put(entry):
+                if made.work is None:
+                    made.transaction.apply(state, update_time)
+                    new_state = state
+                else:
+                    new_state = made.work
+                new_state.transaction_number = number
+                self._state = new_state
+                return number, update_time, attempt + 1, made
+            self.retries += 1
+            attempt += 1
+            if attempt == self.retry.max_attempts:
+                raise CommitConflictError(
+                    f"table {self.table_id!r}: gave up after {self.retry.max_attempts} attempts to append a "
+                    f"{what} transaction; other writers kept taking the next number"
+                )
+            self._sleep(self.retry.delay(attempt - 1, self._rng))
+            state = self._state = self._catch_up(state)
+            current = True
+
+    def _put(self, entry: LogEntry) -> bool:
+        """Append ``entry``: True once it is in the log, False if another writer holds its number.
+
+        An ambiguous failure (StoreUnavailableError: the put may have landed) is resolved by reading the
+        entry's number back and comparing writer tokens; while that cannot be told, the identical entry is
+        put again (safe: the condition lets at most one copy in). Raises CommitOutcomeUnknownError if the
+        outcome stays unknown.
+        """
+        number = entry.transaction_number
+        last_error: StoreUnavailableError | None = None
+        for attempt in range(self.retry.max_attempts):
+            try:
+                self.log.append(self.table_id, entry)
+                return True
+            except TransactionNumberTakenError:
+                holder = self._writer_at(number)
+                if holder is None:
+                    raise CommitOutcomeUnknownError(
+                        self.table_id, number, entry.writer_token, "the number is taken but its entry is gone"
+                    ) from None
+                return holder == entry.writer_token
+            except StoreUnavailableError as e:
+                last_error = e
+            try:
+                holder = self._writer_at(number)
+            except StoreUnavailableError as e:
+                last_error = e
+            else:
+                if holder is not None:
+                    return holder == entry.writer_token
+            self._sleep(self.retry.delay(attempt, self._rng))
+        raise CommitOutcomeUnknownError(self.table_id, number, entry.writer_token, str(last_error))
+
+    def _writer_at(self, number: int) -> str | None:
+        """The writer token of entry ``number``, or None if there is no such entry."""
+        for entry in self.log.read(self.table_id, number, number):
+            return entry.writer_token
+        return None
 
     # --- snapshots ------------------------------------------------------------------------------
 

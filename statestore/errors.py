@@ -186,3 +186,21 @@ class BlobNotFoundError(StateStoreError):
 
 class StoreUnavailableError(StateStoreError):
     """A backend kept failing (throttling, network) after retries."""
+
+
+class CommitOutcomeUnknownError(StoreUnavailableError):
+    """A log append failed in a way that leaves unknown whether it was stored (e.g. the store stayed
+    unreachable after the put was sent). Never a validation error: the transaction may be committed.
+
+    Look at the log (``transaction_number``, ``writer_token``) or commit again with a request id the
+    committer deduplicates; do not undo the work the transaction described.
+    """
+
+    def __init__(self, table_id: str, transaction_number: int, writer_token: str, cause: str) -> None:
+        super().__init__(
+            f"table {table_id!r}: could not tell whether transaction {transaction_number} (writer token "
+            f"{writer_token}) was stored: {cause}. It may be committed; read the log before retrying"
+        )
+        self.table_id = table_id
+        self.transaction_number = transaction_number
+        self.writer_token = writer_token

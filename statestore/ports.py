@@ -14,13 +14,19 @@ from enum import StrEnum
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One transaction in a table's log: ``body`` is the codec's output, ``compressed`` how to read it."""
+    """One transaction in a table's log: ``body`` is the codec's output, ``compressed`` how to read it.
+
+    ``writer_token`` is unique to the append that wrote the entry: a writer whose put failed ambiguously (the
+    response was lost, or a retry of a put that had landed failed its condition) reads the entry back and
+    recognises its own by it. Empty on entries written before tokens existed.
+    """
 
     transaction_number: int
     update_time: int  # epoch milliseconds; every replica stamps the transaction's changes with it
     transaction_type: str
     body: bytes
     compressed: bool = False
+    writer_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,9 @@ class TransactionLogStore(ABC):
     def append(self, table_id: str, entry: LogEntry) -> None:
         """Store ``entry`` if its number is unused; raise TransactionNumberTakenError if it is taken.
 
-        May raise TransactionTooLargeError if the body cannot be stored at all.
+        Taken includes "taken by this very entry": a retried put whose first try landed fails its condition.
+        StoreUnavailableError means the outcome is unknown (the entry may or may not be stored); putting the
+        same entry again is safe. May raise TransactionTooLargeError if the body cannot be stored at all.
         """
 
     @abstractmethod

@@ -25,6 +25,7 @@ _TYPE = "transaction_type"
 _BODY = "body"  # inline body: S when uncompressed (readable in the console), B when compressed
 _BODY_KEY = "body_key"  # S3 key of a body too large for an item
 _COMPRESSED = "compressed"
+_WRITER = "writer"  # the entry's writer token
 
 S3_SINGLE_PUT_LIMIT = 5 * 1024**3  # S3 refuses a single PUT above 5 GB
 _DELETE_CHUNK = 100  # log items deleted per step (items, then their bodies)
@@ -68,6 +69,8 @@ class DynamoDBTransactionLog(TransactionLogStore):
             _TYPE: {"S": entry.transaction_type},
             _COMPRESSED: {"BOOL": entry.compressed},
         }
+        if entry.writer_token:
+            item[_WRITER] = {"S": entry.writer_token}
         body_key: str | None = None
         size = len(entry.body)
         if size > self.max_blob_bytes:
@@ -99,10 +102,27 @@ class DynamoDBTransactionLog(TransactionLogStore):
                 ExpressionAttributeNames={"#n": _NUMBER},
             )
         except TransactionNumberTakenError:
-            if body_key is not None:
-                self.blobs.delete([body_key])  # another writer owns this number; our upload is unreferenced
+            # botocore retries a put whose response was lost, and the retry fails the condition on our own
+            # item: delete the upload only when another writer's item holds the number.
+            if body_key is not None and not self._holds(table_id, number, entry.writer_token):
+                self.blobs.delete([body_key])
             raise
         # Any other failure may have written the item anyway, so an uploaded body is kept.
+
+    def _holds(self, table_id: str, number: int, writer_token: str) -> bool:
+        """Whether entry ``number`` was written by ``writer_token`` (False for an entry with no token)."""
+        if not writer_token:
+            return False
+        response = self.call(
+            f"read the writer of transaction {number} of table {table_id!r}",
+            self.dynamodb.get_item,
+            TableName=self.table_name,
+            Key={_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(number)}},
+            ProjectionExpression="#w",
+            ExpressionAttributeNames={"#w": _WRITER},
+            ConsistentRead=True,
+        )
+        return str(response.get("Item", {}).get(_WRITER, {}).get("S", "")) == writer_token
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -173,7 +193,14 @@ class DynamoDBTransactionLog(TransactionLogStore):
         else:
             value = item[_BODY]
             body = value["B"] if "B" in value else value["S"].encode("utf-8")
-        return LogEntry(number, int(item[_UPDATE_TIME]["N"]), item[_TYPE]["S"], bytes(body), compressed)
+        return LogEntry(
+            number,
+            int(item[_UPDATE_TIME]["N"]),
+            item[_TYPE]["S"],
+            bytes(body),
+            compressed,
+            str(item.get(_WRITER, {}).get("S", "")),
+        )
 
     # --- deleting -------------------------------------------------------------------------------
 

@@ -145,3 +145,35 @@ def test_provisioning_creates_every_table_on_demand_with_ttl_on_commit_status_an
     ttl = aws.dynamodb.describe_time_to_live(TableName=aws.resources.commit_status_table)
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     assert aws.blobs.list("") == []
+
+
+class _PutsTwice:
+    """A DynamoDB client whose put_item is sent twice, as botocore retries a put whose response was lost."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put_item(self, **kwargs: Any) -> Any:
+        self._client.put_item(**kwargs)
+        return self._client.put_item(**kwargs)
+
+
+def test_a_large_body_whose_put_response_was_lost_stays_with_its_entry(aws: AwsBackend) -> None:
+    log = DynamoDBTransactionLog(_PutsTwice(aws.dynamodb), aws.log.table_name, aws.blobs)
+    mine = LogEntry(1, 1_700_000_000_001, "AddFiles", BIG, writer_token="w-1")
+
+    with pytest.raises(TransactionNumberTakenError):  # the retry fails the condition on our own item
+        log.append("t1", mine)
+
+    [stored] = list(aws.log.read("t1", 1))
+    assert (stored.body, stored.writer_token) == (BIG, "w-1")
+
+
+def test_entries_carry_their_writer_token(aws: AwsBackend) -> None:
+    aws.log.append("t1", LogEntry(1, 1_700_000_000_001, "AddFiles", b"{}", writer_token="w-1"))
+    aws.log.append("t1", LogEntry(2, 1_700_000_000_002, "AddFiles", BIG, writer_token="w-2"))
+
+    assert [e.writer_token for e in aws.log.read("t1", 1)] == ["w-1", "w-2"]

@@ -1,0 +1,177 @@
+"""Regression tests for the commit path under faults: each broke a promise before it was fixed.
+
+- a group validated against a stale warm state must never be appended after entries it did not see;
+- a rejection is final only once checked against a state read to the end of the log;
+- a lost response to a log put that landed is a success, never a validation error (and never unknown).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from statestore.codec.transaction_json import transaction_to_json
+from statestore.commit_requests import CommitRequest, body_key, encode_request
+from statestore.committer import ReceivedMessage
+from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.errors import StoreUnavailableError, TransactionNumberTakenError
+from statestore.memory import InMemoryBlobStore, InMemoryTransactionLog
+from statestore.ports import CommitOutcome, LogEntry
+from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
+from tests.builders import ref
+from tests.committer.harness import Harness, add_files, message, outcomes
+from tests.invariants import check_exactly_once, replay_checking_each_entry
+
+
+def replay(h: Harness, table_id: str) -> None:
+    replay_checking_each_entry(h.log, table_id, h.tables.get(table_id).schema)
+
+
+# --- a group commit is validated against the state it is appended after -------------------------------
+
+
+class SlowBlobStore(InMemoryBlobStore):
+    """Runs ``during_get`` inside the next ``get`` (a slow fetch of a request body, while others write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_get: Callable[[], None] | None = None
+
+    def get(self, key: str) -> bytes:
+        hook, self.during_get = self.during_get, None
+        if hook is not None:
+            hook()
+        return super().get(key)
+
+
+def stored_aside(h: Harness, request: CommitRequest) -> ReceivedMessage:
+    """A message whose request body is in the bucket, as a big request's is."""
+    key = body_key(request.table_id, request.request_id, h.clock.now)
+    h.blobs.put(key, json.dumps(transaction_to_json(request.transaction)).encode())
+    return message(encode_request(request, key), group_id=request.table_id)
+
+
+def while_fetching_the_body_another_writer_adds_x_and_time_passes(h: Harness, table: str) -> None:
+    def meanwhile() -> None:
+        h.store(table).commit(AddFiles((ref("x", "root"),)))
+        h.clock.advance(6 * 60_000)  # past the engine's 5-minute unread limit
+
+    assert isinstance(h.blobs, SlowBlobStore)
+    h.blobs.during_get = meanwhile
+
+
+def test_a_group_is_never_appended_after_entries_it_was_not_validated_against() -> None:
+    h = Harness(blobs=SlowBlobStore())
+    table = h.create_table("t")
+    committer = h.committer()
+    assert outcomes(committer.process([message(add_files(table, "warm"))])) == ["committed"]
+    while_fetching_the_body_another_writer_adds_x_and_time_passes(h, table)
+
+    results = committer.process([stored_aside(h, add_files(table, "x"))])
+
+    assert outcomes(results) == ["rejected"]
+    assert "already exists" in (results[0].reason or "")
+    replay(h, table)  # every entry is valid against the state just before it
+
+
+def test_the_warm_state_after_a_lost_race_equals_a_fresh_load() -> None:
+    h = Harness(blobs=SlowBlobStore())
+    table = h.create_table("t")
+    committer = h.committer()
+    committer.process([message(add_files(table, "warm"))])
+    while_fetching_the_body_another_writer_adds_x_and_time_passes(h, table)
+    committer.process([stored_aside(h, add_files(table, "y"))])
+
+    # Valid only if the warm state knows "x" (a warm state that lacked it would commit a second "x").
+    results = committer.process([message(add_files(table, "x")), message(add_files(table, "z"))])
+
+    assert outcomes(results) == ["rejected", "committed"]
+    state = replay_checking_each_entry(h.log, table, h.tables.get(table).schema)
+    assert sorted(state.files_by_name) == ["warm", "x", "y", "z"]
+
+
+def test_a_rejection_made_on_a_cached_state_is_checked_against_the_log_before_it_is_final() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    committer = h.committer()
+    committer.process([message(add_files(table, "warm"))])
+    # Another writer adds the file the request claims: the warm state lacks it, and rejecting the claim as
+    # "file not found" on that stale state would be a false rejection.
+    h.store(table).commit(AddFiles((ref("late", "root"),)))
+    claim = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", ("late",)),)))
+
+    results = committer.process([message(claim)])
+
+    assert outcomes(results) == ["committed"]
+    state = h.state(table)
+    assert state.files_by_name["late"].references[0].job_id == "job"
+
+
+# --- lost responses -----------------------------------------------------------------------------------
+
+
+class LostResponseLog(InMemoryTransactionLog):
+    """The next append lands, then its caller sees ``failure`` (a lost response) instead of success."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failure: Callable[[str, LogEntry], Exception] | None = None
+
+    def append(self, table_id: str, entry: LogEntry) -> None:
+        super().append(table_id, entry)
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure(table_id, entry)
+
+
+LOST = {
+    # botocore retried the put; the retry failed the condition on the item the first try wrote
+    "retry-fails-condition": lambda table_id, entry: TransactionNumberTakenError(
+        table_id, entry.transaction_number
+    ),
+    # the connection dropped after DynamoDB wrote the item
+    "connection-lost": lambda table_id, entry: StoreUnavailableError("connection reset by peer"),
+}
+
+
+@pytest.mark.parametrize("lost", LOST.values(), ids=LOST.keys())
+def test_a_synchronous_commit_whose_response_was_lost_is_reported_committed(
+    lost: Callable[[str, LogEntry], Exception],
+) -> None:
+    h = Harness(log=LostResponseLog())
+    table = h.create_table("t")
+    store = TransactionLogStateStore(
+        table, h.tables.get(table).schema, h.log, retry=RetryPolicy(base_delay=0.0), sleep=lambda _: None
+    )
+    assert isinstance(h.log, LostResponseLog)
+    h.log.failure = lost
+
+    result = store.commit(AddFiles((ref("a", "root"),)))
+
+    assert result.transaction_number == 2
+    assert h.log.latest_number(table) == 2
+    assert "a" in store.state().files_by_name
+    replay(h, table)
+
+
+@pytest.mark.parametrize("lost", LOST.values(), ids=LOST.keys())
+def test_a_queued_commit_whose_response_was_lost_is_reported_committed_not_rejected(
+    lost: Callable[[str, LogEntry], Exception],
+) -> None:
+    h = Harness(log=LostResponseLog())
+    table = h.create_table("t")
+    committer = h.committer()
+    assert isinstance(h.log, LostResponseLog)
+    h.log.failure = lost
+    request = add_files(table, "a")
+
+    results = committer.process([message(request)])
+
+    assert outcomes(results) == ["committed"]
+    assert results[0].transaction_number == 2
+    status = h.statuses.get(request.request_id)
+    assert status is not None and status.outcome is CommitOutcome.COMMITTED
+    check_exactly_once(h.log, table, {request.request_id: status})
+    replay(h, table)
