@@ -245,10 +245,16 @@ class Committer:
         except StateStoreError as e:
             return self._finish_all_retry(pending, f"could not read commit statuses: {e}")
         final = {request_id: s for request_id, s in known.items() if s.is_final}
+        for p in pending:
+            # A request already decided is a duplicate wherever its copy turns up: in its table's group, in
+            # another group, or naming a table that is gone. It changes nothing, not even its status.
+            status = final.get(p.envelope.request_id) if p.envelope is not None else None
+            if status is not None:
+                self._settled(p, status, f"already {status.outcome.value}")
 
         for group_id, group in groups.items():
             try:
-                self._process_group(group_id, group, final)
+                self._process_group(group_id, group)
             except Exception as e:
                 if not isinstance(e, StateStoreError):
                     # A bug, or a state we cannot trust: start the table afresh next time.
@@ -260,6 +266,11 @@ class Committer:
                     )
                 self._retry_group(group, f"could not commit to table {group_id!r}: {e}")
 
+        decided = {s.request_id: s for p in pending if (s := p.status) is not None and s.is_final}
+        for p in pending:
+            # A stray copy (wrong group) of a request this very batch decided is a duplicate of it.
+            if p.dead_reason is not None and p.envelope is not None and p.envelope.request_id in decided:
+                self._settled(p, decided[p.envelope.request_id], "decided in this batch")
         self._record_statuses(pending, groups)
         self._send_dead_letters(pending, groups)
         results = []
@@ -287,7 +298,7 @@ class Committer:
 
     # --- one table ------------------------------------------------------------------------------
 
-    def _process_group(self, table_id: str, group: list[_Pending], final: Mapping[str, CommitStatus]) -> None:
+    def _process_group(self, table_id: str, group: list[_Pending]) -> None:
         live = [p for p in group if p.result is None]
         if not live:
             return
@@ -309,10 +320,6 @@ class Committer:
                 p.copy_of = first_of[request_id]
                 continue
             first_of[request_id] = p
-            status = final.get(request_id)
-            if status is not None:
-                p.result = _duplicate(p, status.transaction_number, f"already {status.outcome.value}")
-                continue
             fresh.append(p)
 
         redelivered = [p for p in fresh if p.message.receive_count > 1]
@@ -460,6 +467,12 @@ class Committer:
         if p.envelope is not None:
             p.status = _status(p, CommitOutcome.DEAD_LETTERED, self.clock(), None, reason)
 
+    def _settled(self, p: _Pending, final: CommitStatus, why: str) -> None:
+        """``p`` is a copy of a request whose final status is ``final``: a duplicate that changes nothing."""
+        p.result = _duplicate(p, final.transaction_number, why)
+        p.status = None
+        p.dead_reason = None
+
     def _retry_group(self, group: list[_Pending], reason: str) -> None:
         for p in group:
             envelope = p.envelope
@@ -485,7 +498,7 @@ class Committer:
         if not statuses:
             return
         try:
-            self.statuses.record(statuses)
+            kept = self.statuses.record(statuses)
         except StateStoreError as e:
             # The log holds the commits: when the messages come back they are recognised there.
             logger.warning(
@@ -497,6 +510,20 @@ class Committer:
             return
         self.stats.status_writes += 1
         self.stats.status_items += len(statuses)
+        for p in pending:
+            if p.status is None or p.status.request_id not in kept:
+                continue
+            final = kept[p.status.request_id]
+            if (final.outcome, final.transaction_number) == (p.status.outcome, p.status.transaction_number):
+                continue  # the same outcome, recorded before (e.g. by a committer that died before acking)
+            if p.status.outcome is CommitOutcome.COMMITTED:
+                # Only concurrent processing of one request, which the queue's visibility timeout rules out,
+                # can get here: the log holds it, its recorded status says otherwise.
+                logger.error(
+                    "request %r was committed at %s but its status was already final: %s",
+                    p.status.request_id, p.status.transaction_number, final,
+                )  # fmt: skip
+            self._settled(p, final, f"already {final.outcome.value}")
 
     def _send_dead_letters(self, pending: list[_Pending], groups: dict[str, list[_Pending]]) -> None:
         dead = [p for p in pending if p.dead_reason is not None]

@@ -26,6 +26,7 @@ from statestore.ports import (
     SnapshotInfo,
     SnapshotMetadataStore,
     TransactionLogStore,
+    one_status_per_request,
 )
 
 
@@ -189,10 +190,16 @@ class InMemoryCommitStatusStore(CommitStatusStore):
         self._statuses: dict[str, CommitStatus] = {}
         self._lock = threading.Lock()
 
-    def record(self, statuses: Sequence[CommitStatus]) -> None:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+        kept: dict[str, CommitStatus] = {}
         with self._lock:
-            for status in statuses:
-                self._statuses[status.request_id] = status
+            for status in one_status_per_request(statuses):
+                current = self._statuses.get(status.request_id)
+                if current is not None and current.is_final:
+                    kept[status.request_id] = current
+                else:
+                    self._statuses[status.request_id] = status
+        return kept
 
     def get(self, request_id: str) -> CommitStatus | None:
         with self._lock:

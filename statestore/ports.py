@@ -178,12 +178,29 @@ class CommitStatus:
         return self.outcome is not CommitOutcome.DEAD_LETTERED
 
 
+def one_status_per_request(statuses: Iterable[CommitStatus]) -> list[CommitStatus]:
+    """One status per request id, in first-seen order: the first final one, else the last one."""
+    chosen: dict[str, CommitStatus] = {}
+    for status in statuses:
+        current = chosen.get(status.request_id)
+        if current is None or not current.is_final:
+            chosen[status.request_id] = status
+    return list(chosen.values())
+
+
 class CommitStatusStore(ABC):
     """Outcomes of commit requests by request id (kept for a limited time; see ``resources.EXPIRES_AT``)."""
 
     @abstractmethod
-    def record(self, statuses: Sequence[CommitStatus]) -> None:
-        """Store ``statuses`` (replacing earlier ones for the same ids). Raises StoreUnavailableError."""
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+        """Store ``statuses``, except over a final one: a final status never changes.
+
+        A status replaces none or a dead-lettered one; where the request already has a final status, that
+        one is kept and returned (by request id) instead. Where ``statuses`` names a request twice, a final
+        status wins over a dead-lettered one (see :func:`one_status_per_request`). Each write is
+        conditional on what is stored, so racing writers cannot overwrite a final status either.
+        Raises StoreUnavailableError.
+        """
 
     @abstractmethod
     def get(self, request_id: str) -> CommitStatus | None:

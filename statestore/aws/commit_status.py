@@ -6,10 +6,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from statestore import resources
-from statestore.aws.clients import AwsCaller
+from statestore.aws.clients import AwsCaller, cancellation_reasons
 from statestore.errors import StateStoreError, StoreUnavailableError
-from statestore.ports import CommitOutcome, CommitStatus, CommitStatusStore
+from statestore.ports import CommitOutcome, CommitStatus, CommitStatusStore, one_status_per_request
 
 _REQUEST_ID = resources.COMMIT_STATUS_KEYS.hash_key[0]
 _TABLE_ID = resources.TABLE_ID
@@ -21,7 +23,8 @@ _EXPIRES_AT = resources.EXPIRES_AT
 
 DEFAULT_RETENTION_SECONDS = 14 * 24 * 3600  # as long as SQS keeps a message
 MAX_REASON_CHARS = 16_000
-_WRITE_BATCH = 25  # BatchWriteItem's limit
+_CONDITION_NAMES = {"#r": _REQUEST_ID, "#o": _OUTCOME, "#e": _EXPIRES_AT}
+_TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 _READ_BATCH = 100  # BatchGetItem's limit
 
 
@@ -29,8 +32,13 @@ def _now_millis() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _FinalStatusPresent(StateStoreError):
+    """Some status in a write already had a final status stored (internal to this module)."""
+
+
 class DynamoDBCommitStatusStore(CommitStatusStore):
-    """Writes with BatchWriteItem (25 a call), reads with strongly consistent BatchGetItem (100 a call)."""
+    """Writes with conditional TransactWriteItems (100 a call), reads with strongly consistent
+    BatchGetItem (100 a call)."""
 
     def __init__(
         self,
@@ -47,27 +55,70 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
         self.retention_seconds = retention_seconds
         self._clock = clock
 
-    def record(self, statuses: Sequence[CommitStatus]) -> None:
-        latest = {s.request_id: s for s in statuses}  # a batch may not name one key twice
-        requests = [{"PutRequest": {"Item": self._item(s)}} for s in latest.values()]
-        for start in range(0, len(requests), _WRITE_BATCH):
-            self._write(requests[start : start + _WRITE_BATCH])
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+        """One TransactWriteItems per 100 statuses, each put conditional on no final status being stored.
 
-    def _write(self, requests: list[dict[str, Any]]) -> None:
-        for attempt in range(self.call.max_attempts * 2):
-            response = self.call(
-                f"record {len(requests)} commit status(es) in {self.table_name!r}",
-                self.dynamodb.batch_write_item,
-                RequestItems={self.table_name: requests},
+        When some conditions fail (those requests already have a final status), the transaction wrote
+        nothing: the final statuses are read and kept, and the rest written again.
+        """
+        kept: dict[str, CommitStatus] = {}
+        todo = one_status_per_request(statuses)
+        for start in range(0, len(todo), _TRANSACTION_ITEMS):
+            chunk = todo[start : start + _TRANSACTION_ITEMS]
+            for _ in range(self.call.max_attempts * 2):
+                failed = self._write_unless_final(chunk) if chunk else []
+                if not failed:
+                    break
+                finals = self.get_many(s.request_id for s in failed)
+                kept.update({i: status for i, status in finals.items() if status.is_final})
+                chunk = [s for s in chunk if s.request_id not in kept]
+            else:
+                raise StoreUnavailableError(
+                    f"could not record commit statuses in {self.table_name!r}: their conditions kept "
+                    "failing while the stored statuses kept changing; try again later"
+                )
+        return kept
+
+    def _write_unless_final(self, statuses: list[CommitStatus]) -> list[CommitStatus]:
+        """Write every status in one transaction; or, if some request has a final status, write nothing and
+        return those statuses."""
+        failed: list[CommitStatus] = []
+        now_seconds = self._clock() // 1000
+
+        def final_present(code: str, error: ClientError) -> StateStoreError | None:
+            if code != "TransactionCanceledException":
+                return None
+            reasons = cancellation_reasons(error)
+            if "ConditionalCheckFailed" not in reasons:
+                return None
+            failed.extend(s for s, r in zip(statuses, reasons, strict=False) if r == "ConditionalCheckFailed")
+            return _FinalStatusPresent()
+
+        try:
+            self.call(
+                f"record {len(statuses)} commit status(es) in {self.table_name!r}",
+                self.dynamodb.transact_write_items,
+                final_present,
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": self._item(status),
+                            # An expired status counts as gone (TTL deletes it some time after expiry).
+                            "ConditionExpression": "attribute_not_exists(#r) OR #o = :dead OR #e < :now",
+                            "ExpressionAttributeNames": _CONDITION_NAMES,
+                            "ExpressionAttributeValues": {
+                                ":dead": {"S": CommitOutcome.DEAD_LETTERED.value},
+                                ":now": {"N": str(now_seconds)},
+                            },
+                        }
+                    }
+                    for status in statuses
+                ],
             )
-            requests = (response.get("UnprocessedItems") or {}).get(self.table_name, [])
-            if not requests:
-                return
-            self._backoff(attempt)
-        raise StoreUnavailableError(
-            f"could not record commit statuses in {self.table_name!r}: {len(requests)} kept coming back "
-            "unprocessed; try again later"
-        )
+        except _FinalStatusPresent:
+            return failed
+        return []
 
     def get(self, request_id: str) -> CommitStatus | None:
         response = self.call(

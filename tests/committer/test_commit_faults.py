@@ -1,6 +1,8 @@
 """Regression tests for the commit path under faults: each broke a promise before it was fixed.
 
 - a group validated against a stale warm state must never be appended after entries it did not see;
+- a final status never changes, and a stray copy of a decided request (in another message group, or
+  naming no table) changes nothing: the request is never applied again, even by a restarted committer;
 - a rejection is final only once checked against a state read to the end of the log;
 - a lost response to a log put that landed is a success, never a validation error (and never unknown).
 """
@@ -17,9 +19,9 @@ from statestore.commit_requests import CommitRequest, body_key, encode_request
 from statestore.committer import ReceivedMessage
 from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import StoreUnavailableError, TransactionNumberTakenError
-from statestore.memory import InMemoryBlobStore, InMemoryTransactionLog
+from statestore.memory import InMemoryBlobStore, InMemoryCommitQueue, InMemoryTransactionLog
 from statestore.ports import CommitOutcome, LogEntry
-from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
+from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, ClearFiles
 from tests.builders import ref
 from tests.committer.harness import Harness, add_files, message, outcomes
 from tests.invariants import check_exactly_once, replay_checking_each_entry
@@ -107,6 +109,68 @@ def test_a_rejection_made_on_a_cached_state_is_checked_against_the_log_before_it
     assert outcomes(results) == ["committed"]
     state = h.state(table)
     assert state.files_by_name["late"].references[0].job_id == "job"
+
+
+# --- a final status never changes, and a decided request is never applied again -----------------------
+
+
+def clear_files(table_id: str) -> CommitRequest:
+    return CommitRequest.new(table_id, ClearFiles())
+
+
+@pytest.mark.parametrize("stray_group", ["another-table", "no-such-table"])
+def test_a_stray_copy_of_a_committed_request_changes_nothing_even_after_a_restart(stray_group: str) -> None:
+    h = Harness()
+    table = h.create_table("t")
+    h.create_table("another")
+    groups = {"another-table": h.tables.get_by_name("another").table_id, "no-such-table": "no-such-table"}
+    clear = clear_files(table)
+    assert outcomes(h.committer().process([message(clear)])) == ["committed"]
+    committed = h.statuses.get(clear.request_id)
+    assert committed is not None
+    assert outcomes(h.committer().process([message(add_files(table, "newer"))])) == ["committed"]
+
+    stray = h.committer().process([message(clear, group_id=groups[stray_group])])
+    resent = h.committer().process([message(clear)])  # a new committer: nothing warm
+
+    assert outcomes(stray) == ["duplicate"] and outcomes(resent) == ["duplicate"]
+    assert h.statuses.get(clear.request_id) == committed
+    assert dead_letter_count(h) == 0
+    assert sorted(h.state(table).files_by_name) == ["newer"]  # ClearFiles was not applied a second time
+    check_exactly_once(h.log, table, {clear.request_id: committed})
+
+
+def test_a_stray_copy_in_the_same_batch_as_its_request_is_a_duplicate_of_it() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    other = h.create_table("other")
+    request = add_files(table, "a")
+
+    results = h.committer().process([message(request), message(request, group_id=other)])
+
+    assert outcomes(results) == ["committed", "duplicate"]
+    status = h.statuses.get(request.request_id)
+    assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 2)
+    assert dead_letter_count(h) == 0
+
+
+def test_a_stray_copy_of_an_undecided_request_is_dead_lettered_and_the_request_still_commits() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    request = add_files(table, "a")
+
+    stray = h.committer().process([message(request, group_id="elsewhere")])
+    real = h.committer().process([message(request)])
+
+    assert outcomes(stray) == ["dead_lettered"] and outcomes(real) == ["committed"]
+    status = h.statuses.get(request.request_id)
+    assert status is not None and status.outcome is CommitOutcome.COMMITTED
+    assert dead_letter_count(h) == 1
+
+
+def dead_letter_count(h: Harness) -> int:
+    assert isinstance(h.dead_letters, InMemoryCommitQueue)
+    return len(h.dead_letters.messages)
 
 
 # --- lost responses -----------------------------------------------------------------------------------

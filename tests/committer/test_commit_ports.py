@@ -16,6 +16,8 @@ from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
 from statestore.memory import InMemoryCommitQueue, InMemoryCommitStatusStore
 from statestore.ports import CommitOutcome, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
 from statestore.resources import ResourceNames
+from tests.fixtures.aws_servers import *  # noqa: F403  (session fixtures: dynamodb_local)
+from tests.fixtures.aws_servers import unique_resources
 
 
 @dataclass
@@ -43,10 +45,23 @@ class CommitPorts:
         return out
 
 
-@pytest.fixture(params=["memory", "moto"])
+@pytest.fixture(params=["memory", "moto", pytest.param("dynamodb_local", marks=pytest.mark.dynamodb_local)])
 def ports(request: pytest.FixtureRequest) -> Iterator[CommitPorts]:
     if request.param == "memory":
         yield CommitPorts(InMemoryCommitStatusStore(), InMemoryCommitQueue())
+        return
+    if request.param == "dynamodb_local":
+        # Conditional transactions are where DynamoDB's own behaviour decides; the queue stays on moto.
+        endpoint = request.getfixturevalue("dynamodb_local")
+        names = unique_resources("status")
+        dynamodb = make_client("dynamodb", endpoint_url=endpoint, region="eu-west-2")
+        with mock_aws():
+            s3, sqs = (make_client(s, region="eu-west-2") for s in ("s3", "sqs"))
+            provision(names, dynamodb, s3)
+            queue_url, _ = provision_queues(names, sqs)
+            yield CommitPorts(
+                DynamoDBCommitStatusStore(dynamodb, names.commit_status_table), SqsCommitQueue(sqs, queue_url)
+            )
         return
     with mock_aws():
         names = ResourceNames.for_instance("ports")
@@ -78,11 +93,51 @@ def test_recorded_statuses_are_read_back_one_and_many(ports: CommitPorts) -> Non
     assert ports.statuses.get_many([]) == {}
 
 
-def test_a_later_status_replaces_an_earlier_one(ports: CommitPorts) -> None:
+def test_a_final_status_replaces_a_dead_lettered_one(ports: CommitPorts) -> None:
     ports.statuses.record([status("r", CommitOutcome.DEAD_LETTERED, None)])
-    ports.statuses.record([status("r", CommitOutcome.COMMITTED, 9), status("r", CommitOutcome.COMMITTED, 10)])
 
-    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 10)
+    kept = ports.statuses.record([status("r", CommitOutcome.COMMITTED, 9)])
+
+    assert kept == {}
+    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 9)
+
+
+def test_a_final_status_never_changes(ports: CommitPorts) -> None:
+    committed = status("r", CommitOutcome.COMMITTED, 9)
+    ports.statuses.record([committed, status("other", CommitOutcome.COMMITTED, 9)])
+
+    kept = ports.statuses.record(
+        [
+            status("r", CommitOutcome.DEAD_LETTERED, None),  # a stray copy of the request
+            status("fresh", CommitOutcome.REJECTED, None),
+            status("other", CommitOutcome.REJECTED, None),
+        ]
+    )
+
+    assert kept == {"r": committed, "other": status("other", CommitOutcome.COMMITTED, 9)}
+    assert ports.statuses.get("r") == committed
+    # the others in the same write are recorded all the same
+    assert ports.statuses.get("fresh") == status("fresh", CommitOutcome.REJECTED, None)
+    assert ports.statuses.get("other") == status("other", CommitOutcome.COMMITTED, 9)
+
+
+def test_within_one_write_a_final_status_wins_over_a_dead_lettered_copy(ports: CommitPorts) -> None:
+    kept = ports.statuses.record(
+        [status("r", CommitOutcome.DEAD_LETTERED, None), status("r", CommitOutcome.COMMITTED, 4)]
+    )
+
+    assert kept == {}
+    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 4)
+
+
+def test_more_statuses_than_one_transaction_holds_are_all_conditional(ports: CommitPorts) -> None:
+    ports.statuses.record([status("r150", CommitOutcome.REJECTED, None)])
+
+    kept = ports.statuses.record([status(f"r{i}") for i in range(230)])
+
+    assert kept == {"r150": status("r150", CommitOutcome.REJECTED, None)}
+    assert ports.statuses.get("r229") == status("r229")
+    assert ports.statuses.get("r150") == status("r150", CommitOutcome.REJECTED, None)
 
 
 def test_messages_are_sent_in_order_with_group_deduplication_id_and_attributes(ports: CommitPorts) -> None:

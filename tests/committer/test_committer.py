@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -155,11 +156,11 @@ class FailingOnce(InMemoryCommitStatusStore):
         super().__init__()
         self.fail_next_record = False
 
-    def record(self, statuses: object) -> None:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
         if self.fail_next_record:
             self.fail_next_record = False
             raise StoreUnavailableError("status table throttled")
-        super().record(statuses)  # type: ignore[arg-type]
+        return super().record(statuses)
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["same-committer", "new-committer"])
@@ -225,7 +226,7 @@ def test_a_committer_that_lost_the_race_recognises_requests_another_one_committe
     slow.process([message(add_files(table, "warm-up"))])  # slow now has a warm (soon stale) state
 
     class NoStatuses(InMemoryCommitStatusStore):
-        def record(self, statuses: object) -> None:
+        def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
             raise StoreUnavailableError("gone")
 
     fast.statuses = NoStatuses()  # fast wrote the log but recorded nothing yet
