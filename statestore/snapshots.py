@@ -20,8 +20,10 @@ class SnapshotStore:
     def write(self, table_id: str, state: TableState, created_time: int) -> SnapshotInfo:
         """Write ``state`` and make it the latest snapshot.
 
-        The Parquet objects go first; if recording the snapshot fails (e.g. a newer one won the race),
-        they are deleted again so no orphan is left, and the error is raised.
+        The Parquet objects go first, then the record. If recording fails, the objects are deleted only once
+        it is known that the record did not land (it may have, with its response lost: a retry then finds
+        the pointer already at this snapshot); while that cannot be told they are kept, as orphans at
+        worst. The error is raised unless the record turns out to be in place.
         """
         partitions_key, files_key = layout.snapshot_keys(table_id, state.transaction_number)
         partitions_bytes, files_bytes = state_to_parquet(state)
@@ -32,8 +34,18 @@ class SnapshotStore:
             written.append(partitions_key)
             self.blobs.put(files_key, files_bytes)
             written.append(files_key)
+        except StateStoreError:
+            self.blobs.delete(written)  # nothing refers to them yet
+            raise
+        try:
             self.metadata.record(info)
-        except BaseException:
+        except StateStoreError:
+            try:
+                landed = any(s.partitions_key == partitions_key for s in self.metadata.list(table_id))
+            except StateStoreError:
+                raise  # cannot tell: keep the objects
+            if landed:
+                return info
             self.blobs.delete(written)
             raise
         return info

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from statestore import layout
-from statestore.errors import SnapshotNotFoundError, StaleSnapshotError, StateStoreError
+from statestore.errors import (
+    SnapshotNotFoundError,
+    StaleSnapshotError,
+    StateStoreError,
+    StoreUnavailableError,
+)
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore
+from statestore.ports import SnapshotInfo
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import (
@@ -124,3 +130,50 @@ def test_deleting_a_table_removes_only_that_tables_snapshots() -> None:
     assert store.metadata.latest(TABLE) is None
     assert blobs.list(layout.snapshot_prefix(TABLE)) == []
     assert store.read(other, STRING_SCHEMA) == new_state()
+
+
+class LostRecordResponse(InMemorySnapshotMetadataStore):
+    """The next record lands, then its caller sees ``failure`` (a lost response, or a retry's refusal)."""
+
+    def __init__(self, failure: StateStoreError) -> None:
+        super().__init__()
+        self.failure: StateStoreError | None = failure
+
+    def record(self, snapshot: SnapshotInfo) -> None:
+        super().record(snapshot)
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [StoreUnavailableError("connection reset"), StaleSnapshotError("retry found the pointer already moved")],
+    ids=["connection-lost", "retry-refused"],
+)
+def test_a_snapshot_whose_record_response_was_lost_keeps_its_objects_and_loads(
+    failure: StateStoreError,
+) -> None:
+    metadata, blobs = LostRecordResponse(failure), InMemoryBlobStore()
+    store = SnapshotStore(metadata, blobs)
+    state = busy_state()
+
+    info = store.write(TABLE, state, 5_000)
+
+    assert metadata.latest(TABLE) == info
+    assert store.read(info, STRING_SCHEMA) == state
+
+
+def test_a_snapshot_that_truly_lost_the_race_leaves_no_objects() -> None:
+    metadata, blobs = InMemorySnapshotMetadataStore(), InMemoryBlobStore()
+    store = SnapshotStore(metadata, blobs)
+    newer = busy_state()
+    newer.transaction_number = 9
+    store.write(TABLE, newer, 5_000)
+    older = busy_state()
+    older.transaction_number = 3
+
+    with pytest.raises(StaleSnapshotError):
+        store.write(TABLE, older, 6_000)
+
+    assert len(blobs.list(layout.snapshot_prefix(TABLE))) == 2  # the newer snapshot's two objects only

@@ -1,0 +1,805 @@
+"""A deterministic fault-injection simulation of the commit path, in the spirit of FoundationDB's.
+
+Everything runs in one thread on the in-memory ports, under a simulated clock and one seeded RNG, so a seed
+replays exactly. Actors share a few tables:
+
+- **producers** write a data file, then send a commit request to a FIFO queue model (per-group order,
+  in-flight messages hidden for the visibility timeout, redelivery, a dead-letter queue after 5 receives,
+  SQS's 5-minute deduplication window); they also send duplicates, stray copies in the wrong group or
+  naming no table, requests that must be rejected, and garbage;
+- **committers** (1-3 instances; a crashed one is replaced by a cold one) take batches and report results;
+- **synchronous writers** commit directly; **compaction jobs** claim files and replace them;
+- the **snapshot** and **cleanup** jobs run over every table.
+
+Faults are injected at every port call of every actor: throttling before a call, a lost response after a
+write that landed (seen as a connection error, or as botocore's retry failing the condition), a crash
+before or after any call (so between any two writes), and **preemption**: another actor's whole step runs
+inside the call, so actors interleave at every port call. Each actor's clock jumps forward and back within
+the skew the design tolerates.
+
+After every step the invariants of DESIGN.md are checked against an oracle that saw every log entry ever
+appended (cleanup deletes entries from the log, not from the oracle):
+
+1. every entry is valid against exactly the state after the entry before it;
+2. a request is in at most one entry; one reported committed at N is in entry N; one reported rejected is
+   in none; a synchronous commit of a new file is never refused as invalid;
+3. a final status never changes;
+4. a fresh load (snapshot + tail) equals the full replay; numbers have no gaps;
+5. no data file the state references is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from statestore import layout
+from statestore.catalog import InMemoryTableIndex, TableInfo
+from statestore.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_tables, snapshot_tables
+from statestore.codec.transaction_json import decode_entry, transaction_to_json
+from statestore.commit_requests import CommitRequest, body_key, encode_request, new_request_id
+from statestore.committer import Committer, MessageOutcome, ReceivedMessage
+from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.errors import (
+    CommitConflictError,
+    StateStoreError,
+    StoreUnavailableError,
+    TransactionNumberTakenError,
+    TransactionValidationError,
+)
+from statestore.files import FileReference
+from statestore.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitStatusStore,
+    InMemorySnapshotMetadataStore,
+    InMemoryTransactionLog,
+)
+from statestore.partitions import partitions_from_split_points
+from statestore.ports import (
+    BlobStore,
+    CommitOutcome,
+    CommitQueue,
+    CommitStatus,
+    CommitStatusStore,
+    LogEntry,
+    QueueMessage,
+    SnapshotInfo,
+    SnapshotMetadataStore,
+    TransactionLogStore,
+)
+from statestore.schema import Schema
+from statestore.snapshots import SnapshotStore
+from statestore.state import TableState
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    ClearFiles,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+    SplitPartition,
+    TransactionBatch,
+    request_ids_of,
+)
+
+T = TypeVar("T")
+
+SCHEMA = Schema.of({"key": "long"})
+SECOND = 1000
+MINUTE = 60 * SECOND
+VISIBILITY_TIMEOUT_MS = 6 * MINUTE  # longer than a committer runs, as the stack's is
+MAX_RECEIVES = 5
+DEDUPLICATION_WINDOW_MS = 5 * MINUTE
+MAX_CLOCK_SKEW_MS = 2 * MINUTE  # each actor's clock is off by at most this (the design tolerates 5 minutes)
+CLEANUP = CleanupPolicy(log_min_snapshot_age_ms=20 * MINUTE, snapshot_retention_ms=40 * MINUTE)
+
+
+class Crash(BaseException):
+    """The actor's process dies here: nothing after this point of its step happens."""
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class FaultRates:
+    throttle: float = 0.03
+    lost_response: float = 0.03
+    crash: float = 0.01
+    preempt: float = 0.08
+    skew_jump: float = 0.05
+
+
+# --- faults at the ports ---------------------------------------------------------------------------------
+
+
+class Faults:
+    """Decides, from the world's RNG, what goes wrong around each port call of the acting actor."""
+
+    def __init__(self, world: World, rates: FaultRates) -> None:
+        self.world = world
+        self.rates = rates
+        self.injected: dict[str, int] = {}
+
+    def _hit(self, kind: str, rate: float) -> bool:
+        if self.world.acting is None or self.world.rng.random() >= rate:
+            return False
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+        return True
+
+    def call(self, fn: Callable[[], T], *, write: bool, lost: Callable[[], BaseException] | None = None) -> T:
+        """``fn()``, with whatever fault the RNG picks around it for the acting actor."""
+        world = self.world
+        if world.acting is not None and world.acting in world.dead:
+            raise Crash("a dead process makes no more calls")  # not even from its except/finally blocks
+        if world.acting is not None and world.depth == 1 and self._hit("preempt", self.rates.preempt):
+            world.preempt()
+        if self._hit("crash-before", self.rates.crash):
+            world.dead.add(world.acting)
+            raise Crash("before a call")
+        if self._hit("throttle", self.rates.throttle):
+            raise StoreUnavailableError("simulated throttling")
+        result = fn()
+        if write and self._hit("crash-after", self.rates.crash):
+            world.dead.add(world.acting)
+            raise Crash("after a write")
+        if write and self._hit("lost-response", self.rates.lost_response):
+            raise lost() if lost is not None else StoreUnavailableError("simulated lost response")
+        return result
+
+
+class FaultyLog(TransactionLogStore):
+    def __init__(self, inner: InMemoryTransactionLog, faults: Faults, world: World) -> None:
+        self.inner, self.faults, self.world = inner, faults, world
+
+    def append(self, table_id: str, entry: LogEntry) -> None:
+        def put() -> None:
+            self.inner.append(table_id, entry)
+            self.world.oracle(table_id).appended(entry)
+
+        def lost() -> BaseException:
+            if self.world.rng.random() < 0.5:  # botocore retried; the retry failed the condition
+                return TransactionNumberTakenError(table_id, entry.transaction_number)
+            return StoreUnavailableError("simulated connection reset after the put")
+
+        self.faults.call(put, write=True, lost=lost)
+
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        return iter(
+            self.faults.call(lambda: list(self.inner.read(table_id, from_number, to_number)), write=False)
+        )
+
+    def latest_number(self, table_id: str) -> int:
+        return self.faults.call(lambda: self.inner.latest_number(table_id), write=False)
+
+    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
+        return self.faults.call(lambda: self.inner.delete_up_to(table_id, transaction_number), write=True)
+
+    def delete_table(self, table_id: str) -> None:
+        self.faults.call(lambda: self.inner.delete_table(table_id), write=True)
+
+
+class FaultySnapshotMetadata(SnapshotMetadataStore):
+    def __init__(self, inner: InMemorySnapshotMetadataStore, faults: Faults) -> None:
+        self.inner, self.faults = inner, faults
+
+    def record(self, snapshot: SnapshotInfo) -> None:
+        self.faults.call(lambda: self.inner.record(snapshot), write=True)
+
+    def latest(self, table_id: str) -> SnapshotInfo | None:
+        return self.faults.call(lambda: self.inner.latest(table_id), write=False)
+
+    def list(self, table_id: str) -> list[SnapshotInfo]:
+        return self.faults.call(lambda: self.inner.list(table_id), write=False)
+
+    def delete(self, table_id: str, transaction_number: int) -> None:
+        self.faults.call(lambda: self.inner.delete(table_id, transaction_number), write=True)
+
+    def delete_table(self, table_id: str) -> None:
+        self.faults.call(lambda: self.inner.delete_table(table_id), write=True)
+
+
+class FaultyBlobs(BlobStore):
+    def __init__(self, inner: InMemoryBlobStore, faults: Faults) -> None:
+        self.inner, self.faults = inner, faults
+
+    def put(self, key: str, data: bytes, tags: Any = None) -> None:
+        self.faults.call(lambda: self.inner.put(key, data, tags), write=True)
+
+    def get(self, key: str) -> bytes:
+        return self.faults.call(lambda: self.inner.get(key), write=False)
+
+    def delete(self, keys: list[str]) -> None:
+        self.faults.call(lambda: self.inner.delete(keys), write=True)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.faults.call(lambda: self.inner.list(prefix), write=False)
+
+
+class FaultyStatuses(CommitStatusStore):
+    """Also watches invariant 3: after every write, no request's final status differs from its first."""
+
+    def __init__(self, inner: InMemoryCommitStatusStore, faults: Faults, world: World) -> None:
+        self.inner, self.faults, self.world = inner, faults, world
+
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+        def write() -> dict[str, CommitStatus]:
+            kept = self.inner.record(statuses)
+            for status in statuses:
+                self.world.saw_status(self.inner.get(status.request_id))
+            return kept
+
+        return self.faults.call(write, write=True)
+
+    def get(self, request_id: str) -> CommitStatus | None:
+        return self.faults.call(lambda: self.inner.get(request_id), write=False)
+
+    def get_many(self, request_ids: Any) -> dict[str, CommitStatus]:
+        ids = list(request_ids)
+        return self.faults.call(lambda: self.inner.get_many(ids), write=False)
+
+
+class FaultyDeadLetters(CommitQueue):
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+        self.letters: list[QueueMessage] = []
+
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        self.faults.call(lambda: self.letters.extend(messages), write=True)
+
+
+# --- the queue and the event source mapping --------------------------------------------------------------
+
+
+@dataclass
+class _Message:
+    message_id: str
+    body: str
+    group_id: str
+    sent: int
+    receives: int = 0
+    visible_at: int = 0
+    in_flight: bool = False
+
+
+class SimFifoQueue:
+    """SQS FIFO as the committer sees it: per-group order, a group blocked while a message of it is in
+    flight, visibility timeouts, receive counts, redrive to a dead-letter list, a deduplication window."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.messages: list[_Message] = []
+        self.redriven: list[_Message] = []
+        self._dedup: dict[str, int] = {}
+        self._ids = 0
+
+    def send(self, body: str, group_id: str, deduplication_id: str) -> None:
+        now = self.world.now
+        seen = self._dedup.get(deduplication_id)
+        if seen is not None and now - seen < DEDUPLICATION_WINDOW_MS:
+            return
+        self._dedup[deduplication_id] = now
+        self._ids += 1
+        self.messages.append(_Message(f"msg-{self._ids}", body, group_id, now))
+
+    def receive(self, max_messages: int = 10) -> list[_Message]:
+        now = self.world.now
+        for m in self.messages:
+            if m.in_flight and m.visible_at <= now:
+                m.in_flight = False  # the consumer died or gave it back: visible again
+        blocked = {m.group_id for m in self.messages if m.in_flight}
+        batch: list[_Message] = []
+        for m in list(self.messages):
+            if len(batch) == max_messages:
+                break
+            if m.group_id in blocked or m.visible_at > now:
+                blocked.add(m.group_id)  # keep each group's order
+                continue
+            if m.receives >= MAX_RECEIVES:
+                self.messages.remove(m)
+                self.redriven.append(m)
+                continue
+            m.receives += 1
+            m.in_flight = True
+            m.visible_at = now + VISIBILITY_TIMEOUT_MS
+            batch.append(m)
+        return batch
+
+    def delete(self, message: _Message) -> None:
+        if message in self.messages:
+            self.messages.remove(message)
+
+    def give_back(self, message: _Message) -> None:
+        """A batchItemFailure: the message stays in flight until its visibility timeout ends."""
+
+
+# --- the oracle ------------------------------------------------------------------------------------------
+
+
+class Oracle:
+    """Every entry ever appended to one table's log, replayed as it arrives (invariants 1, 2 and 4)."""
+
+    def __init__(self, world: World, table_id: str) -> None:
+        self.world = world
+        self.table_id = table_id
+        self.pending: dict[int, LogEntry] = {}
+        self.state = TableState(SCHEMA)
+        self.requests: dict[str, int] = {}
+        # Files an AddFiles named after their object was gone (a request re-adding a collected file's name,
+        # which the sim sends on purpose): their missing data is not the store's doing.
+        self.added_without_data: set[str] = set()
+
+    def appended(self, entry: LogEntry) -> None:
+        self.pending[entry.transaction_number] = entry
+
+    def advance(self) -> None:
+        while self.pending:
+            number = min(self.pending)
+            if number != self.state.transaction_number + 1:
+                self.world.violation(
+                    f"table {self.table_id}: entry {number} appended after {self.state.transaction_number}"
+                )
+            entry = self.pending.pop(number)
+            transaction = decode_entry(entry)
+            try:
+                transaction.validate(self.state)
+            except TransactionValidationError as e:
+                self.world.violation(
+                    f"table {self.table_id}: entry {number} is invalid against the state before it: {e}"
+                )
+            for request_id in request_ids_of(transaction):
+                if request_id in self.requests:
+                    self.world.violation(
+                        f"request {request_id} is in entries {self.requests[request_id]} and {number}"
+                    )
+                self.requests[request_id] = number
+            if isinstance(transaction, TransactionBatch):
+                for item in transaction.items:
+                    if isinstance(item.transaction, AddFiles):
+                        self.added_without_data.update(
+                            r.filename
+                            for r in item.transaction.references
+                            if not self.world.raw_blobs.list(r.filename)
+                        )
+            transaction.apply(self.state, entry.update_time)
+            self.state.transaction_number = number
+
+
+# --- the actors -------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Actor:
+    name: str
+    offset: int = 0  # this actor's clock error, ms
+
+    def clock(self, world: World) -> Callable[[], int]:
+        return lambda: world.now + self.offset
+
+    def step(self, world: World) -> None:
+        raise NotImplementedError
+
+    def crashed(self, world: World) -> None:
+        """Forget what the dead process held."""
+
+
+@dataclass
+class Sent:
+    request: CommitRequest
+    valid_when_sent: bool
+
+
+@dataclass(eq=False)
+class Producer(Actor):
+    sent: list[Sent] = field(default_factory=list)
+
+    def step(self, world: World) -> None:
+        rng = world.rng
+        table_id = rng.choice(world.table_ids)
+        roll = rng.random()
+        if roll < 0.12 and self.sent:  # the same request again, maybe after the deduplication window
+            old = rng.choice(self.sent).request
+            world.queue.send(encode_request(old), old.table_id, old.request_id)
+            return
+        if roll < 0.18 and self.sent:  # a stray copy, in another table's group or naming no table
+            old = rng.choice(self.sent).request
+            group = rng.choice([t for t in [*world.table_ids, "no-such-table"] if t != old.table_id])
+            world.queue.send(encode_request(old), group, f"stray-{world.next_id()}")
+            return
+        if roll < 0.2:
+            world.queue.send("{not json", table_id, f"garbage-{world.next_id()}")
+            return
+        view = world.oracle(table_id).state
+        if roll < 0.3 and view.files_by_name:  # a file that already exists: must be rejected
+            filename = rng.choice(sorted(view.files_by_name))
+        else:
+            filename = f"{layout.data_prefix(table_id)}{self.name}-{world.next_id()}.parquet"
+            world.blobs.inner.put(filename, b"rows")  # the job wrote its data file first
+        leaf = rng.choice(sorted(p.id for p in view.leaf_partitions())) if view.partitions_by_id else "root"
+        request = CommitRequest(new_request_id(), table_id, AddFiles((FileReference(filename, leaf, 10),)))
+        self.sent.append(Sent(request, True))
+        world.requests[request.request_id] = request
+        message_body = encode_request(request)
+        if rng.random() < 0.15:  # a big request: its body goes to the bucket first
+            key = body_key(table_id, request.request_id, world.now)
+            world.blobs.inner.put(key, json.dumps(transaction_to_json(request.transaction)).encode())
+            message_body = encode_request(request, key)
+        world.queue.send(message_body, table_id, request.request_id)
+
+
+@dataclass(eq=False)
+class CommitterActor(Actor):
+    committer: Committer | None = None
+
+    def _committer(self, world: World) -> Committer:
+        if self.committer is None:
+            self.committer = Committer(
+                world.tables,
+                world.log,
+                world.snapshots,
+                world.statuses,
+                world.blobs,
+                world.dead_letters,
+                retry_policy=RetryPolicy(max_attempts=4, base_delay=0.0, max_delay=0.0),
+                clock=self.clock(world),
+                sleep=lambda _: None,
+                rng=random.Random(world.rng.random()),
+            )
+        return self.committer
+
+    def step(self, world: World) -> None:
+        batch = world.queue.receive(world.rng.randint(1, 10))
+        if not batch:
+            return
+        received = [ReceivedMessage(m.message_id, m.body, m.group_id, m.receives, m.sent) for m in batch]
+        results = self._committer(world).process(received)
+        for m, result in zip(batch, results, strict=True):
+            if result.retry:
+                world.queue.give_back(m)
+            else:
+                world.queue.delete(m)
+            world.check_result(result)
+
+    def crashed(self, world: World) -> None:
+        self.committer = None  # a new Lambda container: cold
+
+
+@dataclass(eq=False)
+class SyncWriter(Actor):
+    stores: dict[str, TransactionLogStateStore] = field(default_factory=dict)
+
+    def _store(self, world: World, table_id: str) -> TransactionLogStateStore:
+        store = self.stores.get(table_id)
+        if store is None:
+            store = self.stores[table_id] = TransactionLogStateStore(
+                table_id,
+                SCHEMA,
+                world.log,
+                world.snapshots,
+                retry=RetryPolicy(max_attempts=4, base_delay=0.0, max_delay=0.0),
+                clock=self.clock(world),
+                sleep=lambda _: None,
+                rng=random.Random(world.rng.random()),
+            )
+        return store
+
+    def step(self, world: World) -> None:
+        rng = world.rng
+        table_id = rng.choice(world.table_ids)
+        store = self._store(world, table_id)
+        try:
+            state = store.state()
+        except StateStoreError:
+            return
+        roll = rng.random()
+        if roll < 0.1:
+            self._split(world, store, state)
+        elif roll < 0.35:
+            self._compact(world, store, state)
+        elif roll < 0.37:
+            try:
+                store.commit(ClearFiles())
+            except (CommitConflictError, StoreUnavailableError):
+                pass
+        else:
+            filename = f"{layout.data_prefix(table_id)}{self.name}-{world.next_id()}.parquet"
+            world.blobs.inner.put(filename, b"rows")
+            leaf = rng.choice(sorted(p.id for p in state.leaf_partitions()))
+            try:
+                store.commit(AddFiles((FileReference(filename, leaf, 10),)))
+            except TransactionValidationError as e:
+                world.violation(f"{self.name}: a new file {filename} was refused as invalid: {e}")
+            except (CommitConflictError, StoreUnavailableError):
+                pass
+
+    def _split(self, world: World, store: TransactionLogStateStore, state: TableState) -> None:
+        leaf = world.rng.choice(sorted(state.leaf_partitions(), key=lambda p: p.id))
+        current = leaf.region.ranges[0]
+        low = current.min if isinstance(current.min, int) else -(2**40)
+        high = current.max if isinstance(current.max, int) else 2**40
+        if high - low < 2:
+            return
+        point = world.rng.randint(low + 1, high - 1)
+        n = world.next_id()
+        parent, left, right = leaf.split(0, point, f"{leaf.id}.{n}L", f"{leaf.id}.{n}R")
+        try:
+            store.commit(SplitPartition(parent, (left, right)))
+        except (TransactionValidationError, CommitConflictError, StoreUnavailableError):
+            pass
+
+    def _compact(self, world: World, store: TransactionLogStateStore, state: TableState) -> None:
+        by_partition: dict[str, list[str]] = {}
+        for ref in state.file_references():
+            if ref.job_id is None:
+                by_partition.setdefault(ref.partition_id, []).append(ref.filename)
+        if not by_partition:
+            return
+        partition_id = world.rng.choice(sorted(by_partition))
+        inputs = tuple(sorted(by_partition[partition_id])[:3])
+        job_id = f"job-{world.next_id()}"
+        try:
+            store.commit(AssignJobIds((AssignJobIdRequest(job_id, partition_id, inputs),)))
+            output = f"{layout.data_prefix(store.table_id)}{job_id}.parquet"
+            world.blobs.inner.put(output, b"rows")
+            new = FileReference(output, partition_id, 10 * len(inputs))
+            store.commit(
+                ReplaceFileReferences((ReplaceFileReferencesJob(job_id, partition_id, inputs, new),))
+            )
+        except (TransactionValidationError, CommitConflictError, StoreUnavailableError):
+            pass  # a claim lost to another job, or a job whose inputs a ClearFiles removed
+
+    def crashed(self, world: World) -> None:
+        self.stores = {}
+
+
+@dataclass(eq=False)
+class Snapshotter(Actor):
+    def step(self, world: World) -> None:
+        snapshot_tables(world.tables, world.log, world.snapshots, clock=self.clock(world))
+
+
+@dataclass(eq=False)
+class Cleaner(Actor):
+    def step(self, world: World) -> None:
+        cleanup_tables(
+            world.tables, world.log, world.snapshots, world.blobs, policy=CLEANUP, clock=self.clock(world)
+        )
+
+
+class _DecodedOnce(SnapshotStore):
+    """The checker's snapshot reader: each snapshot's Parquet is decoded once (and checked then)."""
+
+    def __init__(self, metadata: SnapshotMetadataStore, blobs: BlobStore) -> None:
+        super().__init__(metadata, blobs)
+        self._decoded: dict[str, TableState] = {}
+
+    def read(self, info: SnapshotInfo, schema: Schema) -> TableState:
+        state = self._decoded.get(info.partitions_key)
+        if state is None:
+            state = self._decoded[info.partitions_key] = super().read(info, schema)
+        return state.copy()
+
+
+# --- the world --------------------------------------------------------------------------------------------
+
+
+class World:
+    def __init__(
+        self, seed: int, *, tables: int = 2, committers: int = 2, rates: FaultRates | None = None
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = 1_700_000_000_000
+        self.acting: Actor | None = None
+        self.dead: set[Actor | None] = set()  # actors whose process crashed during the current step
+        self.depth = 0
+        self.steps = 0
+        self._ids = 0
+        self.violations: list[str] = []
+        self.faults = Faults(self, rates or FaultRates())
+        self.raw_log = InMemoryTransactionLog()
+        self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
+        self.raw_blobs = InMemoryBlobStore()
+        self.raw_statuses = InMemoryCommitStatusStore()
+        self.log = FaultyLog(self.raw_log, self.faults, self)
+        self.blobs = FaultyBlobs(self.raw_blobs, self.faults)
+        self.snapshots = SnapshotStore(
+            FaultySnapshotMetadata(self.raw_snapshot_metadata, self.faults), self.blobs
+        )
+        self.statuses = FaultyStatuses(self.raw_statuses, self.faults, self)
+        self.dead_letters = FaultyDeadLetters(self.faults)
+        self.tables = InMemoryTableIndex()
+        self.queue = SimFifoQueue(self)
+        self.requests: dict[str, CommitRequest] = {}
+        self.first_final: dict[str, CommitStatus] = {}
+        self._oracles: dict[str, Oracle] = {}
+        self._loaded: dict[str, tuple[int, str | None, int | None]] = {}  # what the last fresh load saw
+        self._check_snapshots = _DecodedOnce(self.raw_snapshot_metadata, self.raw_blobs)
+        self.table_ids: list[str] = []
+        for i in range(tables):
+            self._create_table(f"t{i}")
+        self.actors: list[Actor] = [
+            *(Producer(f"producer{i}") for i in range(2)),
+            *(CommitterActor(f"committer{i}") for i in range(committers)),
+            SyncWriter("writer0"),
+            SyncWriter("writer1"),
+            Snapshotter("snapshot"),
+            Cleaner("cleanup"),
+        ]
+        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1]
+
+    def _create_table(self, name: str) -> None:
+        info = TableInfo.new(name, SCHEMA, {GC_DELAY_PROPERTY: "10"})
+        self.tables.create(info)
+        self.table_ids.append(info.table_id)
+        store = TransactionLogStateStore(info.table_id, SCHEMA, self.log, clock=lambda: self.now)
+        store.commit(InitialisePartitions(tuple(partitions_from_split_points(SCHEMA, [0]))))
+        self.oracle(info.table_id).advance()
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def oracle(self, table_id: str) -> Oracle:
+        oracle = self._oracles.get(table_id)
+        if oracle is None:
+            oracle = self._oracles[table_id] = Oracle(self, table_id)
+        return oracle
+
+    # --- running -------------------------------------------------------------------------------------
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def step(self) -> None:
+        self.steps += 1
+        self._move_clocks()
+        actor = self.rng.choices(self.actors, weights=self.weights)[0]
+        self._run(actor)
+        self.check()
+
+    def preempt(self) -> None:
+        """Run another actor's whole step inside the current actor's port call."""
+        current = self.acting
+        others = [a for a in self.actors if a is not current]
+        self._run(self.rng.choice(others))
+        self.acting = current
+
+    def _run(self, actor: Actor) -> None:
+        previous = self.acting
+        self.acting = actor
+        self.depth += 1
+        try:
+            actor.step(self)
+        except Crash:
+            actor.crashed(self)  # a new process takes its place, knowing nothing it held
+        except StateStoreError:
+            pass  # a store kept failing: the actor gives up this step, as a job would
+        finally:
+            self.dead.discard(actor)
+            self.depth -= 1
+            self.acting = previous
+        for oracle in self._oracles.values():
+            oracle.advance()
+
+    def _move_clocks(self) -> None:
+        rng = self.rng
+        self.now += rng.choice([0, 10, 500, 5 * SECOND, 30 * SECOND, 3 * MINUTE, 6 * MINUTE])
+        for actor in self.actors:
+            if rng.random() < self.faults.rates.skew_jump:  # forward or back, within the tolerated skew
+                actor.offset = rng.randint(-MAX_CLOCK_SKEW_MS, MAX_CLOCK_SKEW_MS)
+
+    # --- invariants ----------------------------------------------------------------------------------
+
+    def violation(self, what: str) -> None:
+        self.violations.append(f"step {self.steps}: {what}")
+        raise InvariantViolation(self.replay_hint(what))
+
+    def replay_hint(self, what: str) -> str:
+        return f"{what}\n  replay: python -m tests.simulation --seed {self.seed} --steps {self.steps}"
+
+    def saw_status(self, status: CommitStatus | None) -> None:
+        if status is None or not status.is_final:
+            return
+        first = self.first_final.setdefault(status.request_id, status)
+        if first != status:
+            self.violation(f"final status of {status.request_id} changed from {first} to {status}")
+
+    def check_result(self, result: Any) -> None:
+        if result.outcome is MessageOutcome.REJECTED and result.request_id in self.requests:
+            table_id = self.requests[result.request_id].table_id
+            self.oracle(table_id).advance()
+            if result.request_id in self.oracle(table_id).requests:
+                self.violation(f"request {result.request_id} was reported rejected but is in the log")
+
+    def check(self) -> None:
+        for table_id in self.table_ids:
+            oracle = self.oracle(table_id)
+            oracle.advance()
+            # 4: a fresh load (latest snapshot + the log after it) equals the full replay
+            # Loading is the costly check: redo it only when what a load reads has changed.
+            latest = self.raw_snapshot_metadata.latest(table_id)
+            first = next(self.raw_log.read(table_id, 0), None)
+            fingerprint = (
+                oracle.state.transaction_number,
+                latest.partitions_key if latest else None,
+                first.transaction_number if first else None,
+            )
+            if self._loaded.get(table_id) != fingerprint:
+                try:
+                    fresh = TransactionLogStateStore(
+                        table_id,
+                        SCHEMA,
+                        self.raw_log,
+                        SnapshotStore(self.raw_snapshot_metadata, self.raw_blobs),
+                    ).load()
+                except StateStoreError as e:
+                    self.violation(f"table {table_id}: a fresh load fails: {e}")
+                if fresh != oracle.state:
+                    self.violation(
+                        f"table {table_id}: a fresh load {fresh} differs from the replay {oracle.state}"
+                    )
+                self._loaded[table_id] = fingerprint
+            # 5: no referenced data file is deleted
+            for ref in oracle.state.file_references():
+                if ref.filename not in oracle.added_without_data and not self.raw_blobs.list(ref.filename):
+                    self.violation(f"table {table_id}: referenced data file {ref.filename} was deleted")
+        # 2 and 3: statuses agree with the log and never change
+        for request_id, request in self.requests.items():
+            status = self.raw_statuses.get(request_id)
+            if status is None:
+                continue
+            self.saw_status(status)
+            held = self.oracle(request.table_id).requests.get(request_id)
+            if status.outcome is CommitOutcome.COMMITTED and held != status.transaction_number:
+                self.violation(
+                    f"request {request_id} is reported committed at {status.transaction_number} "
+                    f"but the log holds it in {held}"
+                )
+            if status.outcome is CommitOutcome.REJECTED and held is not None:
+                self.violation(f"request {request_id} is reported rejected but is in entry {held}")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "steps": self.steps,
+            "entries": sum(o.state.transaction_number for o in self._oracles.values()),
+            "requests": len(self.requests),
+            "faults": dict(sorted(self.faults.injected.items())),
+            "violations": len(self.violations),
+        }
+
+
+def run_seed(seed: int, steps: int, **options: Any) -> World:
+    """Run one seed; raises InvariantViolation (with a replay command) at the first broken invariant.
+
+    Ids the library draws from ``uuid.uuid4`` (tables, partitions, requests, writer tokens) come from the
+    seed too, so a seed replays exactly.
+    """
+    ids = random.Random(f"ids-{seed}")
+    real_uuid4 = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+    try:
+        world = World(seed, **options)
+        world.run(steps)
+    finally:
+        uuid.uuid4 = real_uuid4
+    return world
+
+
+def run_for_summary(job: tuple[int, int, int]) -> dict[str, Any]:
+    """``(seed, steps, committers)`` -> the summary of the seed, or its violation (for worker pools)."""
+    seed, steps, committers = job
+    logging.disable(logging.CRITICAL)  # every injected failure is logged by the code under test
+    try:
+        return run_seed(seed, steps, committers=committers).summary()
+    except InvariantViolation as e:
+        return {"seed": seed, "violation": str(e)}
