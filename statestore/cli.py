@@ -547,12 +547,8 @@ def cmd_log(s: Session) -> int:
     from statestore.transactions import request_ids_of
 
     table = s.table(s.args.table)
-    if s.args.limit < 1:
-        raise CliError("--limit must be at least 1", EXIT_USAGE)
     latest = s.client.log.latest_number(table.table_id)
     start = s.args.from_number if s.args.from_number is not None else max(1, latest - s.args.limit + 1)
-    if start < 1:
-        raise CliError("--from must be at least 1", EXIT_USAGE)
     entries = list(s.client.log.read(table.table_id, start, start + s.args.limit - 1))
     if entries and entries[0].transaction_number > start:
         s.out.progress(
@@ -1102,6 +1098,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(json_mode=args.json, quiet=args.quiet)
     session = Session(args, out)
     try:
+        _check_options(args)
         code: int = args.run(session)
         return code
     except CliError as e:
@@ -1115,6 +1112,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         traceback.print_exc(file=out.stderr)
         return _fail(out, "internal error (a bug); please report it with the traceback above", EXIT_INTERNAL)
+
+
+# Numeric options and what each must be: checked before a command sends, reads or starts anything
+# (``commit --wait -5`` used to send its request and only then give up waiting at once).
+_NUMERIC_OPTIONS: tuple[tuple[str, str, float, float | None, str], ...] = (
+    # (attribute, option, lowest, highest or None, what it counts)
+    ("wait", "--wait", 0, None, " seconds"),
+    ("limit", "--limit", 1, None, " entries"),
+    ("from_number", "--from", 1, None, ""),
+    ("log_min_snapshot_age", "--log-min-snapshot-age", 0, None, " minutes"),
+    ("snapshot_retention", "--snapshot-retention", 0, None, " minutes"),
+    ("port", "--port", 0, 65535, ""),
+    ("poll_interval", "--poll-interval", 0, 20, " seconds (SQS's long-poll limit)"),
+    ("snapshot_interval", "--snapshot-interval", 0, None, " seconds"),
+    ("cleanup_interval", "--cleanup-interval", 0, None, " seconds"),
+    ("max_receive_count", "--max-receive-count", 1, 1000, " receives (SQS's limit)"),
+)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Raise CliError (exit 2) naming the first numeric option out of its range, NaN or infinite."""
+    for attribute, option, lowest, highest, unit in _NUMERIC_OPTIONS:
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        finite = value == value and value not in (float("inf"), float("-inf"))
+        if not finite or value < lowest or (highest is not None and value > highest):
+            allowed = f"from {lowest:g} to {highest:g}" if highest is not None else f"{lowest:g} or more"
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            raise CliError(f"{option} must be {allowed}{unit}, got {shown}", EXIT_USAGE)
 
 
 def _fail(out: Output, message: str, code: int) -> int:

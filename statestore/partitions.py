@@ -16,7 +16,7 @@ from statestore.errors import (
     InvalidPartitionTreeError,
     PartitionNotFoundError,
 )
-from statestore.schema import Key, Schema
+from statestore.schema import INT32_MAX, INT32_MIN, Key, Schema, integer_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +161,10 @@ def check_split(parent_before: Partition, parent_after: Partition, children: Seq
     for child in children:
         if child.parent_id != pid:
             raise InvalidPartitionSplitError(f"child {child.id!r} must name {pid!r} as its parent")
-        if not child.leaf or child.child_ids:
-            raise InvalidPartitionSplitError(f"new child {child.id!r} must be a leaf with no children")
+        if not child.leaf or child.child_ids or child.dimension != -1:
+            raise InvalidPartitionSplitError(
+                f"new child {child.id!r} must be a leaf (dimension -1) with no children"
+            )
         if len(child.region.ranges) != len(ranges):
             raise InvalidPartitionSplitError(
                 f"child {child.id!r} has {len(child.region.ranges)} range(s); {pid!r} has {len(ranges)}"
@@ -269,6 +271,33 @@ class PartitionTree:
             )
 
 
+def check_partition_fields(partition: Partition) -> None:
+    """Check ``partition``'s fields have the types and ranges the codecs store (InvalidPartitionTreeError).
+
+    The tree checks compare with ``==``, which lets ``leaf=0``, ``dimension=-1.0`` or ``dimension=True``
+    through; JSON would write those as they are and never read them back, and Parquet stores ``dimension``
+    as int32. Region bounds are checked against the schema by :func:`check_region_keys`.
+    """
+    if not isinstance(partition.id, str) or not partition.id:
+        raise InvalidPartitionTreeError(f"a partition id must be a non-empty string, got {partition.id!r}")
+    where = f"partition {partition.id!r}"
+    if partition.parent_id is not None and not isinstance(partition.parent_id, str):
+        raise InvalidPartitionTreeError(
+            f"{where}: parent_id must be a string or None, got {partition.parent_id!r}"
+        )
+    if not isinstance(partition.child_ids, tuple) or not all(isinstance(c, str) for c in partition.child_ids):
+        raise InvalidPartitionTreeError(
+            f"{where}: child_ids must be a tuple of strings, got {partition.child_ids!r}"
+        )
+    if not isinstance(partition.leaf, bool):
+        raise InvalidPartitionTreeError(f"{where}: leaf must be True or False, got {partition.leaf!r}")
+    problem = integer_problem(partition.dimension, INT32_MIN, INT32_MAX, "int32")
+    if problem is not None:
+        raise InvalidPartitionTreeError(f"{where}: dimension {problem}")
+    if not isinstance(partition.region, Region) or not isinstance(partition.region.ranges, tuple):
+        raise InvalidPartitionTreeError(f"{where}: region must be a Region of a tuple of ranges")
+
+
 def check_region_keys(schema: Schema, partition: Partition) -> None:
     """Check every bound of ``partition``'s region is a valid key of its field (raises InvalidKeyError).
 
@@ -285,6 +314,7 @@ def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
     """Check ``partitions`` form one tree over ``schema``'s key space; raises InvalidPartitionTreeError."""
     by_id: dict[str, Partition] = {}
     for p in partitions:
+        check_partition_fields(p)
         if p.id in by_id:
             raise InvalidPartitionTreeError(f"partition id {p.id!r} is used more than once")
         if len(p.region.ranges) != len(schema.row_keys):

@@ -7,15 +7,32 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from statestore.errors import InvalidKeyError, InvalidSchemaError
 
 # A key value as Python holds it: ``int`` for int/long fields, ``str`` for string, ``bytes`` for bytes.
 Key = int | str | bytes
 
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+# What the codecs can hold: Parquet snapshots store ``int`` keys and partition dimensions as int32, and
+# ``long`` keys, row counts and update times as int64. JSON holds any integer, so these are the limits.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def integer_problem(value: object, low: int, high: int, stored_as: str) -> str | None:
+    """Why ``value`` is not an integer from ``low`` to ``high`` inclusive, or None if it is one.
+
+    ``stored_as`` names the column type that sets the limits (``"int64"``), for the message.
+
+    A bool is an int in Python but not an integer to the codecs (JSON writes ``true``, which no integer
+    field reads back), and a float such as ``1.0`` compares equal to an int but is written as ``1.0``.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"needs an integer, got {type(value).__name__} {value!r}"
+    if not low <= value <= high:
+        return f"value {value} is out of range: allowed {low} to {high} ({stored_as})"
+    return None
 
 
 class KeyType(enum.Enum):
@@ -30,8 +47,8 @@ class KeyType(enum.Enum):
     def minimum(self) -> Key:
         """The smallest value of this type: the inclusive minimum of the root partition."""
         minimums: dict[KeyType, Key] = {
-            KeyType.INT: _INT_MIN,
-            KeyType.LONG: _LONG_MIN,
+            KeyType.INT: INT32_MIN,
+            KeyType.LONG: INT64_MIN,
             KeyType.STRING: "",
             KeyType.BYTES: b"",
         }
@@ -40,12 +57,14 @@ class KeyType(enum.Enum):
     def check(self, value: object, field_name: str) -> Key:
         """Return ``value`` if it is a valid value of this type, else raise :class:`InvalidKeyError`."""
         if self in (KeyType.INT, KeyType.LONG):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidKeyError(f"field {field_name!r} ({self.value}) needs an integer, got {value!r}")
-            low, high = (_INT_MIN, _INT_MAX) if self is KeyType.INT else (_LONG_MIN, _LONG_MAX)
-            if not low <= value <= high:
-                raise InvalidKeyError(f"field {field_name!r} ({self.value}) value {value} is out of range")
-            return value
+            # int keys are 32-bit and long keys 64-bit: the widths of their Parquet snapshot columns.
+            if self is KeyType.INT:
+                problem = integer_problem(value, INT32_MIN, INT32_MAX, "int32")
+            else:
+                problem = integer_problem(value, INT64_MIN, INT64_MAX, "int64")
+            if problem is not None:
+                raise InvalidKeyError(f"field {field_name!r} ({self.value}) {problem}")
+            return cast(int, value)
         if self is KeyType.STRING:
             if not isinstance(value, str):
                 raise InvalidKeyError(f"field {field_name!r} (string) needs a str, got {value!r}")

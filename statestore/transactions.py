@@ -25,6 +25,7 @@ from statestore.errors import (
     FilesPresentError,
     InvalidKeyError,
     InvalidPartitionSplitError,
+    InvalidPartitionTreeError,
     InvalidTransactionError,
     PartitionAlreadyExistsError,
     PartitionNotFoundError,
@@ -32,7 +33,14 @@ from statestore.errors import (
     TransactionValidationError,
 )
 from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition, check_region_keys, check_split, validate_tree
+from statestore.partitions import (
+    Partition,
+    check_partition_fields,
+    check_region_keys,
+    check_split,
+    validate_tree,
+)
+from statestore.schema import INT64_MAX, INT64_MIN, integer_problem
 from statestore.state import TableState
 
 
@@ -65,14 +73,44 @@ def _reference_in(state: TableState, filename: str, partition_id: str) -> FileRe
 
 
 def _check_new_reference(state: TableState, ref: FileReference) -> None:
-    if not ref.filename:
-        raise InvalidTransactionError("a file reference needs a non-empty filename")
-    if ref.number_of_rows < 0:
-        raise InvalidTransactionError(f"file {ref.filename!r} has a negative row count {ref.number_of_rows}")
+    if not isinstance(ref.filename, str) or not ref.filename:
+        raise InvalidTransactionError(
+            f"a file reference needs a non-empty filename (a string), got {ref.filename!r}"
+        )
+    _check_reference_fields(ref)
     if ref.job_id is not None:
         raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")
     if ref.partition_id not in state.partitions_by_id:
         raise PartitionNotFoundError(ref.partition_id)
+
+
+def _check_reference_fields(ref: FileReference) -> None:
+    """Check a reference's counts, times and flags have the types and ranges every codec stores.
+
+    Snapshots hold row counts and update times as int64; JSON writes a bool or a float as it is and then
+    cannot read it back as an integer field, nor an int back as a flag.
+    """
+    where = f"file {ref.filename!r} in partition {ref.partition_id!r}"
+    rows = ref.number_of_rows
+    if isinstance(rows, int) and rows < 0:
+        raise InvalidTransactionError(f"file {ref.filename!r} has a negative row count {rows}")
+    if not isinstance(ref.partition_id, str):
+        raise InvalidTransactionError(f"{where}: partition_id must be a string")
+    for name, value, low in (
+        ("number_of_rows", ref.number_of_rows, 0),
+        ("last_update_time", ref.last_update_time, INT64_MIN),
+    ):
+        problem = integer_problem(value, low, INT64_MAX, "int64")
+        if problem is not None:
+            raise InvalidTransactionError(f"{where}: {name} {problem}")
+    for name, flag in (
+        ("count_approximate", ref.count_approximate),
+        ("only_contains_data_for_this_partition", ref.only_contains_data_for_this_partition),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidTransactionError(f"{where}: {name} must be True or False, got {flag!r}")
+    if ref.job_id is not None and not isinstance(ref.job_id, str):
+        raise InvalidTransactionError(f"{where}: job_id must be a string or None, got {ref.job_id!r}")
 
 
 # --- partitions ---------------------------------------------------------------------------------------
@@ -103,6 +141,20 @@ class SplitPartition(Transaction):
     children: tuple[Partition, ...]
 
     def validate(self, state: TableState) -> None:
+        # Types and ranges first: the structural checks below compare with ``==`` and index by dimension.
+        for partition in (self.parent, *self.children):
+            try:
+                check_partition_fields(partition)
+            except InvalidPartitionTreeError as e:
+                raise InvalidPartitionSplitError(str(e)) from e
+            if len(partition.region.ranges) != len(state.schema.row_keys):
+                continue  # check_split names the mismatch
+            try:
+                check_region_keys(state.schema, partition)
+            except InvalidKeyError as e:
+                raise InvalidPartitionSplitError(
+                    f"partition {partition.id!r} has an invalid bound: {e}"
+                ) from e
         before = state.partitions_by_id.get(self.parent.id)
         if before is None:
             raise PartitionNotFoundError(self.parent.id)
@@ -114,11 +166,6 @@ class SplitPartition(Transaction):
         if before.parent_id != self.parent.parent_id:
             raise InvalidPartitionSplitError(f"the split must not change the parent of {self.parent.id!r}")
         check_split(before, self.parent, self.children)
-        for child in self.children:
-            try:
-                check_region_keys(state.schema, child)
-            except InvalidKeyError as e:
-                raise InvalidPartitionSplitError(f"invalid split point for child {child.id!r}: {e}") from e
 
     def apply(self, state: TableState, update_time: int) -> None:
         state.put_partitions((self.parent, *self.children))
@@ -177,8 +224,8 @@ class AssignJobIds(Transaction):
             raise InvalidTransactionError("AssignJobIds needs at least one request")
         claimed: dict[tuple[str, str], str] = {}
         for request in self.requests:
-            if not request.job_id:
-                raise InvalidTransactionError("a job id must be non-empty")
+            if not isinstance(request.job_id, str) or not request.job_id:
+                raise InvalidTransactionError(f"a job id must be a non-empty string, got {request.job_id!r}")
             if not request.filenames:
                 raise InvalidTransactionError(f"job {request.job_id!r} assigns no files")
             for filename in request.filenames:
@@ -401,6 +448,11 @@ class TransactionBatch(Transaction):
     def validate(self, state: TableState) -> None:
         if not self.items:
             raise InvalidTransactionError("a batch needs at least one request")
+        for item in self.items:
+            if not isinstance(item.request_id, str) or not item.request_id:
+                raise InvalidTransactionError(
+                    f"a request id must be a non-empty string, got {item.request_id!r}"
+                )
         if len({item.request_id for item in self.items}) != len(self.items):
             raise InvalidTransactionError("a batch lists a request id more than once")
         work = state.copy()

@@ -83,6 +83,8 @@ def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
     try:
         with _gc_paused():
             return _partitions_to_parquet(state), _files_to_parquet(state)
+    except CodecError:
+        raise
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
         raise CodecError(f"cannot write the state as Parquet: {e}") from e
 
@@ -185,6 +187,16 @@ def _read(data: bytes, schema: Schema, kind: str, expected: pa.Schema) -> pa.Tab
     return table
 
 
+def _array(values: Sequence[Any], arrow_type: pa.DataType, kind: str, column: str) -> pa.Array:
+    """One column as Arrow, or a CodecError naming the column (Arrow's own message names no column)."""
+    try:
+        return pa.array(values, arrow_type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        raise CodecError(
+            f"cannot write the state as Parquet: {kind} column {column!r} ({arrow_type}): {e}"
+        ) from e
+
+
 def _row_keys(schema: Schema) -> list[str]:
     return [f"{f.name}:{f.type}" for f in schema.row_keys]
 
@@ -222,7 +234,7 @@ def _partitions_to_parquet(state: TableState) -> bytes:
         ranges = [p.region.ranges[dimension] for p in partitions]
         columns += [[r.min for r in ranges], [r.max for r in ranges]]
     arrow_schema = _partitions_schema(schema)
-    arrays = [pa.array(c, f.type) for c, f in zip(columns, arrow_schema, strict=True)]
+    arrays = [_array(c, f.type, "partitions", f.name) for c, f in zip(columns, arrow_schema, strict=True)]
     table = pa.Table.from_arrays(arrays, schema=arrow_schema.with_metadata(_metadata(schema, "partitions")))
     return _write(table, [])
 
@@ -285,14 +297,16 @@ def _files_to_parquet(state: TableState) -> bytes:
                 index.setdefault(partition_id, len(index))
         indices = list(map(index.get, partition_ids))
     arrays = [
-        pa.array(filenames, pa.large_string()),
-        pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(index), pa.string())),
-        pa.array(row_counts, pa.int64()),
-        pa.array(approximate, pa.bool_()),
-        pa.array(whole_file, pa.bool_()),
-        pa.array(job_ids, pa.string()),
-        pa.array(times, pa.int64()),
-        pa.array(file_times, pa.int64()),
+        _array(filenames, pa.large_string(), "files", "filename"),
+        pa.DictionaryArray.from_arrays(
+            pa.array(indices, pa.int32()), _array(list(index), pa.string(), "files", "partition_id")
+        ),
+        _array(row_counts, pa.int64(), "files", "number_of_rows"),
+        _array(approximate, pa.bool_(), "files", "count_approximate"),
+        _array(whole_file, pa.bool_(), "files", "only_contains_data_for_this_partition"),
+        _array(job_ids, pa.string(), "files", "job_id"),
+        _array(times, pa.int64(), "files", "last_update_time"),
+        _array(file_times, pa.int64(), "files", "file_last_update_time"),
     ]
     table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA.with_metadata(_metadata(state.schema, "files")))
     return _write(table, ["partition_id", "job_id"])

@@ -10,7 +10,11 @@ repeats every field name (measured on 10,000 references with UUID paths: 29-54 s
 against 32-57 for objects). Other file references are objects with their full field names.
 
 Stored bodies are zlib-compressed when that pays (see :func:`encode_transaction`). Every malformed input
-raises :class:`~statestore.errors.CodecError` saying where and what was wrong.
+raises :class:`~statestore.errors.CodecError` saying where and what was wrong: a ``true`` or a ``1.0`` where
+an integer belongs, an integer where a flag belongs. Integer *ranges* are not the decoder's to check: it
+reads any integer JSON holds, so a log written before a range check existed still loads, and each
+transaction's ``validate`` rejects a number the Parquet snapshots cannot hold (int64 counts and times,
+int32 or int64 keys) before it is logged.
 """
 
 from __future__ import annotations

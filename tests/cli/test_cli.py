@@ -216,6 +216,61 @@ def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> 
     assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
 
 
+def test_a_row_count_beyond_int64_is_rejected_with_its_limit_and_the_table_still_snapshots(
+    cli: Cli, tmp_path: Path
+) -> None:
+    name = unique("huge")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    huge = AddFiles((FileReference(f"tables/{table_id}/data/huge.parquet", "root", 2**70),))
+
+    result = cli("commit", name, write(tmp_path / "huge.json", transaction_to_json(huge)), "--wait", "30")
+
+    assert result.code == EXIT_FAILED
+    assert "number_of_rows value 1180591620717411303424 is out of range" in result.out
+    assert "allowed 0 to 9223372036854775807 (int64)" in result.out
+    assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
+    assert cli("snapshot", name).code == EXIT_OK
+
+
+@pytest.mark.parametrize("wait", ["-5", "nan", "inf"])
+def test_commit_with_a_bad_wait_exits_2_before_sending_anything(
+    cli: Cli, tmp_path: Path, runtime: LocalRuntime, wait: str
+) -> None:
+    name = unique("badwait")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    body = add_files_file(tmp_path, table_id, "root", "w.parquet")
+
+    result = cli("commit", name, body, "--wait", wait, "--request-id", f"bad-wait-{name}")
+
+    assert result.code == EXIT_USAGE and result.out == ""
+    assert result.err.splitlines() == [f"statestore: error: --wait must be 0 or more seconds, got {wait}"]
+    runtime.wait_idle()  # had anything been sent, the committer would have dealt with it by now
+    assert cli("status", f"bad-wait-{name}").code == EXIT_NOT_FOUND
+    assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["log", "any", "--limit", "0"], "--limit must be 1 or more entries, got 0"),
+        (["log", "any", "--from", "-1"], "--from must be 1 or more, got -1"),
+        (["cleanup", "--snapshot-retention", "-1"], "--snapshot-retention must be 0 or more minutes, got -1"),
+        (["cleanup", "--log-min-snapshot-age", "nan"], "--log-min-snapshot-age must be 0 or more minutes"),
+        (["local", "--poll-interval", "21"], "--poll-interval must be from 0 to 20 seconds"),
+        (["local", "--max-receive-count", "0"], "--max-receive-count must be from 1 to 1000"),
+        (["local", "--port", "65536"], "--port must be from 0 to 65535, got 65536"),
+        (["local", "--snapshot-interval", "-1"], "--snapshot-interval must be 0 or more seconds"),
+    ],
+)
+def test_a_numeric_option_out_of_range_is_a_one_line_usage_error(
+    cli: Cli, args: list[str], message: str
+) -> None:
+    result = cli(*args)
+
+    assert result.code == EXIT_USAGE and result.out == ""
+    assert len(result.err.splitlines()) == 1 and message in result.err
+
+
 # --- upkeep ---------------------------------------------------------------------------------------------
 
 
