@@ -149,11 +149,16 @@ def statement(template: dict[str, Any], handler: str, action: str, resource_part
 # --- the committer ----------------------------------------------------------------------------------------
 
 
+# Enough files that the request's body goes through the bucket, which the committer then reads.
+LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
+
+
 def committer_event(deployed: Deployed) -> tuple[dict[str, Any], str, str]:
-    """A real request for an existing table and a malformed one, as the queue hands them to the committer."""
+    """A real (large) request for an existing table and a malformed one, as the queue hands them over."""
     table_id = deployed.create_table("orders").table_id
     sender = CommitSender(deployed.commit_queue, deployed.admin.statuses, deployed.admin.blobs)
-    request_id = sender.send(table_id, AddFiles((ref("a.parquet"),)))
+    request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+    assert deployed.admin.blobs.list(layout.request_body_prefix(table_id))
     deployed.commit_queue.send([QueueMessage("{not json", table_id, "junk-1")])
     event = deployed.commit_queue.receive_event()
     assert len(event["Records"]) == 2
@@ -166,7 +171,7 @@ def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed
     response = deployed.invoke(COMMITTER, event)
 
     assert response == {"batchItemFailures": []}
-    assert set(deployed.store(table_id).load().files_by_name) == {"a.parquet"}
+    assert set(deployed.store(table_id).load().files_by_name) == set(LARGE_BATCH)
     status = deployed.admin.statuses.get(request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     [letter] = deployed.dead_letter_queue.receive_event()["Records"]
