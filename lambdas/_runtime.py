@@ -1,15 +1,17 @@
 """What a Lambda container's handlers share, built once per container: clients, adapters, warm committer.
 
-Names come from ``ResourceNames.from_environment()``; endpoints from the standard AWS settings
-(``AWS_ENDPOINT_URL`` points every client at a local emulator). Tests and the local runner can install
-their own :class:`Runtime` (e.g. :meth:`Runtime.in_memory`) with :func:`use_runtime`.
+Every piece is built on first use, so each handler builds, and its role must allow, only what it uses:
+the snapshot and cleanup handlers never create an SQS client or look up the dead-letter queue (only the
+committer's role may). Names come from ``ResourceNames.from_environment()``; endpoints from the standard AWS
+settings (``AWS_ENDPOINT_URL`` points every client at a local emulator). Tests and the local runner can
+install their own :class:`Runtime` (e.g. :meth:`Runtime.in_memory`) with :func:`use_runtime`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from functools import cached_property
 
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
@@ -31,33 +33,46 @@ from statestore.snapshots import SnapshotStore
 _MINUTE_MS = 60_000
 
 
-@dataclass
 class Runtime:
-    tables: TableIndex
-    log: TransactionLogStore
-    snapshots: SnapshotStore
-    blobs: BlobStore
-    statuses: CommitStatusStore
-    dead_letters: CommitQueue
-    # Kept warm between invocations of the same container.
-    snapshot_stores: dict[str, TransactionLogStateStore] = field(default_factory=dict)
-    _committer: Committer | None = field(default=None, repr=False)
+    """The ports the handlers use. Pieces given to the constructor are used as they are; the others are built
+    from ``names`` on first use (connecting to ``endpoint_url``, or AWS itself when None)."""
+
+    def __init__(
+        self,
+        tables: TableIndex | None = None,
+        log: TransactionLogStore | None = None,
+        snapshots: SnapshotStore | None = None,
+        blobs: BlobStore | None = None,
+        statuses: CommitStatusStore | None = None,
+        dead_letters: CommitQueue | None = None,
+        *,
+        names: ResourceNames | None = None,
+        endpoint_url: str | None = None,
+    ) -> None:
+        self.names = names
+        self.endpoint_url = endpoint_url
+        given = {
+            "tables": tables,
+            "log": log,
+            "snapshots": snapshots,
+            "blobs": blobs,
+            "statuses": statuses,
+            "dead_letters": dead_letters,
+        }
+        # A value in the instance's __dict__ takes the place of the cached_property of that name.
+        self.__dict__.update({name: piece for name, piece in given.items() if piece is not None})
+        # Kept warm between invocations of the same container.
+        self.snapshot_stores: dict[str, TransactionLogStateStore] = {}
+        self._committer: Committer | None = None
 
     @classmethod
     def for_aws(cls, names: ResourceNames, endpoint_url: str | None = None) -> Runtime:
-        backend = AwsBackend.connect(names, endpoint_url)
-        sqs = make_client("sqs", endpoint_url=endpoint_url)
-        return cls(
-            tables=backend.table_index,
-            log=backend.log,
-            snapshots=SnapshotStore(backend.snapshot_metadata, backend.blobs),
-            blobs=backend.blobs,
-            statuses=backend.commit_statuses,
-            dead_letters=backend.queue(sqs, names.dead_letter_queue),
-        )
+        """The instance ``names`` on AWS (or an emulator at ``endpoint_url``); nothing connects until used."""
+        return cls(names=names, endpoint_url=endpoint_url)
 
     @classmethod
     def in_memory(cls) -> Runtime:
+        """Every piece in memory, for tests."""
         blobs = InMemoryBlobStore()
         return cls(
             tables=InMemoryTableIndex(),
@@ -68,7 +83,44 @@ class Runtime:
             dead_letters=InMemoryCommitQueue(),
         )
 
+    @cached_property
+    def _backend(self) -> AwsBackend:
+        # Creating clients and adapters makes no AWS call; only using them does.
+        return AwsBackend.connect(self._names(), self.endpoint_url)
+
+    @cached_property
+    def tables(self) -> TableIndex:
+        return self._backend.table_index
+
+    @cached_property
+    def log(self) -> TransactionLogStore:
+        return self._backend.log
+
+    @cached_property
+    def snapshots(self) -> SnapshotStore:
+        return SnapshotStore(self._backend.snapshot_metadata, self._backend.blobs)
+
+    @cached_property
+    def blobs(self) -> BlobStore:
+        return self._backend.blobs
+
+    @cached_property
+    def statuses(self) -> CommitStatusStore:
+        return self._backend.commit_statuses
+
+    @cached_property
+    def dead_letters(self) -> CommitQueue:
+        """The dead-letter queue: looking it up calls SQS GetQueueUrl, which only the committer may."""
+        sqs = make_client("sqs", endpoint_url=self.endpoint_url)
+        return self._backend.queue(sqs, self._names().dead_letter_queue)
+
+    def _names(self) -> ResourceNames:
+        if self.names is None:
+            raise RuntimeError("this Runtime was given its pieces and has no resource names to build others")
+        return self.names
+
     def committer(self) -> Committer:
+        """The container's committer, built on first use and kept warm."""
         if self._committer is None:
             self._committer = Committer(
                 self.tables, self.log, self.snapshots, self.statuses, self.blobs, self.dead_letters

@@ -1,0 +1,279 @@
+"""Running a Lambda handler in moto with exactly the IAM permissions the synthesised stack gives its role.
+
+:func:`role_statements` takes a function's policy statements from the template and resolves their
+``Resource`` references (Ref, Fn::GetAtt, Fn::Join, Fn::Sub) to the ARNs of same-named resources in moto;
+:func:`create_user` makes an IAM user holding exactly those statements; inside :func:`iam_enforced` every
+request moto receives is authorised against the caller's policies.
+
+moto 5.2.5 enforces IAM for DynamoDB, S3 and SQS, but for three kinds of request it checks a different
+resource or action than AWS does, which would deny calls the deployed stack allows. :func:`iam_enforced`
+makes moto check what AWS checks:
+
+* DynamoDB: moto authorises every request against resource ``*`` (it never names the table), so no
+  table-scoped statement would ever match. Here each request is checked against the ARN of every table it
+  touches, and TransactWriteItems/TransactGetItems by the per-item actions (PutItem, ConditionCheckItem, ...)
+  AWS checks instead of an action of their own.
+* SQS: moto checks GetQueueUrl against ``*`` (here: the named queue's ARN), and a batch request by an action
+  of its own, sqs:SendMessageBatch say, that IAM does not have (here: by its single-message action, as AWS).
+* S3 DeleteObjects: moto checks s3:DeleteObject on the bucket's ARN; AWS checks it on each object's key.
+  Here each key is checked (a denied key denies the whole request). A PutObject with tags also needs
+  s3:PutObjectTagging, as in AWS.
+
+Not enforced: CloudWatch Logs and X-Ray (the handlers do not call them in tests), and conditions in
+statements (the stack's role policies have none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+from moto.core.authorization import enable_iam_authentication
+from moto.dynamodb.responses import DynamoHandler
+from moto.iam.access_control import IAMRequest, S3IAMRequest
+from moto.s3.responses import S3Response
+from moto.sqs.exceptions import QueueDoesNotExist
+from moto.sqs.responses import SQSResponse
+
+ACCOUNT_ID = "123456789012"  # moto's default account
+REGION = "eu-west-2"  # tests/conftest.py's region
+
+_SUB_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+# --- the template's statements, resolved ------------------------------------------------------------------
+
+
+def handler_function(template: dict[str, Any], handler: str) -> dict[str, Any]:
+    """The ``AWS::Lambda::Function`` resource running ``handler``."""
+    found = [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler") == handler
+    ]
+    assert len(found) == 1, f"expected one function running {handler}, found {len(found)}"
+    return found[0]
+
+
+def role_statements(template: dict[str, Any], handler: str) -> list[dict[str, Any]]:
+    """Every statement of the policies attached to ``handler``'s role, with resources resolved to ARNs."""
+    role = handler_function(template, handler)["Properties"]["Role"]["Fn::GetAtt"][0]
+    statements = [
+        statement
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role} in resource["Properties"]["Roles"]
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert statements, f"no policy is attached to the role of {handler}"
+    return [resolve(template, s) for s in statements]
+
+
+def function_environment(template: dict[str, Any], handler: str) -> dict[str, str]:
+    """``handler``'s environment variables as the deployed function would see them."""
+    variables = handler_function(template, handler)["Properties"]["Environment"]["Variables"]
+    return {name: str(resolve(template, value)) for name, value in variables.items()}
+
+
+def resolve(template: dict[str, Any], value: Any) -> Any:
+    """``value`` with every intrinsic function replaced by what CloudFormation would put there."""
+    if isinstance(value, list):
+        return [resolve(template, v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        [(key, argument)] = value.items()
+        if key == "Ref":
+            return _ref(template, argument)
+        if key == "Fn::GetAtt":
+            logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            return _get_att(template, logical_id, attribute)
+        if key == "Fn::Join":
+            separator, parts = argument
+            return separator.join(str(resolve(template, p)) for p in parts)
+        if key == "Fn::Sub":
+            text, variables = (argument, {}) if isinstance(argument, str) else argument
+            return _sub(template, text, {k: resolve(template, v) for k, v in variables.items()})
+        if key.startswith("Fn::") or key == "Condition":
+            raise ValueError(f"cannot resolve {key} in {value}: teach tests/infra/deployed_iam.py")
+    return {k: resolve(template, v) for k, v in value.items()}
+
+
+def _ref(template: dict[str, Any], name: str) -> str:
+    pseudo = {
+        "AWS::AccountId": ACCOUNT_ID,
+        "AWS::Region": REGION,
+        "AWS::Partition": "aws",
+        "AWS::URLSuffix": "amazonaws.com",
+    }
+    if name in pseudo:
+        return pseudo[name]
+    resource = template["Resources"][name]
+    properties = resource.get("Properties", {})
+    kind = resource["Type"]
+    if kind == "AWS::DynamoDB::Table":
+        return str(resolve(template, properties["TableName"]))
+    if kind == "AWS::S3::Bucket":
+        return str(resolve(template, properties["BucketName"]))
+    if kind == "AWS::SQS::Queue":
+        return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT_ID}/{resolve(template, properties['QueueName'])}"
+    raise ValueError(f"cannot resolve Ref to {kind} {name}")
+
+
+def _get_att(template: dict[str, Any], logical_id: str, attribute: str) -> str:
+    resource = template["Resources"][logical_id]
+    properties = resource.get("Properties", {})
+    kind = resource["Type"]
+    if attribute != "Arn":
+        raise ValueError(f"cannot resolve {logical_id}.{attribute}")
+    if kind == "AWS::DynamoDB::Table":
+        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{resolve(template, properties['TableName'])}"
+    if kind == "AWS::S3::Bucket":
+        return f"arn:aws:s3:::{resolve(template, properties['BucketName'])}"
+    if kind == "AWS::SQS::Queue":
+        return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{resolve(template, properties['QueueName'])}"
+    if kind == "AWS::Logs::LogGroup":  # CloudFormation names it; no test calls CloudWatch Logs
+        return f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:{logical_id}:*"
+    raise ValueError(f"cannot resolve the ARN of {kind} {logical_id}")
+
+
+def _sub(template: dict[str, Any], text: str, variables: dict[str, Any]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match[1]
+        if name in variables:
+            return str(variables[name])
+        if "." in name and not name.startswith("AWS::"):
+            logical_id, attribute = name.split(".", 1)
+            return _get_att(template, logical_id, attribute)
+        return _ref(template, name)
+
+    return _SUB_VARIABLE.sub(one, text)
+
+
+# --- IAM users ------------------------------------------------------------------------------------------
+
+
+def create_user(iam: Any, name: str, statements: list[dict[str, Any]]) -> dict[str, str]:
+    """An IAM user allowed exactly ``statements``; returns its credentials as environment variables."""
+    iam.create_user(UserName=name)
+    iam.put_user_policy(
+        UserName=name,
+        PolicyName="role-policy",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}),
+    )
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+# --- enforcement ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def iam_enforced() -> Iterator[None]:
+    """Within: moto authorises every request against the caller's IAM policies, as AWS would (see above)."""
+    with contextlib.ExitStack() as stack:
+        for cls, name, replacement in (
+            (DynamoHandler, "_authenticate_and_authorize_normal_action", _authorize_dynamodb),
+            (SQSResponse, "_authenticate_and_authorize_normal_action", _authorize_sqs),
+            (S3Response, "_authenticate_and_authorize_s3_action", _authorize_s3),
+        ):
+            stack.enter_context(_patched(cls, name, replacement))
+        stack.enter_context(enable_iam_authentication())
+        yield
+
+
+@contextlib.contextmanager
+def _patched(cls: type, name: str, replacement: Callable[..., Any]) -> Iterator[None]:
+    original = getattr(cls, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return replacement(original, self, *args, **kwargs)
+
+    setattr(cls, name, method)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
+def _authorize(handler: Any, request_cls: type, action: str, resource: str) -> None:
+    """What moto's ActionAuthenticatorMixin does, for an action and resource of our choosing."""
+    path = handler.raw_path
+    if urlparse(handler.uri).query:
+        path += "?" + urlparse(handler.uri).query
+    request = request_cls(
+        account_id=handler.current_account,
+        method=handler.method,
+        path=path,
+        data=handler.data,
+        body=handler.raw_body,
+        headers=handler.headers,
+        action=action,
+    )
+    request.check_signature()
+    request.check_action_permitted(resource)
+
+
+_TRANSACT_ITEM_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+
+
+def _authorize_dynamodb(_original: Any, handler: Any, resource: str = "*") -> None:
+    action, params = handler._get_action(), getattr(handler, "params", {}) or {}
+    if action in ("TransactWriteItems", "TransactGetItems"):
+        checks = [
+            (_TRANSACT_ITEM_ACTIONS[kind], request["TableName"])
+            for item in params["TransactItems"]
+            for kind, request in item.items()
+        ]
+    elif "RequestItems" in params:  # BatchGetItem, BatchWriteItem
+        checks = [(action, table) for table in params["RequestItems"]]
+    elif "TableName" in params:
+        index = f"/index/{params['IndexName']}" if params.get("IndexName") else ""
+        checks = [(action, params["TableName"] + index)]
+    else:
+        checks = [(action, None)]
+    for checked_action, table in checks:
+        arn = f"arn:aws:dynamodb:{handler.region}:{handler.current_account}:table/{table}" if table else "*"
+        _authorize(handler, IAMRequest, checked_action, arn)
+
+
+# SQS authorises a batch request by the permission of its single-message action.
+_SQS_BATCH_ACTIONS = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+
+
+def _authorize_sqs(_original: Any, handler: Any, resource: str = "*") -> None:
+    action = handler._get_action()
+    name = handler._get_param("QueueName")
+    if action == "GetQueueUrl" and name:
+        try:
+            resource = str(handler.sqs_backend.get_queue(name).queue_arn)
+        except QueueDoesNotExist:
+            resource = "*"
+    _authorize(handler, IAMRequest, _SQS_BATCH_ACTIONS.get(action, action), resource)
+
+
+def _authorize_s3(
+    original: Any, handler: Any, bucket_name: str | None = None, key_name: str | None = None
+) -> None:
+    action = handler.data.get("Action")
+    if action == "DeleteObject" and key_name is None and bucket_name and handler.is_delete_keys():
+        for key in ElementTree.fromstring(handler.body).iterfind("{*}Object/{*}Key"):
+            _authorize(handler, S3IAMRequest, "DeleteObject", f"arn:aws:s3:::{bucket_name}/{key.text}")
+        return
+    original(handler, bucket_name=bucket_name, key_name=key_name)
+    if action == "PutObject" and key_name and handler.headers.get("x-amz-tagging"):
+        _authorize(handler, S3IAMRequest, "PutObjectTagging", f"arn:aws:s3:::{bucket_name}/{key_name}")

@@ -1,0 +1,252 @@
+"""Each deployed Lambda can do its job with exactly the permissions the synthesised stack gives its role.
+
+Every handler is cold-started (no runtime built yet) with its deployed environment and runs one real
+invocation in moto as an IAM user holding its role's statements, with IAM enforced; a call the stack does
+not grant fails the test. moto 5.2.5 enforces IAM for DynamoDB, S3 and SQS, but names the wrong resource or
+action for some DynamoDB, SQS and S3 requests; ``tests/infra/deployed_iam.py`` says which and makes it check
+what AWS checks. CloudWatch Logs and X-Ray are not exercised (the handlers do not call them here).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+from lambdas import cleanup as cleanup_lambda
+from lambdas import committer as committer_lambda
+from lambdas import snapshot as snapshot_lambda
+from lambdas._runtime import Runtime, use_runtime
+from statestore import layout
+from statestore.aws.backend import AwsBackend
+from statestore.aws.clients import make_client
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.catalog import TableInfo
+from statestore.cleanup import GC_DELAY_PROPERTY
+from statestore.commit_requests import CommitSender
+from statestore.committer import REASON_ATTRIBUTE
+from statestore.engine import TransactionLogStateStore
+from statestore.errors import StateStoreError
+from statestore.ports import CommitOutcome, QueueMessage
+from statestore.resources import ResourceNames
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
+from tests.builders import INT_SCHEMA, ref, tree
+from tests.infra.deployed_iam import create_user, function_environment, iam_enforced, role_statements
+from tests.lambdas.events import LambdaContext
+
+pytestmark = pytest.mark.infra
+
+COMMITTER = "lambdas.committer.handler"
+SNAPSHOT = "lambdas.snapshot.handler"
+CLEANUP = "lambdas.cleanup.handler"
+SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
+
+@pytest.fixture(scope="module")
+def template_json(template: Any) -> dict[str, Any]:
+    result: dict[str, Any] = template.to_json()
+    return result
+
+
+@dataclass
+class Deployed:
+    """The stack's resources in moto, and an admin's view of them for setting up and checking."""
+
+    template: dict[str, Any]
+    names: ResourceNames
+    admin: Runtime
+    backend: AwsBackend
+    commit_queue: SqsCommitQueue
+    dead_letter_queue: SqsCommitQueue
+    iam: Any
+    monkeypatch: pytest.MonkeyPatch
+
+    def create_table(self, name: str, properties: dict[str, str] | None = None) -> TransactionLogStateStore:
+        info = TableInfo.new(name, INT_SCHEMA, properties)
+        self.admin.tables.create(info)
+        store = self.store(info.table_id)
+        store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+        return store
+
+    def store(self, table_id: str) -> TransactionLogStateStore:
+        return TransactionLogStateStore(table_id, INT_SCHEMA, self.admin.log, self.admin.snapshots)
+
+    def invoke(
+        self,
+        handler: str,
+        event: dict[str, Any],
+        *,
+        without: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Cold-start ``handler`` as its role (less the statement ``without``) with IAM enforced; run it."""
+        statements = role_statements(self.template, handler)
+        if without is not None:
+            assert without in statements, f"{handler}'s role has no statement {without}"
+            statements.remove(without)
+        user = f"{handler.split('.')[1]}-{len(self.iam.list_users()['Users'])}"
+        credentials = create_user(self.iam, user, statements)
+        module = {COMMITTER: committer_lambda, SNAPSHOT: snapshot_lambda, CLEANUP: cleanup_lambda}[handler]
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in {**function_environment(self.template, handler), **credentials}.items():
+                env.setenv(name, value)
+            env.delenv("AWS_SESSION_TOKEN", raising=False)
+            use_runtime(None)  # a new container: the handler builds its runtime from the environment
+            try:
+                with iam_enforced():
+                    result: dict[str, Any] = module.handler(event, LambdaContext())
+            finally:
+                use_runtime(None)
+        return result
+
+
+@pytest.fixture
+def deployed(template_json: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
+    names = ResourceNames.from_json(function_environment(template_json, COMMITTER)["STATESTORE_RESOURCES"])
+    with mock_aws():
+        backend = AwsBackend.connect(names)
+        backend.provision()
+        sqs = make_client("sqs")
+        queue_url, dlq_url = provision_queues(names, sqs)
+        yield Deployed(
+            template=template_json,
+            names=names,
+            admin=Runtime.for_aws(names),
+            backend=backend,
+            commit_queue=SqsCommitQueue(sqs, queue_url),
+            dead_letter_queue=SqsCommitQueue(sqs, dlq_url),
+            iam=make_client("iam"),
+            monkeypatch=monkeypatch,
+        )
+
+
+def as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def statement(template: dict[str, Any], handler: str, action: str, resource_part: str) -> dict[str, Any]:
+    """The one statement of ``handler``'s role granting ``action`` on a resource containing
+    ``resource_part``."""
+    found = [
+        s
+        for s in role_statements(template, handler)
+        if action in as_list(s["Action"]) and any(resource_part in r for r in as_list(s["Resource"]))
+    ]
+    assert len(found) == 1, f"expected one statement of {handler} granting {action} on *{resource_part}*"
+    return copy.deepcopy(found[0])
+
+
+# --- the committer ----------------------------------------------------------------------------------------
+
+
+# Enough files that the request's body goes through the bucket, which the committer then reads.
+LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
+
+
+def committer_event(deployed: Deployed) -> tuple[dict[str, Any], str, str]:
+    """A real (large) request for an existing table and a malformed one, as the queue hands them over."""
+    table_id = deployed.create_table("orders").table_id
+    sender = CommitSender(deployed.commit_queue, deployed.admin.statuses, deployed.admin.blobs)
+    request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+    assert deployed.admin.blobs.list(layout.request_body_prefix(table_id))
+    deployed.commit_queue.send([QueueMessage("{not json", table_id, "junk-1")])
+    event = deployed.commit_queue.receive_event()
+    assert len(event["Records"]) == 2
+    return event, table_id, request_id
+
+
+def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed) -> None:
+    event, table_id, request_id = committer_event(deployed)
+
+    response = deployed.invoke(COMMITTER, event)
+
+    assert response == {"batchItemFailures": []}
+    assert set(deployed.store(table_id).load().files_by_name) == set(LARGE_BATCH)
+    status = deployed.admin.statuses.get(request_id)
+    assert status is not None and status.outcome is CommitOutcome.COMMITTED
+    [letter] = deployed.dead_letter_queue.receive_event()["Records"]
+    assert letter["body"] == "{not json" and REASON_ATTRIBUTE in letter["messageAttributes"]
+
+
+# --- the snapshot Lambda ----------------------------------------------------------------------------------
+
+
+def test_the_snapshot_lambda_snapshots_a_table_whose_log_moved_with_its_role(deployed: Deployed) -> None:
+    store = deployed.create_table("orders")
+    store.commit(AddFiles((ref("a.parquet"),)))
+
+    summary = deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
+
+    assert summary["written"] == {store.table_id: 2} and summary["errors"] == {}
+    latest = deployed.admin.snapshots.metadata.latest(store.table_id)
+    assert latest is not None and latest.transaction_number == 2
+    assert deployed.admin.blobs.list(layout.snapshot_prefix(store.table_id))
+
+
+# --- the cleanup Lambda -----------------------------------------------------------------------------------
+
+
+def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_its_role(
+    deployed: Deployed,
+) -> None:
+    store = deployed.create_table("orders", {GC_DELAY_PROPERTY: "0"})
+    table_id = store.table_id
+    old, new = (f"{layout.data_prefix(table_id)}{name}.parquet" for name in ("old", "new"))
+    for name in (old, new):
+        deployed.admin.blobs.put(name, b"parquet")
+    store.commit(AddFiles((ref(old),)))
+    store.create_snapshot()
+    store.commit(AssignJobIds((AssignJobIdRequest("compaction", "root", (old,)),)))
+    store.commit(ReplaceFileReferences((ReplaceFileReferencesJob("compaction", "root", (old,), ref(new)),)))
+    store.create_snapshot()
+    deployed.monkeypatch.setenv("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES", "0")
+    deployed.monkeypatch.setenv("STATESTORE_SNAPSHOT_RETENTION_MINUTES", "0")
+
+    summary = deployed.invoke(CLEANUP, SCHEDULED_EVENT)
+
+    assert summary["errors"] == {}
+    assert summary["data_files_deleted"] == 1 and summary["snapshots_deleted"] == 1
+    assert summary["log_entries_deleted"] == 3
+    assert deployed.admin.blobs.list(layout.data_prefix(table_id)) == [new]
+    assert [s.transaction_number for s in deployed.admin.snapshots.metadata.list(table_id)] == [4]
+    assert set(deployed.store(table_id).load().files_by_name) == {new}
+
+
+# --- the harness bites ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "resource_part"),
+    [("dynamodb:PutItem", "table/statestore-main-snapshots"), ("s3:PutObject", "/tables/*/snapshots/*")],
+    ids=["dynamodb", "s3"],
+)
+def test_without_a_statement_it_needs_the_snapshot_lambda_is_denied(
+    deployed: Deployed, action: str, resource_part: str
+) -> None:
+    store = deployed.create_table("orders")
+    missing = statement(deployed.template, SNAPSHOT, action, resource_part)
+
+    with pytest.raises(snapshot_lambda.TablesFailedError, match="AccessDenied"):
+        deployed.invoke(SNAPSHOT, SCHEDULED_EVENT, without=missing)
+
+    assert deployed.admin.snapshots.metadata.latest(store.table_id) is None
+
+
+def test_without_its_dead_letter_queue_grant_the_committer_is_denied(deployed: Deployed) -> None:
+    event, table_id, _ = committer_event(deployed)
+    missing = statement(deployed.template, COMMITTER, "sqs:SendMessage", "commits-dlq.fifo")
+
+    with pytest.raises(StateStoreError, match="AccessDenied"):
+        deployed.invoke(COMMITTER, event, without=missing)
+
+    assert set(deployed.store(table_id).load().files_by_name) == set()
