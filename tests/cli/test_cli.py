@@ -1,4 +1,5 @@
-"""The ``statestore`` CLI against a moto server, with the local runtime committing what it sends."""
+"""The ``statestore`` CLI against the local runtime's endpoints (DynamoDB Local and a moto server), with the
+runtime committing what it sends."""
 
 from __future__ import annotations
 
