@@ -1,5 +1,6 @@
 """End to end through the local runtime as the embedded default runs (tables on DynamoDB Local, bucket and
-queues on a moto server): producers send commit requests to the SQS FIFO queue, the poller hands them to the committer Lambda handler, and every request lands exactly once."""
+queues on a moto server): producers send commit requests to the SQS FIFO queue, the poller hands them to the
+committer Lambda handler, and every request lands exactly once."""
 
 from __future__ import annotations
 
