@@ -71,9 +71,10 @@ exit codes:
   130  interrupted (Ctrl-C)
 
 environment:
-  AWS_ENDPOINT_URL        default for --endpoint-url (e.g. http://127.0.0.1:4566 from `statestore local`)
-  STATESTORE_INSTANCE_ID  default for --instance (else "local")
-  STATESTORE_RESOURCES    default for --resources-json (the stack's output)
+  AWS_ENDPOINT_URL           default for --endpoint-url (e.g. http://127.0.0.1:4566 from `statestore local`)
+  AWS_ENDPOINT_URL_DYNAMODB  default for --dynamodb-endpoint-url (:4567 from `statestore local`)
+  STATESTORE_INSTANCE_ID     default for --instance (else "local")
+  STATESTORE_RESOURCES       default for --resources-json (the stack's output)
 """
 
 # How long the CLI waits for a commit outcome when --wait is given without a number.
@@ -127,6 +128,15 @@ class Session:
         return url
 
     @cached_property
+    def dynamodb_endpoint_url(self) -> str | None:
+        """DynamoDB's own endpoint if one is set (the local runtime's DynamoDB Local), else None: DynamoDB
+        is then at :attr:`endpoint_url`, as the other services."""
+        url: str | None = (
+            self.args.dynamodb_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+        )
+        return url
+
+    @cached_property
     def resources(self) -> ResourceNames:
         raw = self.args.resources_json or (
             None if self.args.instance else os.environ.get("STATESTORE_RESOURCES")
@@ -143,8 +153,16 @@ class Session:
     def backend(self) -> AwsBackend:
         from statestore.aws.backend import AwsBackend
 
-        self._check_endpoint()
-        return AwsBackend.connect(self.resources, self.endpoint_url, region=self.args.region)
+        self._check_endpoint(self.endpoint_url, "--endpoint-url / AWS_ENDPOINT_URL")
+        self._check_endpoint(
+            self.dynamodb_endpoint_url, "--dynamodb-endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+        )
+        return AwsBackend.connect(
+            self.resources,
+            self.endpoint_url,
+            region=self.args.region,
+            dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+        )
 
     @cached_property
     def client(self) -> StateStoreClient:
@@ -165,15 +183,15 @@ class Session:
             make_client("sqs", endpoint_url=self.endpoint_url, region=self.args.region)
         )
 
-    def _check_endpoint(self) -> None:
+    def _check_endpoint(self, url: str | None, option: str) -> None:
         """Fail fast (not after minutes of retries) when a local endpoint is down; give a local endpoint
         fake credentials if none are configured (emulators accept any)."""
-        if self.endpoint_url is None:
+        if url is None:
             return
-        parts = urlsplit(self.endpoint_url)
+        parts = urlsplit(url)
         if not parts.scheme or not parts.hostname:
             raise CliError(
-                f"--endpoint-url {self.endpoint_url!r} is not a URL; give one like http://127.0.0.1:4566",
+                f"{option.split(' ')[0]} {url!r} is not a URL; give one like http://127.0.0.1:4566",
                 EXIT_USAGE,
             )
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -182,8 +200,8 @@ class Session:
                 pass
         except OSError as e:
             raise CliError(
-                f"nothing answers at {self.endpoint_url} ({e.strerror or e}); start the local runtime with "
-                "`statestore local`, or fix --endpoint-url / AWS_ENDPOINT_URL",
+                f"nothing answers at {url} ({e.strerror or e}); start the local runtime with "
+                f"`statestore local`, or fix {option}",
                 EXIT_UNAVAILABLE,
             ) from None
         import boto3
@@ -819,10 +837,15 @@ def cmd_local(s: Session) -> int:
         runtime_logger.setLevel(logging.INFO)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
 
-    # Attach only to an endpoint named on the command line: AWS_ENDPOINT_URL is often left over from the
-    # last run, printed by this very command.
+    # Attach only to endpoints named on the command line: AWS_ENDPOINT_URL(_DYNAMODB) are often left over
+    # from the last run, printed by this very command.
     where = args.endpoint_url or f"{args.host}:{args.port}"
     s.out.progress(f"starting the local runtime for instance {s.resources.instance_id!r} at {where}...")
+    if args.data_dir is None:
+        s.out.progress(
+            "no --data-dir: tables, log, snapshots and data live in memory and are DELETED when it stops; "
+            "give --data-dir DIR to keep them across restarts"
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -830,19 +853,27 @@ def cmd_local(s: Session) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with LocalRuntime.start(
-            s.resources,
-            endpoint_url=args.endpoint_url,
-            port=args.port,
-            host=args.host,
-            region=args.region,
-            max_receive_count=args.max_receive_count,
-            poll_wait_seconds=args.poll_interval,
-            snapshot_interval=args.snapshot_interval or None,
-            cleanup_interval=args.cleanup_interval or None,
-        ) as rt:
+        try:
+            runtime = LocalRuntime.start(
+                s.resources,
+                endpoint_url=args.endpoint_url,
+                dynamodb_endpoint_url=args.dynamodb_endpoint_url,
+                port=args.port,
+                dynamodb_port=args.dynamodb_port,
+                host=args.host,
+                data_dir=args.data_dir,
+                region=args.region,
+                max_receive_count=args.max_receive_count,
+                poll_wait_seconds=args.poll_interval,
+                snapshot_interval=args.snapshot_interval or None,
+                cleanup_interval=args.cleanup_interval or None,
+            )
+        except ValueError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
+        with runtime as rt:
             exports = {
                 "AWS_ENDPOINT_URL": rt.endpoint_url,
+                "AWS_ENDPOINT_URL_DYNAMODB": rt.dynamodb_endpoint_url,
                 "STATESTORE_INSTANCE_ID": rt.resources.instance_id,
                 "AWS_DEFAULT_REGION": rt.region,
             }
@@ -851,6 +882,8 @@ def cmd_local(s: Session) -> int:
             s.out.result(
                 {
                     "endpoint_url": rt.endpoint_url,
+                    "dynamodb_endpoint_url": rt.dynamodb_endpoint_url,
+                    "data_dir": str(rt.data_dir) if rt.data_dir is not None else None,
                     "instance_id": rt.resources.instance_id,
                     "region": rt.region,
                     "resources": json.loads(rt.resources.to_json()),
@@ -858,8 +891,11 @@ def cmd_local(s: Session) -> int:
                 },
                 lambda: "\n".join(
                     [
-                        f"statestore local runtime: instance {rt.resources.instance_id!r} "
-                        f"at {rt.endpoint_url}",
+                        f"statestore local runtime: instance {rt.resources.instance_id!r}: S3 and SQS at "
+                        f"{rt.endpoint_url}, DynamoDB at {rt.dynamodb_endpoint_url}",
+                        f"  state kept in {rt.data_dir} across restarts (queued commit requests are not)"
+                        if rt.data_dir is not None
+                        else "  state in memory only: everything is deleted when it stops (no --data-dir)",
                         f"  commit queue {rt.resources.commit_queue}, "
                         f"dead letters {rt.resources.dead_letter_queue}",
                         "  snapshots "
@@ -895,6 +931,13 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         default=default,
         help="a local endpoint such as http://127.0.0.1:4566 (default: $AWS_ENDPOINT_URL, else AWS itself "
         "through the standard AWS configuration)",
+    )
+    group.add_argument(
+        "--dynamodb-endpoint-url",
+        metavar="URL",
+        default=default,
+        help="DynamoDB's own endpoint, such as the local runtime's DynamoDB Local at http://127.0.0.1:4567 "
+        "(default: $AWS_ENDPOINT_URL_DYNAMODB, else --endpoint-url)",
     )
     group.add_argument(
         "--instance",
@@ -1044,11 +1087,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         commands,
         "local",
-        "run the local runtime in the foreground: a moto endpoint, the instance's resources, the committer "
-        "and the schedules",
+        "run the local runtime in the foreground: DynamoDB Local for the tables, a moto endpoint for the "
+        "bucket and queues, the instance's resources, the committer and the schedules",
         cmd_local,
     )
-    p.add_argument("--port", type=int, default=4566, help="port of the endpoint (default 4566; 0 = any free)")
+    p.add_argument(
+        "--port", type=int, default=4566, help="port of the S3/SQS endpoint (default 4566; 0 = any free)"
+    )
+    p.add_argument(
+        "--dynamodb-port",
+        type=int,
+        metavar="PORT",
+        help="port of DynamoDB Local (default: --port + 1, any free one when --port is 0)",
+    )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep tables, log, snapshots and data files in DIR across restarts (default: in memory only, "
+        "deleted on stop)",
+    )
     p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     p.add_argument(
         "--poll-interval",
@@ -1091,7 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
-    for name in ("endpoint_url", "instance", "resources_json", "region"):
+    for name in ("endpoint_url", "dynamodb_endpoint_url", "instance", "resources_json", "region"):
         setattr(args, name, getattr(args, name, None))
     args.json = getattr(args, "json", False)
     args.quiet = getattr(args, "quiet", False)

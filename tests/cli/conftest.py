@@ -1,4 +1,4 @@
-"""CLI fixtures: one local runtime (committer and all) attached to the session's moto server for the module,
+"""CLI fixtures: one local runtime (committer and all) attached to the session's servers for the module,
 and ``cli(...)``, which runs ``statestore`` against it and captures what it printed."""
 
 from __future__ import annotations
@@ -12,13 +12,21 @@ import pytest
 
 from statestore.cli import main
 from statestore.local_runtime import LocalRuntime
-from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
+from tests.fixtures.aws_servers import (  # noqa: F401  (session fixtures)
+    dynamodb_local,
+    moto_server,
+    unique_resources,
+)
 
 
 @pytest.fixture(scope="module")
-def runtime(moto_server: str) -> Iterator[LocalRuntime]:  # noqa: F811
+def runtime(moto_server: str, dynamodb_local: str) -> Iterator[LocalRuntime]:  # noqa: F811
     with LocalRuntime.start(
-        unique_resources("cli"), endpoint_url=moto_server, snapshot_interval=None, cleanup_interval=None
+        unique_resources("cli"),
+        endpoint_url=moto_server,
+        dynamodb_endpoint_url=dynamodb_local,
+        snapshot_interval=None,
+        cleanup_interval=None,
     ) as rt:
         yield rt
 
@@ -46,6 +54,8 @@ class Cli:
                 *argv,
                 "--endpoint-url",
                 self.runtime.endpoint_url,
+                "--dynamodb-endpoint-url",
+                self.runtime.dynamodb_endpoint_url,
                 "--instance",
                 self.runtime.resources.instance_id,
             ]

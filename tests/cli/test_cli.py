@@ -1,4 +1,5 @@
-"""The ``statestore`` CLI against a moto server, with the local runtime committing what it sends."""
+"""The ``statestore`` CLI against the local runtime's endpoints (DynamoDB Local and a moto server), with the
+runtime committing what it sends."""
 
 from __future__ import annotations
 
@@ -403,47 +404,100 @@ def test_an_endpoint_nobody_listens_on_or_an_instance_not_set_up_exits_4(
 # --- statestore local ------------------------------------------------------------------------------------
 
 
-def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_path: Path) -> None:
+def _start_statestore_local(*options: str) -> tuple[subprocess.Popen[str], list[str], dict[str, str]]:
+    """``statestore local OPTIONS`` in a child process, read up to "Press Ctrl-C"; returns the process,
+    the lines it printed and the environment it said to export."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("AWS_ENDPOINT_URL", None)
+    env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "statestore", "local", "--port", "0", "--instance", "clilocal"],
+        [sys.executable, "-m", "statestore", "local", "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO_ROOT,
         env=env,
     )
-    try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line.rstrip())
-            if line.startswith("Press Ctrl-C"):
-                break
-        [endpoint] = [line.split("=", 1)[1] for line in lines if "export AWS_ENDPOINT_URL=" in line]
-        assert endpoint.startswith("http://127.0.0.1:")
-        assert "  export STATESTORE_INSTANCE_ID=clilocal" in lines
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line.rstrip())
+        if line.startswith("Press Ctrl-C"):
+            break
+    exports = dict(
+        line.removeprefix("  export ").split("=", 1) for line in lines if line.startswith("  export ")
+    )
+    return process, lines, exports
 
-        schema = write(tmp_path / "s.json", SCHEMA)
-        assert (
-            main(
-                [
-                    "tables",
-                    "create",
-                    "t",
-                    "--schema",
-                    schema,
-                    "--endpoint-url",
-                    endpoint,
-                    "--instance",
-                    "clilocal",
-                ]
-            )
-            == 0
-        )
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert "stopped" in err
+    return err
+
+
+def _endpoints(exports: dict[str, str], instance: str) -> list[str]:
+    return [
+        "--endpoint-url",
+        exports["AWS_ENDPOINT_URL"],
+        "--dynamodb-endpoint-url",
+        exports["AWS_ENDPOINT_URL_DYNAMODB"],
+        "--instance",
+        instance,
+    ]
+
+
+def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_path: Path) -> None:
+    process, lines, exports = _start_statestore_local("--instance", "clilocal")
+    try:
+        assert exports["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        assert exports["AWS_ENDPOINT_URL_DYNAMODB"].startswith("http://127.0.0.1:")
+        assert exports["AWS_ENDPOINT_URL_DYNAMODB"] != exports["AWS_ENDPOINT_URL"]
+        assert exports["STATESTORE_INSTANCE_ID"] == "clilocal"
+        assert any("everything is deleted when it stops" in line for line in lines)
+
+        schema = write(tmp_path / "s.json", SCHEMA)
+        assert main(["tables", "create", "t", "--schema", schema, *_endpoints(exports, "clilocal")]) == 0
+    finally:
+        err = _stop(process)
+    assert "no --data-dir" in err
+
+
+def test_statestore_local_with_a_data_dir_keeps_tables_across_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    schema = write(tmp_path / "s.json", SCHEMA)
+    process, lines, exports = _start_statestore_local("--instance", "clikeep", "--data-dir", str(data))
+    try:
+        assert any(f"state kept in {data}" in line for line in lines)
+        assert main(["tables", "create", "kept", "--schema", schema, *_endpoints(exports, "clikeep")]) == 0
+    finally:
+        err = _stop(process)
+    assert "no --data-dir" not in err
+
+    process, _, exports = _start_statestore_local("--instance", "clikeep", "--data-dir", str(data))
+    try:
+        capsys.readouterr()
+        assert main(["tables", "list", "--json", *_endpoints(exports, "clikeep")]) == 0
+        assert [t["table_name"] for t in json.loads(capsys.readouterr().out)] == ["kept"]
+    finally:
+        _stop(process)
+
+
+def test_statestore_local_refuses_a_data_dir_another_runtime_holds(tmp_path: Path) -> None:
+    process, _, _ = _start_statestore_local("--instance", "clilock", "--data-dir", str(tmp_path))
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "statestore", "local", "--port", "0", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=120,
+        )
+        assert second.returncode == EXIT_USAGE
+        assert f"the data directory {tmp_path} is in use by another local runtime" in second.stderr
+    finally:
+        _stop(process)

@@ -18,6 +18,7 @@ Sent = list[tuple[str, str, str]]
 
 def produce(
     endpoint_url: str,
+    dynamodb_endpoint_url: str,
     resources_json: str,
     tables: Tables,
     producer: int,
@@ -28,7 +29,9 @@ def produce(
     """Make ``requests`` AddFiles requests of one new file each, round-robin over ``tables``, and send them
     ``per_send`` at a time (one SendMessageBatch call) as they are made, after ``work_seconds`` spent
     "writing" each file; returns what was sent."""
-    sender = connect_commit_sender(ResourceNames.from_json(resources_json), endpoint_url)
+    sender = connect_commit_sender(
+        ResourceNames.from_json(resources_json), endpoint_url, dynamodb_endpoint_url=dynamodb_endpoint_url
+    )
     sent: Sent = []
     pending: list[CommitRequest] = []
     for i in range(requests):

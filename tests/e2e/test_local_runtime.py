@@ -1,5 +1,6 @@
-"""End to end through the local runtime on a moto server: producers send commit requests to the SQS FIFO
-queue, the poller hands them to the committer Lambda handler, and every request lands exactly once."""
+"""End to end through the local runtime as the embedded default runs (tables on DynamoDB Local, bucket and
+queues on a moto server): producers send commit requests to the SQS FIFO queue, the poller hands them to the
+committer Lambda handler, and every request lands exactly once."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from statestore.transactions import AddFiles, TransactionBatch, request_ids_of
 from tests.e2e.conftest import StartRuntime
 from tests.e2e.producers import Sent, Tables, produce
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dynamodb_local]
 
 SCHEMA = {"row_keys": [{"name": "key", "type": "long"}], "values": [{"name": "value", "type": "string"}]}
 
@@ -76,7 +77,16 @@ def test_eight_producer_processes_each_request_lands_exactly_once_and_its_status
         results = pool.starmap(
             produce,
             [
-                (runtime.endpoint_url, runtime.resources.to_json(), tables, p, per_producer, 1, work_seconds)
+                (
+                    runtime.endpoint_url,
+                    runtime.dynamodb_endpoint_url,
+                    runtime.resources.to_json(),
+                    tables,
+                    p,
+                    per_producer,
+                    1,
+                    work_seconds,
+                )
                 for p in range(producers)
             ],
         )
