@@ -13,7 +13,7 @@ export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv node demo test lint bench synth lambda-asset clean
+.PHONY: venv node demo test lint bench soak synth lambda-asset clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
@@ -44,6 +44,12 @@ bench: venv
 	$(PY) benchmarks/bench_sync_commits.py
 	$(PY) benchmarks/bench_committer.py
 	$(PY) benchmarks/bench_spark.py
+
+# The commit-path simulation over many more seeds than make test runs (README: Correctness under faults).
+SOAK_SEEDS ?= 0:4000
+SOAK_STEPS ?= 250
+soak: venv
+	$(PY) -m tests.simulation --seeds $(SOAK_SEEDS) --steps $(SOAK_STEPS) --jobs 2
 
 # The Lambda asset (our code + pinned dependencies for Lambda's Python 3.12 x86_64, from PyPI wheels, no
 # Docker): build/lambda/asset/. Rebuilt only when its inputs change.

@@ -95,12 +95,13 @@ class StatestoreStack(Stack):
 
         # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and
         # table (a large body goes to the bucket first, and is deleted again if the number was taken),
-        # records each request's outcome, sends malformed requests to the dead-letter queue with their
-        # reason. Consuming the commit queue is granted by its event source.
+        # records each request's outcome (conditional puts in one TransactWriteItems: a final status is never
+        # overwritten), sends malformed requests to the dead-letter queue with their reason. Consuming the
+        # commit queue is granted by its event source.
         committer = self.committer.function
         state.grant_table_index_read(committer)
         grant_read_and(state.transaction_log, committer, PUT)
-        grant_read_and(state.commit_status, committer, BATCH_WRITE)
+        grant_read_and(state.commit_status, committer, PUT)
         state.snapshots.grant_read_data(committer)
         data.grant_read(
             committer, objects.SNAPSHOT_OBJECTS, objects.REQUEST_BODY_OBJECTS, objects.LOG_BODY_OBJECTS

@@ -17,8 +17,8 @@ _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeT
 # or a TransactWriteItems needs only the per-item actions inside it (ConditionCheckItem comes with reads).
 PUT = ("dynamodb:PutItem",)
 DELETE = ("dynamodb:DeleteItem",)
-# BatchWriteItem (batch deletes of log entries and snapshot records, batch puts of commit statuses)
-# cannot be narrowed to puts or deletes in IAM.
+# BatchWriteItem (batch deletes of log entries and snapshot records) cannot be narrowed to puts or
+# deletes in IAM.
 BATCH_WRITE = ("dynamodb:BatchWriteItem",)
 
 

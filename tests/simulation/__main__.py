@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         f"violations: {violations}  ({elapsed:.1f}s, {steps / max(elapsed, 1e-9):,.0f} steps/s)"
     )
     print("faults injected: " + ", ".join(f"{k} {v:,}" for k, v in sorted(faults.items())))
+    verdict = "PASS" if steps >= 1_000_000 and not violations else "FAIL"
+    print(f"soak goal (>= 1,000,000 steps, 0 violations): {verdict}")
     return 1 if violations else 0
 
 
