@@ -172,6 +172,16 @@ class _FollowedRequests:
         """Whether every entry written at or after ``since`` (epoch ms) up to the newest held is held."""
         return bool(self._entries) and self._entries[0][1] < since
 
+    def follow_to(self, transaction_number: int) -> None:
+        """Forget the held entries unless they end at ``transaction_number`` (the state's).
+
+        A state brought up to date from a newer snapshot skips entries without following them; held
+        entries that stop before it would claim to cover entries they never saw.
+        """
+        if self._entries and self._entries[-1][0] != transaction_number:
+            self._entries.clear()
+            self._numbers.clear()
+
     @property
     def first_number(self) -> int | None:
         return self._entries[0][0] if self._entries else None
@@ -406,6 +416,7 @@ class Committer:
         ``since`` (epoch ms): catch up with the log, then read back over entries not followed yet."""
         self.stats.log_scans += 1
         state = table.store.state()
+        table.followed.follow_to(state.transaction_number)
         missing = {r for r in request_ids if table.followed.number_of(r) is None}
         if not missing or table.followed.covers_since(since):
             return

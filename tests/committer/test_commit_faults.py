@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -19,11 +19,16 @@ from statestore.commit_requests import CommitRequest, body_key, encode_request
 from statestore.committer import ReceivedMessage
 from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import StoreUnavailableError, TransactionNumberTakenError
-from statestore.memory import InMemoryBlobStore, InMemoryCommitQueue, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, LogEntry
+from statestore.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitQueue,
+    InMemoryCommitStatusStore,
+    InMemoryTransactionLog,
+)
+from statestore.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, ClearFiles
 from tests.builders import ref
-from tests.committer.harness import Harness, add_files, message, outcomes
+from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 from tests.invariants import check_exactly_once, replay_checking_each_entry
 
 
@@ -166,6 +171,38 @@ def test_a_stray_copy_of_an_undecided_request_is_dead_lettered_and_the_request_s
     status = h.statuses.get(request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert dead_letter_count(h) == 1
+
+
+class NoStatuses(InMemoryCommitStatusStore):
+    """A status table that cannot be written: the committer dies, for the queue, after its log write."""
+
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+        raise StoreUnavailableError("status table unreachable")
+
+
+def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_snapshot() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    warm = h.committer()
+    warm.process([message(add_files(table, "warm-up"))])  # warm at transaction 2
+    writer = h.store(table)
+    for name in ("b", "c", "d"):
+        writer.commit(AddFiles((ref(name, "root"),)))
+    h.snapshots.write(table, writer.state(), h.clock.now)  # snapshot at 5 ...
+    h.log.delete_up_to(table, 5)  # ... and cleanup deleted the entries the warm committer has not read
+    request = add_files(table, "a")
+    sent = message(request, sent=h.clock.now)
+    other = h.committer()
+    other.statuses = NoStatuses()
+    assert outcomes(other.process([sent])) == ["retry"]  # committed at 6, then died before its status
+    writer.commit(AddFiles((ref("e", "root"),)))
+    h.snapshots.write(table, writer.state(), h.clock.now)  # the warm committer will reload from 7
+
+    results = warm.process([redelivered(sent)])
+
+    assert outcomes(results) == ["duplicate"] and results[0].transaction_number == 6
+    status = h.statuses.get(request.request_id)
+    assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 6)
 
 
 def dead_letter_count(h: Harness) -> int:
