@@ -335,7 +335,20 @@ class Committer:
         redelivered = [p for p in fresh if p.message.receive_count > 1]
         if redelivered:
             since = min(p.message.sent_timestamp for p in redelivered) - self.sent_time_skew_ms
-            self._find_in_log(table, since, {p.envelope.request_id for p in redelivered if p.envelope})
+            undecided = self._find_in_log(
+                table, since, {p.envelope.request_id for p in redelivered if p.envelope}
+            )
+            for p in redelivered:
+                assert p.envelope is not None
+                if p.envelope.request_id in undecided:
+                    # Validating it again could apply it twice, or reject a committed request.
+                    self._dead(
+                        p,
+                        f"cannot tell whether commit request {p.envelope.request_id!r} was committed: it was "
+                        "sent before the oldest log entry still kept; look for it in the table's files or "
+                        "status, then redrive it only if it is not there",
+                    )
+            fresh = [p for p in fresh if p.result is None]
 
         self._commit(table, fresh)
         for p in live:
@@ -411,32 +424,40 @@ class Committer:
         p.result = _duplicate(p, number, "found in the log")
         p.status = _status(p, CommitOutcome.COMMITTED, self.clock(), number)
 
-    def _find_in_log(self, table: _Table, since: int, request_ids: set[str]) -> None:
+    def _find_in_log(self, table: _Table, since: int, request_ids: set[str]) -> set[str]:
         """Make sure ``table.followed`` knows which of ``request_ids`` are in log entries written since
-        ``since`` (epoch ms): catch up with the log, then read back over entries not followed yet."""
+        ``since`` (epoch ms): catch up with the log, then read back over entries not followed yet.
+
+        Returns the request ids it could not decide: not found, but the search could not reach back to
+        ``since`` (cleanup deleted the entries, or the scan limit was reached).
+        """
         self.stats.log_scans += 1
         state = table.store.state()
         table.followed.follow_to(state.transaction_number)
         missing = {r for r in request_ids if table.followed.number_of(r) is None}
         if not missing or table.followed.covers_since(since):
-            return
+            return set()
         first = table.followed.first_number
         high = (first - 1) if first is not None else state.transaction_number
-        found: dict[str, int] = {}
         lowest = max(1, high - self.max_log_scan_entries + 1)
+        reached_since = high < 1  # nothing before the followed entries: the whole log was seen
         while high >= lowest and missing:
             low = max(lowest, high - _LOG_SCAN_CHUNK + 1)
             entries = list(self.log.read(table.info.table_id, low, high))
             for entry in entries:
                 for request_id in request_ids_of(decode_entry(entry)):
                     if request_id in missing:
-                        found[request_id] = entry.transaction_number
-            missing -= found.keys()
-            if not entries or entries[0].update_time < since or entries[0].transaction_number != low:
-                break  # older than wanted, or cleanup deleted what came before
+                        table.followed.remember(request_id, entry.transaction_number)
+                        missing.discard(request_id)
+            if entries and entries[0].update_time < since:
+                reached_since = True
+                break
+            if not entries or entries[0].transaction_number != low:
+                break  # cleanup deleted what came before
+            if low == 1:
+                reached_since = True
             high = low - 1
-        for request_id, number in found.items():
-            table.followed.remember(request_id, number)
+        return set() if reached_since else missing
 
     def _table(self, table_id: str) -> _Table:
         now = self.clock()

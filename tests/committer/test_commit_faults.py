@@ -26,7 +26,15 @@ from statestore.memory import (
     InMemoryTransactionLog,
 )
 from statestore.ports import CommitOutcome, CommitStatus, LogEntry
-from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, ClearFiles
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    ClearFiles,
+    DeleteFiles,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
 from tests.builders import ref
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 from tests.invariants import check_exactly_once, replay_checking_each_entry
@@ -203,6 +211,31 @@ def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_s
     assert outcomes(results) == ["duplicate"] and results[0].transaction_number == 6
     status = h.statuses.get(request.request_id)
     assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 6)
+
+
+def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_dead_lettered_not_applied_again() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    request = add_files(table, "a")
+    sent = message(request, sent=h.clock.now)
+    first = h.committer()
+    first.statuses = NoStatuses()
+    assert outcomes(first.process([sent])) == ["retry"]  # committed at 2, then died before its status
+    # "a" is compacted into "b" and collected: a second AddFiles of "a" would now be valid.
+    writer = h.store(table)
+    writer.commit(AssignJobIds((AssignJobIdRequest("job", "root", ("a",)),)))
+    writer.commit(ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("a",), ref("b", "root")),)))
+    writer.commit(DeleteFiles(("a",)))
+    h.snapshots.write(table, writer.state(), h.clock.now)
+    h.log.delete_up_to(table, 5)  # cleanup: the entry holding the request is gone
+    h.clock.advance(10 * 60_000)
+
+    results = h.committer().process([redelivered(sent)])
+
+    assert outcomes(results) == ["dead_lettered"]
+    assert "cannot tell whether commit request" in (results[0].reason or "")
+    assert sorted(h.state(table).files_by_name) == ["b"]  # not applied a second time
+    assert dead_letter_count(h) == 1
 
 
 def dead_letter_count(h: Harness) -> int:
