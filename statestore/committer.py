@@ -279,7 +279,8 @@ class Committer:
         decided = {s.request_id: s for p in pending if (s := p.status) is not None and s.is_final}
         for p in pending:
             # A stray copy (wrong group) of a request this very batch decided is a duplicate of it.
-            if p.dead_reason is not None and p.envelope is not None and p.envelope.request_id in decided:
+            stray = p.dead_reason is not None and (p.status is None or not p.status.is_final)
+            if stray and p.envelope is not None and p.envelope.request_id in decided:
                 self._settled(p, decided[p.envelope.request_id], "decided in this batch")
         self._record_statuses(pending, groups)
         self._send_dead_letters(pending, groups)
@@ -341,13 +342,16 @@ class Committer:
             for p in redelivered:
                 assert p.envelope is not None
                 if p.envelope.request_id in undecided:
-                    # Validating it again could apply it twice, or reject a committed request.
-                    self._dead(
-                        p,
+                    # Validating it again could apply it twice, or reject a committed request: it is
+                    # dead-lettered for an operator to see, with a final "unknown" status so that no copy of
+                    # it is ever applied.
+                    reason = (
                         f"cannot tell whether commit request {p.envelope.request_id!r} was committed: it was "
-                        "sent before the oldest log entry still kept; look for it in the table's files or "
-                        "status, then redrive it only if it is not there",
+                        "sent before the oldest log entry still kept. No copy of it will be applied; if its "
+                        "changes are not in the table, send them again under a new request id"
                     )
+                    self._dead(p, reason)
+                    p.status = _status(p, CommitOutcome.UNKNOWN, self.clock(), None, reason)
             fresh = [p for p in fresh if p.result is None]
 
         self._commit(table, fresh)

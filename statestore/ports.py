@@ -155,6 +155,9 @@ class CommitOutcome(StrEnum):
     # Malformed, or for a table that does not exist: moved to the dead-letter queue, where it can be
     # inspected and redriven. Not final, so a redriven request is processed again.
     DEAD_LETTERED = "dead_lettered"
+    # A redelivered request the committer could neither find in the log nor rule out (cleanup had deleted
+    # entries written since it was sent). Final, so no copy of it is ever applied: it may be committed.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +177,7 @@ class CommitStatus:
 
     @property
     def is_final(self) -> bool:
-        """Committed or rejected: processing the request again must not change anything."""
+        """Committed, rejected or unknown: processing the request again must not change anything."""
         return self.outcome is not CommitOutcome.DEAD_LETTERED
 
 

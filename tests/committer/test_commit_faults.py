@@ -213,7 +213,7 @@ def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_s
     assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 6)
 
 
-def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_dead_lettered_not_applied_again() -> None:
+def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_never_applied_again() -> None:
     h = Harness()
     table = h.create_table("t")
     request = add_files(table, "a")
@@ -231,9 +231,13 @@ def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_dead_lettered_
     h.clock.advance(10 * 60_000)
 
     results = h.committer().process([redelivered(sent)])
+    h.clock.advance(10 * 60_000)
+    resent = h.committer().process([message(request)])  # the job sends the same request id again
 
-    assert outcomes(results) == ["dead_lettered"]
+    assert outcomes(results) == ["dead_lettered"] and outcomes(resent) == ["duplicate"]
     assert "cannot tell whether commit request" in (results[0].reason or "")
+    status = h.statuses.get(request.request_id)
+    assert status is not None and status.outcome is CommitOutcome.UNKNOWN  # final: no copy is applied
     assert sorted(h.state(table).files_by_name) == ["b"]  # not applied a second time
     assert dead_letter_count(h) == 1
 
