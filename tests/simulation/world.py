@@ -406,6 +406,9 @@ class Producer(Actor):
         roll = rng.random()
         if roll < 0.12 and self.sent:  # the same request again, maybe after the deduplication window
             old = rng.choice(self.sent).request
+            if world.outside_guarantee(old.request_id):
+                world.resends_outside_guarantee += 1
+                return
             world.queue.send(encode_request(old), old.table_id, old.request_id)
             return
         if roll < 0.18 and self.sent:  # a stray copy, in another table's group or naming no table
@@ -618,6 +621,7 @@ class World:
         self.tables = InMemoryTableIndex()
         self.queue = SimFifoQueue(self)
         self.requests: dict[str, CommitRequest] = {}
+        self.resends_outside_guarantee = 0  # resends the producers held back (see outside_guarantee)
         self.first_final: dict[str, CommitStatus] = {}
         self._oracles: dict[str, Oracle] = {}
         self._loaded: dict[str, tuple[int, str | None, int | None]] = {}  # what the last fresh load saw
@@ -706,6 +710,14 @@ class World:
     def replay_hint(self, what: str) -> str:
         return f"{what}\n  replay: python -m tests.simulation --seed {self.seed} --steps {self.steps}"
 
+    def outside_guarantee(self, request_id: str) -> bool:
+        """Whether resending ``request_id`` is outside the exactly-once guarantee (README, "Limits of
+        exactly-once"): a message of it went to the dead-letter queue after the queue's redrive, and it has
+        no final status, so a commit whose status write was lost may be in the log unrecognisably."""
+        redriven = any(request_id in m.body for m in self.queue.redriven)
+        status = self.raw_statuses.get(request_id)
+        return redriven and (status is None or not status.is_final)
+
     def saw_status(self, status: CommitStatus | None) -> None:
         if status is None or not status.is_final:
             return
@@ -774,6 +786,7 @@ class World:
             "entries": sum(o.state.transaction_number for o in self._oracles.values()),
             "requests": len(self.requests),
             "faults": dict(sorted(self.faults.injected.items())),
+            "resends_outside_guarantee": self.resends_outside_guarantee,
             "violations": len(self.violations),
         }
 
