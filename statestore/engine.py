@@ -1,7 +1,9 @@
 """The one place that appends to a table's transaction log and rebuilds state from it.
 
-Commit: catch up, validate, conditionally put number ``last + 1``; on a collision catch up, validate again
-and retry after a full-jitter exponential backoff; apply locally only once the put succeeded.
+Commit (one transaction, or a group of requests as one entry): validate against a state, conditionally put
+number ``state + 1``; on a collision catch up, validate again and retry after a full-jitter exponential
+backoff; apply locally only once the put succeeded. Each entry carries a unique writer token, by which a
+writer whose put failed ambiguously recognises its own entry.
 Load: the newest snapshot at or before the wanted point, then the log after it.
 """
 
