@@ -13,13 +13,28 @@ export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv node demo test lint bench soak synth lambda-asset clean
+.PHONY: venv venv-spark-latest node demo test test-spark-latest lint bench soak synth lambda-asset clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
+	touch $@
+
+# The Spark tests run on two PySparks: the main venv pins the one of the EMR release the stack deploys
+# (emr-spark-8.0.0: Spark 4.0.2), and this venv holds the newest, where the data source's filter pushdown
+# (Spark >= 4.1) is on. Same lock otherwise.
+SPARK_LATEST_VENV := .venv-spark-latest
+SPARK_LATEST_VERSION := 4.3.0
+SPARK_LATEST_PY := $(SPARK_LATEST_VENV)/bin/python
+venv-spark-latest: $(SPARK_LATEST_VENV)/.installed
+$(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(SPARK_LATEST_VENV)
+	$(SPARK_LATEST_PY) -m pip install --quiet --upgrade pip==25.3
+	mkdir -p build && grep -v '^pyspark==' requirements.lock > build/constraints-spark-latest.txt
+	$(SPARK_LATEST_PY) -m pip install --quiet -c build/constraints-spark-latest.txt \
+		pyspark==$(SPARK_LATEST_VERSION) -e '.[local]' pytest hypothesis
 	touch $@
 
 node: $(NODE_STAMP)
@@ -30,8 +45,12 @@ $(NODE_STAMP): package.json package-lock.json
 demo: venv
 	$(PY) -m statestore.demo
 
-test: venv node
+test: venv node venv-spark-latest
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-spark-latest
+
+test-spark-latest: venv-spark-latest
+	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q -m spark tests/spark
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -62,4 +81,4 @@ synth: venv node lambda-asset
 	PATH="$(abspath $(VENV)/bin):$$PATH" cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPARK_LATEST_VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
