@@ -13,7 +13,7 @@ export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv venv-spark-latest node demo test test-spark-latest lint bench soak synth lambda-asset clean
+.PHONY: venv venv-spark-latest node demo test test-spark-latest lint bench soak synth lambda-asset spark-package clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
@@ -74,6 +74,11 @@ soak: venv
 # Docker): build/lambda/asset/. Rebuilt only when its inputs change.
 lambda-asset: venv
 	$(PY) -m infra.asset
+
+# What a Spark cluster (EMR Serverless emr-spark-8.0.0) needs to run the jobs, into build/spark/: the code
+# zip for --py-files, the Python environment for spark.archives, the entry point (README: Spark on EMR).
+spark-package: venv
+	$(PY) -m infra.spark_package
 
 # CloudFormation templates into cdk.out/ (offline: no account, region or lookups needed). cdk.json runs
 # `python3 app.py`, so the venv's python goes first on PATH.

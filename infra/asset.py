@@ -97,7 +97,7 @@ def tree_size(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def _hash_files(paths: Iterable[Path], digest: hashlib._Hash) -> None:
+def hash_files(paths: Iterable[Path], digest: hashlib._Hash) -> None:
     for path in sorted(paths):
         digest.update(str(path.relative_to(REPO_ROOT)).encode())
         digest.update(path.read_bytes())
@@ -106,11 +106,11 @@ def _hash_files(paths: Iterable[Path], digest: hashlib._Hash) -> None:
 def _code_files() -> list[Path]:
     files: list[Path] = []
     for package in CODE_PACKAGES:
-        files.extend(p for p in (REPO_ROOT / package).rglob("*") if p.is_file() and _is_code_file(p))
+        files.extend(p for p in (REPO_ROOT / package).rglob("*") if p.is_file() and is_code_file(p))
     return files
 
 
-def _is_code_file(path: Path) -> bool:
+def is_code_file(path: Path) -> bool:
     return "__pycache__" not in path.parts and path.suffix != ".pyc"
 
 
@@ -122,14 +122,14 @@ def dependencies_key() -> str:
             [LAMBDA_PYTHON_VERSION, LAMBDA_PLATFORMS, BUNDLED_REQUIREMENTS, sorted(RUNTIME_PROVIDED)]
         ).encode()
     )
-    _hash_files([_LOCK_FILE, Path(__file__).resolve()], digest)
+    hash_files([_LOCK_FILE, Path(__file__).resolve()], digest)
     return digest.hexdigest()
 
 
 def asset_key() -> str:
     """Changes when anything that goes into the asset changes."""
     digest = hashlib.sha256(dependencies_key().encode())
-    _hash_files(_code_files(), digest)
+    hash_files(_code_files(), digest)
     return digest.hexdigest()
 
 
@@ -164,7 +164,7 @@ def _install_dependencies(target: Path) -> int:
     _remove_runtime_provided(target)
     shutil.rmtree(target / "bin", ignore_errors=True)
     untrimmed = tree_size(target)
-    _trim_pyarrow(target / "pyarrow")
+    trim_pyarrow(target / "pyarrow")
     return untrimmed
 
 
@@ -195,7 +195,7 @@ def _remove_runtime_provided(target: Path) -> None:
             directory.rmdir()
 
 
-def _trim_pyarrow(pyarrow_dir: Path) -> None:
+def trim_pyarrow(pyarrow_dir: Path) -> None:
     if not pyarrow_dir.is_dir():
         raise AssetError(f"pyarrow was not installed into {pyarrow_dir.parent}")
     for pattern in _PYARROW_UNUSED:
@@ -239,14 +239,14 @@ def _build_dependencies(deps_dir: Path) -> None:
     key_file = deps_dir / ".inputs"
     if key_file.is_file() and key_file.read_text() == key:
         return
-    staging = _staging_dir(deps_dir)
+    staging = staging_dir(deps_dir)
     untrimmed = _install_dependencies(staging)
     (staging / ".untrimmed-bytes").write_text(str(untrimmed))
     (staging / ".inputs").write_text(key)
-    _replace(deps_dir, staging)
+    replace_dir(deps_dir, staging)
 
 
-def _staging_dir(final: Path) -> Path:
+def staging_dir(final: Path) -> Path:
     """A fresh folder beside ``final``: a build never shows half-done, and two builds never share one."""
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
@@ -254,7 +254,7 @@ def _staging_dir(final: Path) -> Path:
     return staging
 
 
-def _replace(final: Path, staging: Path) -> None:
+def replace_dir(final: Path, staging: Path) -> None:
     """Move ``staging`` to ``final``, dropping what was there."""
     old = final.with_name(f".{final.name}-old-{os.getpid()}")
     if final.exists():
@@ -278,7 +278,7 @@ def build_asset(asset_dir: Path = DEFAULT_ASSET_DIR, *, force: bool = False) -> 
     if force:
         shutil.rmtree(deps_dir, ignore_errors=True)
     _build_dependencies(deps_dir)
-    staging = _staging_dir(asset_dir)
+    staging = staging_dir(asset_dir)
     shutil.copytree(
         deps_dir, staging, ignore=shutil.ignore_patterns(".inputs", ".untrimmed-bytes"), dirs_exist_ok=True
     )
@@ -292,7 +292,7 @@ def build_asset(asset_dir: Path = DEFAULT_ASSET_DIR, *, force: bool = False) -> 
             f"the Lambda asset is {manifest['unzipped_bytes']} bytes unzipped, over Lambda's limit of "
             f"{MAX_UNZIPPED_BYTES}; see what grew in {staging}"
         )
-    _replace(asset_dir, staging)
+    replace_dir(asset_dir, staging)
     return manifest
 
 

@@ -45,3 +45,12 @@ def request_body_prefix(table_id: str) -> str:
 
 def is_under_table(table_id: str, key: str) -> bool:
     return key.startswith(table_prefix(table_id))
+
+
+# The Spark jobs' package (``make spark-package``) and their working areas in the instance's bucket.
+SPARK_ARTIFACTS_PREFIX = "spark/artifacts/"
+SPARK_INPUT_PREFIX = "spark/input/"
+SPARK_LOGS_PREFIX = "spark/logs/"
+SPARK_CODE_ARCHIVE = "statestore-spark.zip"
+SPARK_ENVIRONMENT_ARCHIVE = "environment.tar.gz"
+SPARK_ENTRY_POINT = "statestore_job.py"
