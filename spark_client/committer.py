@@ -16,6 +16,7 @@ from statestore.commit_requests import CommitSender
 from statestore.engine import TransactionLogStateStore
 from statestore.errors import TransactionValidationError
 from statestore.ports import CommitOutcome as CommitStatusOutcome
+from statestore.ports import CommitStatus
 from statestore.transactions import Transaction
 
 
@@ -43,13 +44,21 @@ class CommitOutcome:
 class Committer(Protocol):
     """Commits transactions for the jobs."""
 
-    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+    def commit(
+        self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
+    ) -> CommitOutcome:
         """Request that ``transaction`` be committed to ``table_id``.
 
-        With ``wait`` the outcome is final (committed or rejected). Without it an asynchronous committer
-        may return a pending outcome at once. A rejection is an outcome, not an exception; errors of the
-        backend itself (unreachable, throttled past its retries) are raised as StateStoreError.
+        With ``wait`` the outcome is final (committed or rejected) unless the committer did not answer in
+        time (pending). Without it an asynchronous committer may return a pending outcome at once. A
+        rejection is an outcome, not an exception; errors of the backend itself (unreachable, throttled
+        past its retries) are raised as StateStoreError. ``request_id`` makes the request idempotent: a
+        request with an id already decided is not applied again, and its first outcome comes back.
         """
+        ...
+
+    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+        """The final outcome of an earlier request with this id, or None if there is none (yet)."""
         ...
 
 
@@ -78,7 +87,11 @@ class SyncCommitter:
 
         return cls(only)
 
-    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
+    def commit(
+        self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
+    ) -> CommitOutcome:
+        if request_id is not None:
+            raise ValueError(_NO_REQUEST_IDS)
         with self._lock:
             store = self._stores.get(table_id)
             if store is None:
@@ -88,6 +101,15 @@ class SyncCommitter:
             except TransactionValidationError as e:
                 return CommitOutcome(False, reason=f"{type(e).__name__}: {e}")
         return CommitOutcome(True, result.transaction_number, rejected_parts=result.rejected_parts)
+
+    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+        raise ValueError(_NO_REQUEST_IDS)
+
+
+_NO_REQUEST_IDS = (
+    "a synchronous commit keeps no record of request ids, so it cannot be made idempotent: "
+    "commit through the queue (QueueCommitter), whose committer records each request's outcome"
+)
 
 
 class QueueCommitter:
@@ -103,8 +125,12 @@ class QueueCommitter:
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
 
-    def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
-        request_id = self.sender.send(table_id, transaction)
+    def commit(
+        self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
+    ) -> CommitOutcome:
+        if request_id is not None and (previous := self.previous_outcome(request_id)) is not None:
+            return previous
+        request_id = self.sender.send(table_id, transaction, request_id)
         if not wait:
             return CommitOutcome(False, request_id=request_id, pending=True)
         return self.outcome(request_id)
@@ -115,6 +141,19 @@ class QueueCommitter:
         if status is None:
             reason = f"no outcome after {self.wait_timeout:g}s; look it up later by request id {request_id!r}"
             return CommitOutcome(False, reason=reason, request_id=request_id, pending=True)
+        return self._from_status(request_id, status)
+
+    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+        """The final outcome of an earlier request with this id (committed, rejected or unknown), or None.
+
+        A dead-lettered request is not final (it can be redriven), so it gives None: sending it again is
+        how it gets processed. Outcomes are kept as long as the status table keeps them (its TTL).
+        """
+        status = self.sender.status(request_id)
+        return None if status is None or not status.is_final else self._from_status(request_id, status)
+
+    @staticmethod
+    def _from_status(request_id: str, status: CommitStatus) -> CommitOutcome:
         if status.outcome is CommitStatusOutcome.COMMITTED:
             # For a committed request the reason, if any, names the parts that were skipped.
             parts = (("skipped", status.reason),) if status.reason else ()

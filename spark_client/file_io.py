@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from spark_client.columns import arrow_schema, region_filter
 from spark_client.data_store import DataStore
-from spark_client.errors import DataFileMissingError
+from spark_client.errors import DataFileMissingError, InvalidDataFileError
 from statestore.partitions import Region
 from statestore.schema import Schema
 
@@ -24,11 +24,13 @@ WRITE_BATCH_ROWS = 131_072
 
 class DataFileWriter:
     """Writes one sorted data file, buffering slices into row groups of ``WRITE_BATCH_ROWS``, and counts its
-    rows exactly."""
+    rows exactly. :meth:`close` reads the written file's footer back: a file that is not a readable Parquet
+    file of the schema and row count raises :class:`InvalidDataFileError` before anyone can commit it."""
 
     def __init__(self, data: DataStore, filename: str, schema: pa.Schema) -> None:
         self.filename = filename
         self.rows = 0
+        self._data = data
         data.ensure_parent(filename)
         self._schema = schema
         self._buffer: list[pa.Table] = []
@@ -56,6 +58,26 @@ class DataFileWriter:
             self._flush()
         finally:
             self._writer.close()
+        check_data_file(self._data, self.filename, self._schema, self.rows)
+
+
+def check_data_file(data: DataStore, filename: str, schema: pa.Schema, rows: int) -> None:
+    """Raise :class:`InvalidDataFileError` unless ``filename`` is Parquet of ``schema`` with ``rows`` rows."""
+    try:
+        metadata = pq.read_metadata(data.path(filename), filesystem=data.filesystem())
+        written = metadata.schema.to_arrow_schema()
+    except (OSError, pa.ArrowException) as e:
+        raise InvalidDataFileError(
+            f"data file {data.uri(filename)} is not a readable Parquet file: {e}"
+        ) from e
+    if not written.equals(schema, check_metadata=False):
+        raise InvalidDataFileError(
+            f"data file {data.uri(filename)} has schema {written}, not the table's {schema}"
+        )
+    if metadata.num_rows != rows:
+        raise InvalidDataFileError(
+            f"data file {data.uri(filename)} holds {metadata.num_rows} rows, but {rows} were written"
+        )
 
 
 def read_file(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import time
+import uuid
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from pyspark.sql import functions as F
 from spark_client.columns import arrow_schema, check_columns, check_no_null_keys, field_type, sort_columns
 from spark_client.committer import CommitOutcome, Committer
 from spark_client.data_store import DataStore
-from spark_client.errors import CommitRejectedError
+from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.file_io import WRITE_BATCH_ROWS, DataFileWriter
 from spark_client.leaves import leaf_index_column
 from statestore.engine import TransactionLogStateStore
@@ -43,18 +44,43 @@ from statestore.transactions import AddFiles
 LEAF_COLUMN = "__statestore_leaf"
 
 
+# Request ids of idempotent ingests are name-based UUIDs in this namespace (fixed: ids must not change).
+_INGEST_NAMESPACE = uuid.UUID("6f0c5cf4-5b8e-4c39-9b0e-3f2f8d1e7a10")
+
+
 @dataclass(frozen=True)
 class IngestResult:
-    """What an ingest wrote and how its commit went."""
+    """What an ingest wrote and how its commit went.
+
+    ``committed`` is the one thing to check: with ``wait`` an ingest either returns committed or raises, but
+    without it the outcome may be pending (``outcome.pending``, with its request id). ``already_committed``:
+    an earlier run with the same idempotency key was committed, so this run wrote nothing (``files`` is
+    empty, ``outcome`` is that run's).
+    """
 
     files: tuple[FileReference, ...]
     rows: int
     seconds: float
     outcome: CommitOutcome | None  # None when there was nothing to commit
+    already_committed: bool = False
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome is not None and self.outcome.committed
 
     @property
     def rows_per_second(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def ingest_request_id(table_id: str, job_name: str, batch_id: str) -> str:
+    """The request id of batch ``batch_id`` of job ``job_name`` into ``table_id``: the same every run."""
+    for what, value in (("job name", job_name), ("batch id", batch_id)):
+        if not isinstance(value, str) or not value or len(value) > 256:
+            raise ValueError(
+                f"an idempotency key's {what} must be a string of 1-256 characters, got {value!r}"
+            )
+    return f"ingest-{uuid.uuid5(_INGEST_NAMESPACE, chr(0).join((table_id, job_name, batch_id)))}"
 
 
 def ingest(
@@ -65,19 +91,41 @@ def ingest(
     *,
     wait: bool = True,
     tasks: int | None = None,
+    idempotency_key: tuple[str, str] | None = None,
 ) -> IngestResult:
     """Write ``df``'s rows to the table of ``store`` and commit them as one AddFiles transaction.
 
     ``tasks`` repartitions the rows by leaf into that many Spark tasks first (fewer, larger files); by
     default the input's partitioning is kept and each task writes one file per leaf it holds rows for.
-    With ``wait`` (default) a rejected commit raises :class:`CommitRejectedError`; without it a queue
-    committer returns at once with a pending outcome.
+    With ``wait`` (default) the ingest returns only once committed: a rejected commit raises
+    :class:`CommitRejectedError` and one whose outcome is not known in time raises
+    :class:`CommitPendingError` (with the request id to look up). Without ``wait`` a queue committer
+    returns at once with a pending outcome (``result.committed`` is False).
+
+    ``idempotency_key=(job_name, batch_id)`` makes a rerun safe (like Delta's txnAppId/txnVersion): the
+    request id is derived from it, so a retried driver's commit is recognised as the same request and not
+    applied twice, and a rerun after the first one committed writes nothing at all. It needs the commit
+    queue (the committer records outcomes by request id, for as long as its status table keeps them).
+    Every file is checked to be a readable Parquet file of the table's schema and row count before the
+    commit (:class:`InvalidDataFileError`).
 
     Raises :class:`~spark_client.errors.SchemaMismatchError` (before writing anything) if ``df`` does not
     match the table schema or has null row keys.
     """
     started = time.monotonic()
     schema = store.schema
+    table_id = store.table_id
+    request_id = None
+    if idempotency_key is not None:
+        request_id = ingest_request_id(table_id, *idempotency_key)
+        previous = committer.previous_outcome(request_id)
+        if previous is not None and previous.committed:
+            return IngestResult((), 0, time.monotonic() - started, previous, already_committed=True)
+        if previous is not None:
+            raise CommitRejectedError(
+                f"an earlier ingest with idempotency key {idempotency_key!r} into table {table_id!r}",
+                f"{previous.reason}; a rerun with this key cannot change that: use a new batch id",
+            )
     check_columns(df, schema)
     check_no_null_keys(df, schema)
 
@@ -90,8 +138,6 @@ def ingest(
         rows = rows.repartition(tasks, LEAF_COLUMN)
     rows = rows.sortWithinPartitions(LEAF_COLUMN, *sort_columns(schema))
     rows = rows.select(*_transport_columns(schema), LEAF_COLUMN)
-
-    table_id = store.table_id
 
     def write(lines: Iterable[str]) -> Iterator[tuple[str, str, int]]:
         return _write_leaf_files(lines, table_id, data, leaf_ids, transport, target)
@@ -106,13 +152,26 @@ def ingest(
     total = sum(r.number_of_rows for r in references)
     outcome = None
     if references:
-        outcome = committer.commit(table_id, AddFiles(references), wait=wait)
-        if outcome.rejected:
-            raise CommitRejectedError(
-                f"ingest of {len(references)} file(s) into table {table_id!r}",
-                outcome.reason or "no reason given",
-            )
+        outcome = commit_files(committer, table_id, references, wait=wait, request_id=request_id)
     return IngestResult(references, total, time.monotonic() - started, outcome)
+
+
+def commit_files(
+    committer: Committer,
+    table_id: str,
+    references: tuple[FileReference, ...],
+    *,
+    wait: bool = True,
+    request_id: str | None = None,
+) -> CommitOutcome:
+    """Commit ``references`` as one AddFiles; raise unless committed (or pending because not ``wait``)."""
+    what = f"ingest of {len(references)} file(s) into table {table_id!r}"
+    outcome = committer.commit(table_id, AddFiles(references), wait=wait, request_id=request_id)
+    if outcome.rejected:
+        raise CommitRejectedError(what, outcome.reason or "no reason given")
+    if wait and outcome.pending:
+        raise CommitPendingError(what, outcome.request_id or "?", outcome.reason or "no answer in time")
+    return outcome
 
 
 def _transport_columns(schema: Schema) -> list[Column]:

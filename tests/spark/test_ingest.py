@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_client.committer import CommitOutcome
-from spark_client.errors import CommitRejectedError, SchemaMismatchError
-from spark_client.ingest import ingest
+from spark_client.errors import CommitPendingError, CommitRejectedError, SchemaMismatchError
+from spark_client.ingest import ingest, ingest_request_id
 from statestore.transactions import Transaction
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, dataframe, key_rows
 
@@ -137,14 +137,79 @@ def test_a_rejected_commit_raises_and_leaves_nothing_in_the_state(
 ) -> None:
     table = make_table(KEY_SCHEMA, SPLITS)
 
-    class Rejecting:
-        def commit(self, table_id: str, transaction: Transaction, wait: bool = True) -> CommitOutcome:
-            return CommitOutcome(False, reason="the table is read-only today")
-
     with pytest.raises(CommitRejectedError, match="read-only today"):
-        ingest(dataframe(spark, KEY_SCHEMA, key_rows(100, seed=6)), table.store(), table.data, Rejecting())
+        ingest(
+            dataframe(spark, KEY_SCHEMA, key_rows(100, seed=6)),
+            table.store(),
+            table.data,
+            Answering(CommitOutcome(False, reason="the table is read-only today")),
+        )
 
     assert not table.store().state().has_files()
+
+
+class Answering:
+    """A committer that answers every request with ``outcome`` and commits nothing."""
+
+    def __init__(self, outcome: CommitOutcome) -> None:
+        self.outcome = outcome
+        self.requests: list[str | None] = []
+
+    def commit(
+        self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
+    ) -> CommitOutcome:
+        self.requests.append(request_id)
+        return self.outcome
+
+    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+        return None
+
+
+def test_an_outcome_still_pending_after_the_wait_raises_with_the_request_id(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    pending = Answering(CommitOutcome(False, reason="no outcome after 1s", request_id="r-42", pending=True))
+
+    with pytest.raises(CommitPendingError, match="no outcome yet") as raised:
+        ingest(dataframe(spark, KEY_SCHEMA, key_rows(50, seed=7)), table.store(), table.data, pending)
+
+    assert raised.value.request_id == "r-42"
+    result = ingest(
+        dataframe(spark, KEY_SCHEMA, key_rows(50, seed=7)), table.store(), table.data, pending, wait=False
+    )
+    assert not result.committed and result.outcome is not None and result.outcome.pending
+
+
+def test_an_idempotency_key_derives_the_same_request_id_every_run_and_needs_the_queue(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, SPLITS)
+    answering = Answering(CommitOutcome(True, transaction_number=2, request_id="x"))
+    for _ in range(2):
+        ingest(
+            dataframe(spark, KEY_SCHEMA, key_rows(20, seed=8)),
+            table.store(),
+            table.data,
+            answering,
+            idempotency_key=("nightly-load", "2026-11-22"),
+        )
+    first, second = answering.requests
+    assert first is not None and first == second
+    assert first == ingest_request_id(table.table_id, "nightly-load", "2026-11-22")
+    assert ingest_request_id(table.table_id, "nightly-load", "2026-11-23") != first
+    assert ingest_request_id("another-table", "nightly-load", "2026-11-22") != first
+
+    with pytest.raises(ValueError, match="cannot be made idempotent"):
+        ingest(
+            dataframe(spark, KEY_SCHEMA, key_rows(20, seed=8)),
+            table.store(),
+            table.data,
+            table.committer,
+            idempotency_key=("nightly-load", "2026-11-22"),
+        )
+    with pytest.raises(ValueError, match="batch id must be a string of 1-256"):
+        ingest_request_id(table.table_id, "nightly-load", "")
 
 
 def test_every_value_type_round_trips_exactly_including_awkward_values(

@@ -68,3 +68,34 @@ def test_ingest_query_compact_split_and_read_incrementally_through_the_queue(
     incremental = read_added_since(spark, store, data, 0)
     assert as_tuples(incremental.rows) == expected
     assert read_added_since(spark, store, data, incremental.to_watermark).files == ()
+
+
+def test_a_retried_ingest_with_the_same_idempotency_key_adds_its_rows_once(
+    spark: SparkSession, runtime: LocalRuntime
+) -> None:
+    client = runtime.client()
+    table_id = client.create_table(f"reruns-{uuid.uuid4().hex[:6]}", KEY_SCHEMA, [5_000]).table_id
+    data = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
+    committer = QueueCommitter(runtime.sender(), wait_timeout=60)
+    store = client.state_store(table_id)
+    rows = key_rows(400, seed=310)
+    key = ("daily-load", "batch-0007")
+
+    # The first driver sends its commit and dies before the answer (pending); the retried driver runs the
+    # same batch again: its commit is recognised as the same request, and only one copy of the rows lands.
+    first = ingest(
+        dataframe(spark, KEY_SCHEMA, rows), store, data, committer, wait=False, idempotency_key=key
+    )
+    assert first.outcome is not None and first.outcome.pending and not first.committed
+    retried = ingest(dataframe(spark, KEY_SCHEMA, rows), store, data, committer, idempotency_key=key)
+    assert retried.committed and retried.outcome is not None
+    assert retried.outcome.request_id == first.outcome.request_id
+
+    # A third run after the commit is known writes nothing at all.
+    again = ingest(dataframe(spark, KEY_SCHEMA, rows), store, data, committer, idempotency_key=key)
+    assert again.already_committed and again.files == () and again.outcome == retried.outcome
+
+    state = client.state_store(table_id).state()
+    assert sum(r.number_of_rows for r in state.file_references()) == 400
+    assert as_tuples(query(spark, store, data)) == sorted(rows)
+    assert client.log.latest_number(table_id) == retried.outcome.transaction_number
