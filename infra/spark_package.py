@@ -5,7 +5,7 @@
 * ``statestore-spark.zip``: the ``statestore`` and ``spark_client`` packages, for ``--py-files``
   (EMR Serverless: ``spark.submit.pyFiles``). Executors import the jobs' code from it.
 * ``environment.tar.gz``: a Python environment for ``spark.archives`` (``...#environment``) with the
-  jobs' runtime dependencies (pyarrow, boto3), installed by pip from manylinux wheels for the cluster's
+  jobs' runtime dependencies (pyarrow, boto3, and pandas, which PySpark's Arrow paths require), installed by pip from manylinux wheels for the cluster's
   Python and architecture and pinned by ``requirements.lock``. Its ``bin/python`` is a symlink to the
   cluster's interpreter (``/usr/bin/python3.11`` by default, as on EMR Serverless's Amazon Linux 2023
   images) and ``pyvenv.cfg`` makes that interpreter use the environment's ``site-packages``: the archive
@@ -47,8 +47,9 @@ from statestore import layout
 DEFAULT_OUT_DIR = REPO_ROOT / "build" / "spark"
 MANIFEST_NAME = "spark-package.json"
 CODE_PACKAGES = ("statestore", "spark_client")
-# What the jobs import beyond the standard library and PySpark; versions come from requirements.lock.
-RUNTIME_REQUIREMENTS = ("pyarrow", "boto3")
+# What the jobs import beyond the standard library and PySpark (whose Arrow paths insist on pandas);
+# versions come from requirements.lock.
+RUNTIME_REQUIREMENTS = ("pyarrow", "boto3", "pandas")
 PLATFORMS = {
     "x86_64": ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"),
     "arm64": ("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"),

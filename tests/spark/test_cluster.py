@@ -1,0 +1,323 @@
+"""The jobs on a real multi-process Spark cluster, shipped as `make spark-package` ships them.
+
+A Spark standalone master and two workers run from the pip package on loopback, with an environment that
+has neither this checkout nor its virtual environment in it. Jobs go in through ``spark-submit`` with the
+package's code zip (``--py-files``), Python environment (``--archives ...#environment``) and entry point,
+as on EMR Serverless, against the embedded endpoint (DynamoDB Local, moto's S3 and SQS, the local
+committer). Their results are checked row for row against plain Spark over the same input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from infra.asset import REPO_ROOT
+from infra.spark_package import build_package
+from spark_client.data_store import DataStore
+from statestore import layout
+from statestore.local_runtime import LocalRuntime
+from statestore.schema import Schema
+from tests.fixtures.aws_servers import unique_resources
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+SPARK_HOME = Path(pyspark.__file__).parent
+SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})
+ARROW_SCHEMA = pa.schema(
+    [pa.field("key", pa.int64(), nullable=False), pa.field("ts", pa.int64()), pa.field("value", pa.string())]
+)
+
+
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _clean_environment(**extra: str) -> dict[str, str]:
+    """What a cluster host has: no PYTHONPATH, no virtual environment, not this checkout."""
+    keep = ("PATH", "HOME", "JAVA_HOME", "LANG", "TMPDIR")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != venv_bin
+    )
+    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", **extra)
+    return env
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    ui_url: str
+    work_dir: Path
+
+    def alive_workers(self) -> int:
+        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as response:
+            state = json.load(response)
+        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("spark-cluster")
+    port, ui_port = _free_port(), _free_port()
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    # The hosts' own credentials, as an instance role gives them on EMR: executors do not inherit the
+    # driver's environment.
+    env = _clean_environment(**FAKE_CREDENTIALS)
+    logs = []
+    processes = []
+
+    def start(name: str, *args: str) -> None:
+        log = (work / f"{name}.log").open("wb")
+        logs.append(log)
+        processes.append(
+            subprocess.Popen([spark_class, *args], env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+          "--webui-port", str(ui_port))  # fmt: skip
+    found = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", work)
+    try:
+        _wait_for(lambda: _answers(found.ui_url), 60, "the master's UI", work / "master.log")
+        for i in (1, 2):
+            worker = ["--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0"]
+            worker += ["--work-dir", str(work / f"w{i}")]
+            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", found.master_url, *worker)
+        _wait_for(lambda: found.alive_workers() == 2, 90, "two workers", work / "worker-1.log")
+        yield found
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in logs:
+            log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_for(check: Any, seconds: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+    raise AssertionError(f"{what} did not come up in {seconds:g}s; log:\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def package() -> Path:
+    """`make spark-package`'s output (built here if it is not up to date)."""
+    out = REPO_ROOT / "build" / "spark"
+    build_package(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[LocalRuntime]:
+    with LocalRuntime.start(
+        unique_resources("cluster"), port=0, snapshot_interval=None, cleanup_interval=None
+    ) as rt:
+        yield rt
+
+
+def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> dict[str, Any]:
+    """Run ``script`` through spark-submit on the cluster, from a directory with nothing of ours in it."""
+    env = _clean_environment(**FAKE_CREDENTIALS)
+    run_dir = cluster.work_dir / f"submit-{uuid.uuid4().hex[:8]}"
+    run_dir.mkdir()
+    command = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--master", cluster.master_url,
+        "--py-files", str(package / layout.SPARK_CODE_ARCHIVE),
+        "--archives", f"{package / layout.SPARK_ENVIRONMENT_ARCHIVE}#environment",
+        "--conf", "spark.pyspark.python=./environment/bin/python",
+        "--conf", f"spark.pyspark.driver.python={_driver_python(package)}",
+        "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.executor.cores=1",
+        "--conf", "spark.cores.max=2",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        str(script),
+        *args,
+    ]  # fmt: skip
+    result = subprocess.run(command, env=env, cwd=run_dir, capture_output=True, text=True, timeout=600)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise AssertionError(
+            f"spark-submit {args[:1]} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
+            f"stderr:\n{result.stderr[-6000:]}"
+        )
+    answer: dict[str, Any] = json.loads(lines[-1])
+    return answer
+
+
+def _driver_python(package: Path) -> str:
+    """The unpacked environment's python: the driver runs from the package too."""
+    unpacked = package.parent / "spark-driver-environment"
+    marker = unpacked / ".archive-sha256"
+    digest = json.loads((package / "spark-package.json").read_text())["files"][
+        layout.SPARK_ENVIRONMENT_ARCHIVE
+    ]
+    if not marker.is_file() or marker.read_text() != digest["sha256"]:
+        shutil.rmtree(unpacked, ignore_errors=True)
+        with tarfile.open(package / layout.SPARK_ENVIRONMENT_ARCHIVE) as tar:
+            tar.extractall(unpacked, filter="tar")
+        marker.write_text(digest["sha256"])
+    return str(unpacked / "bin" / "python")
+
+
+PROBE = """
+import json, sys
+from pyspark.sql import SparkSession
+
+def where(_):
+    import pyarrow, spark_client, statestore
+    yield {"executable": sys.executable, "prefix": sys.prefix, "spark_client": spark_client.__file__,
+           "statestore": statestore.__file__, "pyarrow": pyarrow.__file__, "path": sys.path}
+
+spark = SparkSession.builder.getOrCreate()
+seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()
+print(json.dumps({"executors": seen}))
+"""
+
+
+def test_executors_import_only_the_packaged_code_and_environment(
+    cluster: Cluster, package: Path, runtime: LocalRuntime
+) -> None:
+    probe = cluster.work_dir / "probe.py"
+    probe.write_text(PROBE)
+    seen = submit(cluster, package, probe)["executors"]
+
+    assert len(seen) == 2
+    for executor in seen:
+        assert layout.SPARK_CODE_ARCHIVE in executor["spark_client"], executor
+        assert layout.SPARK_CODE_ARCHIVE in executor["statestore"], executor
+        assert "/environment/lib/python3.11/site-packages/pyarrow" in executor["pyarrow"], executor
+        assert executor["prefix"].endswith("/environment"), executor
+        # Besides the package, only the Spark installation's own Python libraries (pyspark.zip, py4j):
+        # nothing from this checkout or from the virtual environment's site-packages.
+        ours = [
+            p for p in executor["path"] if p.startswith(str(REPO_ROOT)) and not p.startswith(str(SPARK_HOME))
+        ]
+        assert ours == [], executor
+
+
+def _rows(seed: int, n: int) -> pa.Table:
+    rng = random.Random(seed)
+    keys = [rng.randrange(0, 100_000) for _ in range(n)]
+    return pa.table(
+        {
+            "key": keys,
+            "ts": [seed * 1_000_000 + i for i in range(n)],
+            "value": [f"v{seed}-{i}" for i in range(n)],
+        },
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _read_output(data: DataStore, prefix: str) -> list[tuple[Any, ...]]:
+    fs = data.filesystem()
+    from pyarrow import fs as pafs
+
+    files = [
+        i.path for i in fs.get_file_info(pafs.FileSelector(data.path(prefix), recursive=True)) if i.is_file
+    ]
+    tables = [pq.read_table(f, filesystem=fs) for f in files]
+    return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
+
+
+def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster(
+    cluster: Cluster, package: Path, runtime: LocalRuntime, spark: SparkSession, tmp_path: Path
+) -> None:
+    client = runtime.client()
+    table = client.create_table(f"cluster-{uuid.uuid4().hex[:6]}", SCHEMA, [50_000])
+    bucket = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
+    common = [
+        "--table", table.table_name,
+        "--resources", runtime.resources.to_json(),
+        "--endpoint-url", runtime.endpoint_url,
+        "--dynamodb-endpoint-url", runtime.dynamodb_endpoint_url,
+        "--region", runtime.region,
+        "--wait-timeout", "120",
+    ]  # fmt: skip
+    entry = package / layout.SPARK_ENTRY_POINT
+
+    # Batch 1 staged in the bucket (two files), batch 2 in a local directory.
+    local_input = tmp_path / "input"
+    for batch, files in ((1, 2), (2, 1)):
+        for part in range(files):
+            rows = _rows(batch * 10 + part, 3_000)
+            (local_input / f"batch-{batch}").mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, local_input / f"batch-{batch}" / f"part-{part}.parquet")
+            if batch == 1:
+                key = f"{layout.SPARK_INPUT_PREFIX}{table.table_id}/part-{part}.parquet"
+                pq.write_table(rows, bucket.path(key), filesystem=bucket.filesystem())
+
+    first = submit(cluster, package, entry, "ingest", *common,
+                   "--input", f"s3://{bucket.base}/{layout.SPARK_INPUT_PREFIX}{table.table_id}")  # fmt: skip
+    assert first["rows"] == 6_000 and first["outcome"]["committed"], first
+    watermark = first["outcome"]["transaction_number"]
+    second = submit(cluster, package, entry, "ingest", *common, "--input", str(local_input / "batch-2"))
+    assert second["rows"] == 3_000 and second["outcome"]["committed"], second
+
+    split = submit(cluster, package, entry, "split", *common, "--max-rows", "2000")
+    assert split["split"], split
+    compacted = submit(cluster, package, entry, "compact", *common)
+    assert compacted["jobs_committed"] >= 1 and compacted["jobs_lost"] == [], compacted
+
+    state = client.state_store(table.table_id).state()
+    assert sum(r.number_of_rows for r in state.file_references()) == 9_000
+    assert len(state.leaf_partitions()) > 2
+
+    everything = spark.read.parquet(str(local_input / "batch-1"), str(local_input / "batch-2"))
+    expected_region = sorted(tuple(r) for r in everything.where("key >= 20000 AND key < 70000").collect())
+    out = f"s3://{bucket.base}/spark/output/{table.table_id}"
+    answer = submit(cluster, package, entry, "query", *common, "--key-range", "key=20000:70000",
+                    "--output", f"{out}/region")  # fmt: skip
+    assert answer["rows"] == len(expected_region)
+    assert _read_output(bucket, f"spark/output/{table.table_id}/region") == expected_region
+
+    added = submit(cluster, package, entry, "incremental", *common, "--since", str(watermark),
+                   "--output", str(tmp_path / "added"))  # fmt: skip
+    expected_added = sorted(tuple(r) for r in spark.read.parquet(str(local_input / "batch-2")).collect())
+    assert added["rows"] == 3_000
+    assert _read_output(DataStore.local(tmp_path), "added") == expected_added
