@@ -29,6 +29,7 @@ DATA_OBJECTS = layout.data_prefix(_ANY_TABLE) + "*"
 SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
 LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
 REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
+TABLE_OBJECTS = TABLES_PREFIX + "*"  # every object of every table
 
 
 class DataBucket(Construct):
@@ -97,16 +98,19 @@ class DataBucket(Construct):
         self._acknowledge(grantee, patterns, "s3:DeleteObject*")
 
     def _acknowledge(self, grantee: iam.IGrantable, patterns: tuple[str, ...], *action_families: str) -> None:
+        # The findings are on the principal's policy (a function's role), or on the grantee itself when it is
+        # a managed policy (whose grant principal is no construct).
         principal = grantee.grant_principal
-        if not isinstance(principal, Construct):
+        target = principal if isinstance(principal, Construct) else grantee
+        if not isinstance(target, Construct):
             return
         bucket_arn = (
             f"<{Stack.of(self).get_logical_id(cast(CfnElement, self.bucket.node.default_child))}.Arn>"
         )
         acknowledge(
-            principal,
-            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout) for any "
-            "table id, with CDK's grant_* action families on those keys only.",
+            target,
+            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout), for "
+            "any table id where the pattern has one, with CDK's grant_* action families on those keys only.",
             *(f"AwsSolutions-IAM5[Resource::{bucket_arn}/{pattern}]" for pattern in patterns),
             *(f"AwsSolutions-IAM5[Action::{family}]" for family in action_families),
         )
