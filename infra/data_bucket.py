@@ -30,15 +30,22 @@ SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
 LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
 REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
 TABLE_OBJECTS = TABLES_PREFIX + "*"  # every object of every table
+SPARK_ARTIFACT_OBJECTS = layout.SPARK_ARTIFACTS_PREFIX + "*"
+SPARK_INPUT_OBJECTS = layout.SPARK_INPUT_PREFIX + "*"
+SPARK_LOG_OBJECTS = layout.SPARK_LOGS_PREFIX + "*"
 
 
 class DataBucket(Construct):
     """SSE-S3 encrypted, public access blocked, TLS only, server access logs to a second bucket.
 
-    Both buckets are retained when the stack is destroyed: they hold the tables' data.
+    Both buckets are retained when the stack is destroyed: they hold the tables' data. Objects expire only
+    by the rules below: tagged request bodies, and Spark job logs after ``spark_log_expiry``; the Spark
+    artifacts and input (``spark/artifacts/``, ``spark/input/``) and everything else are kept.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, bucket_name: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, bucket_name: str, spark_log_expiry: Duration
+    ) -> None:
         super().__init__(scope, construct_id)
         self.access_logs = s3.Bucket(
             self,
@@ -70,6 +77,9 @@ class DataBucket(Construct):
                     prefix=TABLES_PREFIX,
                     tag_filters={REQUEST_BODY_TAG_KEY: REQUEST_BODY_TAG_VALUE},
                     expiration=REQUEST_BODY_EXPIRY,
+                ),
+                s3.LifecycleRule(
+                    id="expire-spark-job-logs", prefix=layout.SPARK_LOGS_PREFIX, expiration=spark_log_expiry
                 ),
                 s3.LifecycleRule(
                     id="abort-incomplete-uploads", abort_incomplete_multipart_upload_after=Duration.days(1)

@@ -1,5 +1,5 @@
 """One statestore instance: tables, bucket, commit queue, committer, scheduled Lambdas, alarms, the managed
-policies for callers outside the stack, outputs.
+policies for callers outside the stack, the EMR Serverless application for Spark jobs (optional), outputs.
 
 Grants are made here, where the pieces meet, and each function gets only what its handler uses.
 """
@@ -20,7 +20,9 @@ from infra.config import InstanceConfig
 from infra.data_bucket import DataBucket
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction
+from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
+from statestore import layout
 
 SNAPSHOT_TIMEOUT = Duration.minutes(5)
 CLEANUP_TIMEOUT = Duration.minutes(10)
@@ -36,7 +38,12 @@ class StatestoreStack(Stack):
         self.names = names
 
         self.state = StateTables(self, "State", names=names, deletion_protection=config.deletion_protection)
-        self.data = DataBucket(self, "Data", bucket_name=names.bucket)
+        self.data = DataBucket(
+            self,
+            "Data",
+            bucket_name=names.bucket,
+            spark_log_expiry=Duration.days(config.log_retention_days),
+        )
         self.commits = CommitQueue(
             self,
             "CommitQueue",
@@ -80,6 +87,19 @@ class StatestoreStack(Stack):
         self.grants = StateStoreGrants(self.state, self.data, self.commits)
         self._grant()
         self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
+        self.spark: SparkJobs | None = None
+        if config.emr_serverless:
+            self.spark = SparkJobs(
+                self,
+                "Spark",
+                instance_id=config.instance_id,
+                data=self.data,
+                job_policies=self.policies.for_jobs,
+                idle_timeout_minutes=config.emr_idle_timeout_minutes,
+                max_vcpu=config.emr_max_vcpu,
+                max_memory_gb=config.emr_max_memory_gb,
+                max_disk_gb=config.emr_max_disk_gb,
+            )
         self.alarms = Alarms(
             self,
             "Alarms",
@@ -162,7 +182,22 @@ class StatestoreStack(Stack):
                 "CommitPolicyArn": (policies.commit.managed_policy_arn, "send commits, read outcomes"),
                 "DataPolicyArn": (policies.data.managed_policy_arn, "read/write/delete data files"),
                 "AdminPolicyArn": (policies.admin.managed_policy_arn, "everything the statestore CLI does"),
+                "SparkArtifactsUri": (
+                    self._s3_uri(layout.SPARK_ARTIFACTS_PREFIX),
+                    "upload spark-package here",
+                ),
+                "SparkInputUri": (self._s3_uri(layout.SPARK_INPUT_PREFIX), "stage Spark job input here"),
+                "SparkLogsUri": (self._s3_uri(layout.SPARK_LOGS_PREFIX), "Spark job logs"),
             }
         )
+        if self.spark is not None:
+            outputs["EmrApplicationId"] = (
+                self.spark.application.attr_application_id,
+                "EMR Serverless application for Spark jobs",
+            )
+            outputs["EmrJobRoleArn"] = (self.spark.job_role.role_arn, "execution role for its job runs")
         for key, (value, description) in outputs.items():
             CfnOutput(self, key, value=value, description=description)
+
+    def _s3_uri(self, prefix: str) -> str:
+        return f"s3://{self.data.bucket.bucket_name}/{prefix}"

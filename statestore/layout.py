@@ -45,3 +45,13 @@ def request_body_prefix(table_id: str) -> str:
 
 def is_under_table(table_id: str, key: str) -> bool:
     return key.startswith(table_prefix(table_id))
+
+
+# Spark jobs' objects, outside every table's prefix. ``make spark-package`` output is uploaded to
+# ``SPARK_ARTIFACTS_PREFIX`` (the code archive and the packed Python environment), job input is staged under
+# ``SPARK_INPUT_PREFIX``, and EMR writes job logs under ``SPARK_LOGS_PREFIX``. Only the logs expire.
+SPARK_ARTIFACTS_PREFIX = "spark/artifacts/"
+SPARK_INPUT_PREFIX = "spark/input/"
+SPARK_LOGS_PREFIX = "spark/logs/"
+SPARK_CODE_ARCHIVE = "statestore-spark.zip"
+SPARK_ENVIRONMENT_ARCHIVE = "environment.tar.gz"
