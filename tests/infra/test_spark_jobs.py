@@ -3,6 +3,7 @@ them off."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -159,7 +160,7 @@ def test_the_job_role_holds_the_job_policies_and_the_spark_prefixes_and_nothing_
 # --- the bucket's Spark prefixes -------------------------------------------------------------------------
 
 
-def lifecycle_rules(template_json: dict[str, Any]) -> list[dict[str, Any]]:
+def lifecycle_rules(template_json: Mapping[str, Any]) -> list[dict[str, Any]]:
     [rules] = [
         r["Properties"]["LifecycleConfiguration"]["Rules"]
         for r in template_json["Resources"].values()
