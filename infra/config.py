@@ -13,6 +13,13 @@
   false makes the instance disposable. The buckets are always retained.
 - ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
 - ``alarm_email`` (unset): an address subscribed to the alarm topic.
+- ``emr_serverless`` (true): an EMR Serverless Spark application and a job execution role for it.
+- ``emr_idle_timeout_minutes`` (15): the application stops after this long without jobs (1 to 10080);
+  it starts again by itself when a job is submitted.
+- ``emr_max_vcpu`` (16), ``emr_max_memory_gb`` (64), ``emr_max_disk_gb`` (200): the most the application
+  runs at once, over all its jobs: a bound on cost. The least is one driver and one executor of the
+  smallest size (2 vCPU, 4 GB, 40 GB: every worker has at least 20 GB of disk); the upper bounds only catch
+  a typo's extra zeros. 16 vCPU is also a new account's default quota.
 
 Values given with ``-c`` arrive as strings; they are parsed here and rejected with the key's name if
 they do not fit.
@@ -76,6 +83,11 @@ class InstanceConfig:
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300
     alarm_email: str | None = None
+    emr_serverless: bool = True
+    emr_idle_timeout_minutes: int = 15
+    emr_max_vcpu: int = 16
+    emr_max_memory_gb: int = 64
+    emr_max_disk_gb: int = 200
 
     def __post_init__(self) -> None:
         ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
@@ -86,6 +98,10 @@ class InstanceConfig:
         if self.committer_reserved_concurrency is not None:
             _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 10000)
         _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
+        _check_range("emr_idle_timeout_minutes", self.emr_idle_timeout_minutes, 1, 7 * 24 * 60)
+        _check_range("emr_max_vcpu", self.emr_max_vcpu, 2, 10_000)
+        _check_range("emr_max_memory_gb", self.emr_max_memory_gb, 4, 100_000)
+        _check_range("emr_max_disk_gb", self.emr_max_disk_gb, 40, 1_000_000)
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(
                 f"context key log_retention_days={self.log_retention_days} is not a retention CloudWatch "
@@ -115,7 +131,7 @@ class InstanceConfig:
             if key == "lambda_asset":
                 path = Path(str(raw))
                 values[key] = path if path.is_absolute() else REPO_ROOT / path
-            elif key == "deletion_protection":
+            elif isinstance(default, bool):
                 values[key] = _parse_bool(key, raw)
             elif key in ("instance_id", "alarm_email"):
                 values[key] = str(raw)

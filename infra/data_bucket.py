@@ -29,15 +29,24 @@ DATA_OBJECTS = layout.data_prefix(_ANY_TABLE) + "*"
 SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
 LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
 REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
+TABLE_OBJECTS = TABLES_PREFIX + "*"  # every object of every table
+SPARK_ARTIFACT_OBJECTS = layout.SPARK_ARTIFACTS_PREFIX + "*"
+SPARK_INPUT_OBJECTS = layout.SPARK_INPUT_PREFIX + "*"
+SPARK_LOG_OBJECTS = layout.SPARK_LOGS_PREFIX + "*"
+SPARK_OUTPUT_OBJECTS = layout.SPARK_OUTPUT_PREFIX + "*"
 
 
 class DataBucket(Construct):
     """SSE-S3 encrypted, public access blocked, TLS only, server access logs to a second bucket.
 
-    Both buckets are retained when the stack is destroyed: they hold the tables' data.
+    Both buckets are retained when the stack is destroyed: they hold the tables' data. Objects expire only
+    by the rules below: tagged request bodies, and Spark job logs after ``spark_log_expiry``; the Spark
+    artifacts and input (``spark/artifacts/``, ``spark/input/``) and everything else are kept.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, bucket_name: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, bucket_name: str, spark_log_expiry: Duration
+    ) -> None:
         super().__init__(scope, construct_id)
         self.access_logs = s3.Bucket(
             self,
@@ -71,6 +80,9 @@ class DataBucket(Construct):
                     expiration=REQUEST_BODY_EXPIRY,
                 ),
                 s3.LifecycleRule(
+                    id="expire-spark-job-logs", prefix=layout.SPARK_LOGS_PREFIX, expiration=spark_log_expiry
+                ),
+                s3.LifecycleRule(
                     id="abort-incomplete-uploads", abort_incomplete_multipart_upload_after=Duration.days(1)
                 ),
             ],
@@ -97,16 +109,19 @@ class DataBucket(Construct):
         self._acknowledge(grantee, patterns, "s3:DeleteObject*")
 
     def _acknowledge(self, grantee: iam.IGrantable, patterns: tuple[str, ...], *action_families: str) -> None:
+        # The findings are on the principal's policy (a function's role), or on the grantee itself when it is
+        # a managed policy (whose grant principal is no construct).
         principal = grantee.grant_principal
-        if not isinstance(principal, Construct):
+        target = principal if isinstance(principal, Construct) else grantee
+        if not isinstance(target, Construct):
             return
         bucket_arn = (
             f"<{Stack.of(self).get_logical_id(cast(CfnElement, self.bucket.node.default_child))}.Arn>"
         )
         acknowledge(
-            principal,
-            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout) for any "
-            "table id, with CDK's grant_* action families on those keys only.",
+            target,
+            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout), for "
+            "any table id where the pattern has one, with CDK's grant_* action families on those keys only.",
             *(f"AwsSolutions-IAM5[Resource::{bucket_arn}/{pattern}]" for pattern in patterns),
             *(f"AwsSolutions-IAM5[Action::{family}]" for family in action_families),
         )

@@ -1,4 +1,5 @@
-"""One statestore instance: tables, bucket, commit queue, committer, scheduled Lambdas, alarms, outputs.
+"""One statestore instance: tables, bucket, commit queue, committer, scheduled Lambdas, alarms, the managed
+policies for callers outside the stack, the EMR Serverless application for Spark jobs (optional), outputs.
 
 Grants are made here, where the pieces meet, and each function gets only what its handler uses.
 """
@@ -17,8 +18,11 @@ from infra.commit_queue import CommitQueue
 from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
 from infra.config import InstanceConfig
 from infra.data_bucket import DataBucket
+from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction
+from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
+from statestore import layout
 
 SNAPSHOT_TIMEOUT = Duration.minutes(5)
 CLEANUP_TIMEOUT = Duration.minutes(10)
@@ -34,7 +38,12 @@ class StatestoreStack(Stack):
         self.names = names
 
         self.state = StateTables(self, "State", names=names, deletion_protection=config.deletion_protection)
-        self.data = DataBucket(self, "Data", bucket_name=names.bucket)
+        self.data = DataBucket(
+            self,
+            "Data",
+            bucket_name=names.bucket,
+            spark_log_expiry=Duration.days(config.log_retention_days),
+        )
         self.commits = CommitQueue(
             self,
             "CommitQueue",
@@ -75,7 +84,22 @@ class StatestoreStack(Stack):
             memory_mb=config.cleanup_memory_mb,
             **function_settings,
         )
+        self.grants = StateStoreGrants(self.state, self.data, self.commits)
         self._grant()
+        self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
+        self.spark: SparkJobs | None = None
+        if config.emr_serverless:
+            self.spark = SparkJobs(
+                self,
+                "Spark",
+                instance_id=config.instance_id,
+                data=self.data,
+                job_policies=self.policies.for_jobs,
+                idle_timeout_minutes=config.emr_idle_timeout_minutes,
+                max_vcpu=config.emr_max_vcpu,
+                max_memory_gb=config.emr_max_memory_gb,
+                max_disk_gb=config.emr_max_disk_gb,
+            )
         self.alarms = Alarms(
             self,
             "Alarms",
@@ -90,7 +114,8 @@ class StatestoreStack(Stack):
         self._outputs()
 
     def _grant(self) -> None:
-        """Each function's grants, from the calls its handler makes through statestore.aws."""
+        """Each function's grants, from the calls its handler makes through statestore.aws. Every one loads
+        tables, which is :meth:`StateStoreGrants.grant_read_state`; the rest is its own."""
         state, data, commits = self.state, self.data, self.commits
 
         # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and
@@ -99,13 +124,10 @@ class StatestoreStack(Stack):
         # overwritten), sends malformed requests to the dead-letter queue with their reason. Consuming the
         # commit queue is granted by its event source.
         committer = self.committer.function
-        state.grant_table_index_read(committer)
-        grant_read_and(state.transaction_log, committer, PUT)
+        self.grants.grant_read_state(committer)
+        state.transaction_log.grant(committer, *PUT)
         grant_read_and(state.commit_status, committer, PUT)
-        state.snapshots.grant_read_data(committer)
-        data.grant_read(
-            committer, objects.SNAPSHOT_OBJECTS, objects.REQUEST_BODY_OBJECTS, objects.LOG_BODY_OBJECTS
-        )
+        data.grant_read(committer, objects.REQUEST_BODY_OBJECTS)
         data.grant_put(committer, objects.LOG_BODY_OBJECTS)
         data.grant_delete(committer, objects.LOG_BODY_OBJECTS)
         commits.dead_letter_queue.grant_send_messages(committer)
@@ -113,10 +135,8 @@ class StatestoreStack(Stack):
         # Snapshot: loads each table and records a snapshot; it never writes the log. It deletes only the
         # objects of a snapshot whose recording lost a race (SnapshotStore.write).
         snapshot = self.snapshot.function
-        state.grant_table_index_read(snapshot)
-        state.transaction_log.grant_read_data(snapshot)
-        grant_read_and(state.snapshots, snapshot, PUT)
-        data.grant_read(snapshot, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
+        self.grants.grant_read_state(snapshot)
+        state.snapshots.grant(snapshot, *PUT)
         data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
         data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
 
@@ -124,10 +144,9 @@ class StatestoreStack(Stack):
         # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles
         # straight to the log (not through the queue).
         cleanup = self.cleanup.function
-        state.grant_table_index_read(cleanup)
-        grant_read_and(state.transaction_log, cleanup, PUT + BATCH_WRITE)
-        grant_read_and(state.snapshots, cleanup, DELETE + BATCH_WRITE)
-        data.grant_read(cleanup, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
+        self.grants.grant_read_state(cleanup)
+        state.transaction_log.grant(cleanup, *PUT, *BATCH_WRITE)
+        state.snapshots.grant(cleanup, *DELETE, *BATCH_WRITE)
         data.grant_put(cleanup, objects.LOG_BODY_OBJECTS)
         data.grant_delete(
             cleanup,
@@ -156,5 +175,29 @@ class StatestoreStack(Stack):
                 "tag request bodies with this so they expire",
             ),
         }
+        policies = self.policies
+        outputs.update(
+            {
+                "ReadStatePolicyArn": (policies.read_state.managed_policy_arn, "find tables, read state"),
+                "CommitPolicyArn": (policies.commit.managed_policy_arn, "send commits, read outcomes"),
+                "DataPolicyArn": (policies.data.managed_policy_arn, "read/write/delete data files"),
+                "AdminPolicyArn": (policies.admin.managed_policy_arn, "everything the statestore CLI does"),
+                "SparkArtifactsUri": (
+                    self._s3_uri(layout.SPARK_ARTIFACTS_PREFIX),
+                    "upload spark-package here",
+                ),
+                "SparkInputUri": (self._s3_uri(layout.SPARK_INPUT_PREFIX), "stage Spark job input here"),
+                "SparkLogsUri": (self._s3_uri(layout.SPARK_LOGS_PREFIX), "Spark job logs"),
+            }
+        )
+        if self.spark is not None:
+            outputs["EmrApplicationId"] = (
+                self.spark.application.attr_application_id,
+                "EMR Serverless application for Spark jobs",
+            )
+            outputs["EmrJobRoleArn"] = (self.spark.job_role.role_arn, "execution role for its job runs")
         for key, (value, description) in outputs.items():
             CfnOutput(self, key, value=value, description=description)
+
+    def _s3_uri(self, prefix: str) -> str:
+        return f"s3://{self.data.bucket.bucket_name}/{prefix}"

@@ -16,6 +16,7 @@ _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeT
 # neither append to nor delete from the log. These are the calls statestore.aws makes; a conditional put
 # or a TransactWriteItems needs only the per-item actions inside it (ConditionCheckItem comes with reads).
 PUT = ("dynamodb:PutItem",)
+UPDATE = ("dynamodb:UpdateItem",)
 DELETE = ("dynamodb:DeleteItem",)
 # BatchWriteItem (batch deletes of log entries and snapshot records) cannot be narrowed to puts or
 # deletes in IAM.

@@ -47,9 +47,13 @@ def is_under_table(table_id: str, key: str) -> bool:
     return key.startswith(table_prefix(table_id))
 
 
-# The Spark jobs' package (``make spark-package``) and their working areas in the instance's bucket.
+# Spark jobs' objects, outside every table's prefix. ``make spark-package`` output is uploaded to
+# ``SPARK_ARTIFACTS_PREFIX`` (the code archive, the packed Python environment and the entry point), job
+# input is staged under ``SPARK_INPUT_PREFIX``, jobs write their results under ``SPARK_OUTPUT_PREFIX``, and
+# EMR writes job logs under ``SPARK_LOGS_PREFIX``. Only the logs expire.
 SPARK_ARTIFACTS_PREFIX = "spark/artifacts/"
 SPARK_INPUT_PREFIX = "spark/input/"
+SPARK_OUTPUT_PREFIX = "spark/output/"
 SPARK_LOGS_PREFIX = "spark/logs/"
 SPARK_CODE_ARCHIVE = "statestore-spark.zip"
 SPARK_ENVIRONMENT_ARCHIVE = "environment.tar.gz"

@@ -20,7 +20,7 @@ makes moto check what AWS checks:
   s3:PutObjectTagging, as in AWS.
 
 Not enforced: CloudWatch Logs and X-Ray (the handlers do not call them in tests), and conditions in
-statements (the stack's role policies have none).
+statements (the stack's role and managed policies have none; a trust policy's are not checked here).
 """
 
 from __future__ import annotations
@@ -63,14 +63,52 @@ def handler_function(template: dict[str, Any], handler: str) -> dict[str, Any]:
 def role_statements(template: dict[str, Any], handler: str) -> list[dict[str, Any]]:
     """Every statement of the policies attached to ``handler``'s role, with resources resolved to ARNs."""
     role = handler_function(template, handler)["Properties"]["Role"]["Fn::GetAtt"][0]
+    return attached_statements(template, role)
+
+
+def service_role(template: dict[str, Any], service: str) -> str:
+    """The logical id of the one role ``service`` (``emr-serverless.amazonaws.com``) may assume."""
+    found = [
+        logical_id
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Role"
+        and any(
+            s.get("Principal", {}).get("Service") == service
+            for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        )
+    ]
+    assert len(found) == 1, f"expected one role for {service}, found {len(found)}"
+    return found[0]
+
+
+def attached_statements(template: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """Every statement of the role ``role`` (a logical id): its inline policies and its managed policies."""
+    resources = template["Resources"]
+    managed = [ref["Ref"] for ref in resources[role]["Properties"].get("ManagedPolicyArns", [])]
     statements = [
         statement
-        for resource in template["Resources"].values()
+        for resource in resources.values()
         if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role} in resource["Properties"]["Roles"]
         for statement in resource["Properties"]["PolicyDocument"]["Statement"]
+    ] + [
+        statement
+        for policy in managed
+        for statement in resources[policy]["Properties"]["PolicyDocument"]["Statement"]
     ]
-    assert statements, f"no policy is attached to the role of {handler}"
+    assert statements, f"no policy is attached to the role {role}"
     return [resolve(template, s) for s in statements]
+
+
+def managed_policy_statements(template: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The statements of the managed policy called ``name`` (as deployed, the region in it), resolved."""
+    found = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::ManagedPolicy"
+        and resolve(template, r["Properties"]["ManagedPolicyName"]) == name
+    ]
+    assert len(found) == 1, f"expected one managed policy called {name}, found {len(found)}"
+    return [resolve(template, s) for s in found[0]]
 
 
 def function_environment(template: dict[str, Any], handler: str) -> dict[str, str]:

@@ -1,0 +1,315 @@
+"""Callers outside the Lambdas, each in moto as an IAM user holding exactly its synthesized statements, with
+IAM enforced (``tests/infra/deployed_iam.py`` says how): a Spark job as the EMR Serverless job role, a sender
+holding only the commit policy, and the ``statestore`` CLI holding only the admin policy. What each needs is
+allowed; what is another's is denied, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from lambdas._runtime import Runtime
+from statestore import layout
+from statestore.aws.backend import AwsBackend
+from statestore.aws.clients import make_client
+from statestore.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.catalog import TableInfo
+from statestore.cli import main
+from statestore.client import StateStoreClient
+from statestore.codec.transaction_json import transaction_to_json
+from statestore.committer import ReceivedMessage
+from statestore.engine import TransactionLogStateStore
+from statestore.errors import StateStoreError
+from statestore.ports import CommitOutcome
+from statestore.resources import ResourceNames
+from statestore.snapshots import SnapshotStore
+from statestore.transactions import AddFiles, InitialisePartitions
+from tests.builders import INT_SCHEMA, ref, tree
+from tests.infra.deployed_iam import (
+    REGION,
+    attached_statements,
+    create_user,
+    function_environment,
+    iam_enforced,
+    managed_policy_statements,
+    service_role,
+)
+
+pytestmark = pytest.mark.infra
+
+EMR = "emr-serverless.amazonaws.com"
+# Enough files that a request's body goes through the bucket.
+LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
+CODE = layout.SPARK_ARTIFACTS_PREFIX + layout.SPARK_CODE_ARCHIVE
+ENVIRONMENT = layout.SPARK_ARTIFACTS_PREFIX + layout.SPARK_ENVIRONMENT_ARCHIVE
+INPUT = layout.SPARK_INPUT_PREFIX + "orders/rows.parquet"
+
+
+@pytest.fixture(scope="module")
+def template_json(template: Any) -> dict[str, Any]:
+    result: dict[str, Any] = template.to_json()
+    return result
+
+
+@dataclass
+class Instance:
+    """The stack's resources in moto, an admin unrestricted by IAM to set up and check, and the committer."""
+
+    template: dict[str, Any]
+    names: ResourceNames
+    backend: AwsBackend
+    admin: Runtime
+    commit_queue: SqsCommitQueue
+    iam: Any
+
+    def create_table(self, name: str) -> TransactionLogStateStore:
+        info = TableInfo.new(name, INT_SCHEMA)
+        self.admin.tables.create(info)
+        store = self.store(info.table_id)
+        store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+        return store
+
+    def store(self, table_id: str) -> TransactionLogStateStore:
+        return TransactionLogStateStore(table_id, INT_SCHEMA, self.admin.log, self.admin.snapshots)
+
+    def apply_commits(self) -> None:
+        """What the committer Lambda does with the requests waiting in the queue."""
+        event = self.commit_queue.receive_event()
+        assert event["Records"], "no commit request is waiting"
+        results = self.admin.committer().process(
+            [ReceivedMessage.from_sqs_record(r) for r in event["Records"]]
+        )
+        assert not [r for r in results if r.retry], results
+        # The event source deletes what was processed; a FIFO group is held while a message is in flight.
+        self.commit_queue.delete([r["receiptHandle"] for r in event["Records"]])
+
+    def caller(self, name: str, statements: list[dict[str, Any]]) -> Caller:
+        """Clients of a new IAM user holding exactly ``statements``."""
+        keys = create_user(self.iam, name, statements)
+        session = boto3.session.Session(
+            aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        )
+        backend = AwsBackend(
+            self.names, make_client("dynamodb", session=session), make_client("s3", session=session)
+        )
+        return Caller(backend, make_client("sqs", session=session))
+
+
+@dataclass
+class Caller:
+    backend: AwsBackend
+    sqs: Any
+
+    def client(self) -> StateStoreClient:
+        b = self.backend
+        return StateStoreClient(b.table_index, b.log, b.snapshot_metadata, b.blobs)
+
+    def store(self, table_id: str) -> TransactionLogStateStore:
+        b = self.backend
+        return TransactionLogStateStore(
+            table_id, INT_SCHEMA, b.log, SnapshotStore(b.snapshot_metadata, b.blobs)
+        )
+
+
+@pytest.fixture
+def instance(template_json: dict[str, Any]) -> Iterator[Instance]:
+    environment = function_environment(template_json, "lambdas.committer.handler")
+    names = ResourceNames.from_json(environment["STATESTORE_RESOURCES"])
+    with mock_aws():
+        backend = AwsBackend.connect(names)
+        backend.provision()
+        sqs = make_client("sqs")
+        queue_url, _ = provision_queues(names, sqs)
+        yield Instance(
+            template=template_json,
+            names=names,
+            backend=backend,
+            admin=Runtime.for_aws(names),
+            commit_queue=SqsCommitQueue(sqs, queue_url),
+            iam=make_client("iam"),
+        )
+
+
+def policy(instance: Instance, grant: str) -> list[dict[str, Any]]:
+    return managed_policy_statements(
+        instance.template, f"statestore-{instance.names.instance_id}-{grant}-{REGION}"
+    )
+
+
+# --- a Spark job on EMR Serverless ------------------------------------------------------------------------
+
+
+def table_with_history(instance: Instance) -> TransactionLogStateStore:
+    """A table with a snapshot, and after it a log entry whose body is in the bucket: loading its state
+    reads every kind of state object."""
+    store = instance.create_table("orders")
+    store.commit(AddFiles((ref("early.parquet"),)))
+    store.create_snapshot()
+    names, backend = instance.names, instance.backend
+    log_via_bucket = DynamoDBTransactionLog(
+        backend.dynamodb, names.transaction_log_table, backend.blobs, max_inline_body_bytes=0
+    )
+    TransactionLogStateStore(store.table_id, INT_SCHEMA, log_via_bucket, instance.admin.snapshots).commit(
+        AddFiles((ref("late.parquet"),))
+    )
+    assert backend.blobs.list(layout.log_body_prefix(store.table_id))
+    for key, content in ((CODE, b"code"), (ENVIRONMENT, b"environment"), (INPUT, b"rows")):
+        backend.blobs.put(key, content)
+    return store
+
+
+def job(instance: Instance) -> Caller:
+    return instance.caller(
+        "spark-job", attached_statements(instance.template, service_role(instance.template, EMR))
+    )
+
+
+def test_a_spark_job_reads_state_writes_data_and_commits_through_the_queue_as_the_job_role(
+    instance: Instance,
+) -> None:
+    table_id = table_with_history(instance).table_id
+    spark = job(instance)
+    blobs = spark.backend.blobs
+    data_file = f"{layout.data_prefix(table_id)}root/output.parquet"
+    log_file = f"{layout.SPARK_LOGS_PREFIX}applications/app/jobs/run/SPARK_DRIVER/stdout.gz"
+
+    with iam_enforced():
+        client = spark.client()
+        assert client.get_table("orders").table_id == table_id
+        assert set(client.state("orders").files_by_name) == {"early.parquet", "late.parquet"}
+        assert [blobs.get(key) for key in (CODE, ENVIRONMENT, INPUT)] == [b"code", b"environment", b"rows"]
+        blobs.put(data_file, b"parquet")
+        assert blobs.get(data_file) == b"parquet"
+        assert blobs.list(layout.data_prefix(table_id)) == [data_file]
+        blobs.put(log_file, b"driver log")
+        sender = spark.backend.commit_sender(spark.sqs)
+        request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+
+    assert instance.backend.blobs.list(layout.request_body_prefix(table_id)), "the body went to the bucket"
+    instance.apply_commits()
+
+    with iam_enforced():
+        status = sender.status(request_id)
+        assert status is not None and status.outcome is CommitOutcome.COMMITTED
+        blobs.delete([data_file])  # as compaction deletes a losing job's output
+
+    assert instance.backend.blobs.list(layout.data_prefix(table_id)) == []
+    assert instance.backend.blobs.get(log_file) == b"driver log"
+    assert len(instance.store(table_id).load().files_by_name) == 2 + len(LARGE_BATCH)
+
+
+JOB_MAY_NOT: dict[str, Callable[[Caller, str], object]] = {
+    "append to the log": lambda job, table_id: job.store(table_id).commit(AddFiles((ref("direct.parquet"),))),
+    "delete a table": lambda job, table_id: job.client().delete_table(table_id),
+    "rename a table": lambda job, table_id: job.client().rename_table(table_id, "renamed"),
+    "write a snapshot object": lambda job, table_id: job.backend.blobs.put(
+        f"{layout.snapshot_prefix(table_id)}999/files.parquet", b"forged"
+    ),
+    "replace the job code": lambda job, _: job.backend.blobs.put(CODE, b"other code"),
+    "delete the staged input": lambda job, _: job.backend.blobs.delete([INPUT]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(JOB_MAY_NOT))
+def test_a_spark_job_may_not_do_what_is_not_a_jobs(instance: Instance, what: str) -> None:
+    store = table_with_history(instance)
+    before = store.load()
+    spark = job(instance)
+
+    with iam_enforced(), pytest.raises(StateStoreError, match="AccessDenied"):
+        JOB_MAY_NOT[what](spark, store.table_id)
+
+    after = instance.store(store.table_id).load()
+    assert (after.transaction_number, set(after.files_by_name)) == (
+        before.transaction_number,
+        set(before.files_by_name),
+    )
+    assert instance.admin.tables.get(store.table_id).table_name == "orders"
+    assert not [
+        k for k in instance.backend.blobs.list(layout.snapshot_prefix(store.table_id)) if "/999/" in k
+    ]
+    assert [instance.backend.blobs.get(k) for k in (CODE, INPUT)] == [b"code", b"rows"]
+
+
+# --- the commit policy ----------------------------------------------------------------------------------
+
+
+def test_the_commit_policy_sends_a_large_request_and_reads_its_outcome_and_nothing_more(
+    instance: Instance,
+) -> None:
+    table_id = instance.create_table("orders").table_id
+    committer = instance.caller("sender", policy(instance, "commit"))
+
+    with iam_enforced():
+        sender = committer.backend.commit_sender(committer.sqs)
+        request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+    instance.apply_commits()
+
+    with iam_enforced():
+        status = sender.status(request_id)
+        assert status is not None and status.outcome is CommitOutcome.COMMITTED
+        # Reading the state is read-state's, data files are data's.
+        with pytest.raises(StateStoreError, match="AccessDenied"):
+            committer.client().state(table_id)
+        with pytest.raises(StateStoreError, match="AccessDenied"):
+            committer.backend.blobs.put(f"{layout.data_prefix(table_id)}root/x.parquet", b"parquet")
+    assert instance.backend.blobs.list(layout.data_prefix(table_id)) == []
+
+
+# --- the admin policy: the CLI ----------------------------------------------------------------------------
+
+
+def test_the_admin_policy_runs_every_statestore_cli_command(
+    instance: Instance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = create_user(instance.iam, "cli-admin", policy(instance, "admin"))
+    for name, value in {**keys, "STATESTORE_RESOURCES": instance.names.to_json()}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(INT_SCHEMA.to_json()))
+
+    def add_files(*names: str) -> str:
+        path = tmp_path / f"{names[0]}.json"
+        path.write_text(json.dumps(transaction_to_json(AddFiles(tuple(ref(n) for n in names)))))
+        return str(path)
+
+    def cli(*args: str) -> Any:
+        capsys.readouterr()
+        with iam_enforced():
+            code = main(["--json", "--quiet", *args])
+        out, err = capsys.readouterr()
+        assert code == 0, f"statestore {' '.join(args)} exited {code}: {err}"
+        return json.loads(out)
+
+    cli("tables", "create", "orders", "--schema", str(schema))
+    assert [t["table_name"] for t in cli("tables", "list")] == ["orders"]
+    cli("tables", "show", "orders")
+    for batch in (("a.parquet",), ("b.parquet", "c.parquet")):
+        request_id = cli("commit", "orders", add_files(*batch))["request_id"]
+        instance.apply_commits()
+        assert cli("status", request_id)["outcome"] == "committed"
+        assert cli("snapshot", "orders")["written"] is True
+    assert {f["filename"] for f in cli("files", "orders")} == {"a.parquet", "b.parquet", "c.parquet"}
+    assert [p["leaf"] for p in cli("partitions", "orders", "--leaves")] == [True]
+    assert cli("log", "orders")
+    report = cli("cleanup", "orders", "--log-min-snapshot-age", "0", "--snapshot-retention", "0")
+    assert report["errors"] == {} and report["tables"][0]["snapshots_deleted"] == 1
+    cli("tables", "rename", "orders", "orders2")
+    table_id = cli("tables", "show", "orders2")["table_id"]
+    cli("tables", "delete", "orders2", "--yes")
+
+    assert cli("tables", "list") == []
+    assert instance.backend.blobs.list(layout.table_prefix(table_id)) == []
+    assert list(instance.admin.log.read(table_id, 1, 100)) == []
