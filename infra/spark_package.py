@@ -5,8 +5,9 @@
 * ``statestore-spark.zip``: the ``statestore`` and ``spark_client`` packages, for ``--py-files``
   (EMR Serverless: ``spark.submit.pyFiles``). Executors import the jobs' code from it.
 * ``environment.tar.gz``: a Python environment for ``spark.archives`` (``...#environment``) with the
-  jobs' runtime dependencies (pyarrow, boto3, and pandas, which PySpark's Arrow paths require), installed by pip from manylinux wheels for the cluster's
-  Python and architecture and pinned by ``requirements.lock``. Its ``bin/python`` is a symlink to the
+  jobs' runtime dependencies (pyarrow, boto3, and pandas, which PySpark's Arrow paths require),
+  installed by pip from manylinux wheels for the cluster's Python and architecture and pinned by
+  ``requirements.lock``. Its ``bin/python`` is a symlink to the
   cluster's interpreter (``/usr/bin/python3.11`` by default, as on EMR Serverless's Amazon Linux 2023
   images) and ``pyvenv.cfg`` makes that interpreter use the environment's ``site-packages``: the archive
   carries no binary built on this machine, so it is the same whatever machine builds it. PySpark is not in

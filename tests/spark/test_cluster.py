@@ -159,7 +159,7 @@ def runtime() -> Iterator[LocalRuntime]:
         yield rt
 
 
-def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> dict[str, Any]:
+def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> list[dict[str, Any]]:
     """Run ``script`` through spark-submit on the cluster, from a directory with nothing of ours in it."""
     env = _clean_environment(**FAKE_CREDENTIALS)
     run_dir = cluster.work_dir / f"submit-{uuid.uuid4().hex[:8]}"
@@ -186,8 +186,7 @@ def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> dict[st
             f"spark-submit {args[:1]} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
             f"stderr:\n{result.stderr[-6000:]}"
         )
-    answer: dict[str, Any] = json.loads(lines[-1])
-    return answer
+    return [json.loads(line) for line in lines]
 
 
 def _driver_python(package: Path) -> str:
@@ -205,9 +204,13 @@ def _driver_python(package: Path) -> str:
     return str(unpacked / "bin" / "python")
 
 
-PROBE = """
+# One application for the jobs after the first (each application starts its own executors, which is most
+# of a small job's time): it checks where the executors import from, then runs each job's entry point
+# (the same main() statestore_job.py runs) in turn on one session.
+PIPELINE = """
 import json, sys
 from pyspark.sql import SparkSession
+from spark_client.jobs import main
 
 def where(_):
     import pyarrow, spark_client, statestore
@@ -215,18 +218,14 @@ def where(_):
            "statestore": statestore.__file__, "pyarrow": pyarrow.__file__, "path": sys.path}
 
 spark = SparkSession.builder.getOrCreate()
-seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()
-print(json.dumps({"executors": seen}))
+print(json.dumps({"executors": spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()}))
+for job in json.loads(sys.argv[1]):
+    if main(job, spark=spark) != 0:
+        sys.exit(f"job {job[0]} failed")
 """
 
 
-def test_executors_import_only_the_packaged_code_and_environment(
-    cluster: Cluster, package: Path, runtime: LocalRuntime
-) -> None:
-    probe = cluster.work_dir / "probe.py"
-    probe.write_text(PROBE)
-    seen = submit(cluster, package, probe)["executors"]
-
+def check_executors(seen: list[dict[str, Any]]) -> None:
     assert len(seen) == 2
     for executor in seen:
         assert layout.SPARK_CODE_ARCHIVE in executor["spark_client"], executor
@@ -265,7 +264,7 @@ def _read_output(data: DataStore, prefix: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
 
 
-def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster(
+def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_the_package(
     cluster: Cluster, package: Path, runtime: LocalRuntime, spark: SparkSession, tmp_path: Path
 ) -> None:
     client = runtime.client()
@@ -292,16 +291,26 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster(
                 key = f"{layout.SPARK_INPUT_PREFIX}{table.table_id}/part-{part}.parquet"
                 pq.write_table(rows, bucket.path(key), filesystem=bucket.filesystem())
 
-    first = submit(cluster, package, entry, "ingest", *common,
-                   "--input", f"s3://{bucket.base}/{layout.SPARK_INPUT_PREFIX}{table.table_id}")  # fmt: skip
+    staged = f"s3://{bucket.base}/{layout.SPARK_INPUT_PREFIX}{table.table_id}"
+    [first] = submit(cluster, package, entry, "ingest", *common, "--input", staged)
     assert first["rows"] == 6_000 and first["outcome"]["committed"], first
     watermark = first["outcome"]["transaction_number"]
-    second = submit(cluster, package, entry, "ingest", *common, "--input", str(local_input / "batch-2"))
-    assert second["rows"] == 3_000 and second["outcome"]["committed"], second
 
-    split = submit(cluster, package, entry, "split", *common, "--max-rows", "2000")
+    out = f"s3://{bucket.base}/{layout.SPARK_OUTPUT_PREFIX}{table.table_id}"
+    jobs = [
+        ["ingest", *common, "--input", str(local_input / "batch-2")],
+        ["split", *common, "--max-rows", "2000"],
+        ["compact", *common],
+        ["query", *common, "--key-range", "key=20000:70000", "--output", f"{out}/region"],
+        ["incremental", *common, "--since", str(watermark), "--output", str(tmp_path / "added")],
+    ]
+    pipeline = tmp_path / "pipeline.py"
+    pipeline.write_text(PIPELINE)
+    probe, second, split, compacted, answer, added = submit(cluster, package, pipeline, json.dumps(jobs))
+
+    check_executors(probe["executors"])
+    assert second["rows"] == 3_000 and second["outcome"]["committed"], second
     assert split["split"], split
-    compacted = submit(cluster, package, entry, "compact", *common)
     assert compacted["jobs_committed"] >= 1 and compacted["jobs_lost"] == [], compacted
 
     state = client.state_store(table.table_id).state()
@@ -310,14 +319,9 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster(
 
     everything = spark.read.parquet(str(local_input / "batch-1"), str(local_input / "batch-2"))
     expected_region = sorted(tuple(r) for r in everything.where("key >= 20000 AND key < 70000").collect())
-    out = f"s3://{bucket.base}/spark/output/{table.table_id}"
-    answer = submit(cluster, package, entry, "query", *common, "--key-range", "key=20000:70000",
-                    "--output", f"{out}/region")  # fmt: skip
     assert answer["rows"] == len(expected_region)
-    assert _read_output(bucket, f"spark/output/{table.table_id}/region") == expected_region
+    assert _read_output(bucket, f"{layout.SPARK_OUTPUT_PREFIX}{table.table_id}/region") == expected_region
 
-    added = submit(cluster, package, entry, "incremental", *common, "--since", str(watermark),
-                   "--output", str(tmp_path / "added"))  # fmt: skip
     expected_added = sorted(tuple(r) for r in spark.read.parquet(str(local_input / "batch-2")).collect())
     assert added["rows"] == 3_000
     assert _read_output(DataStore.local(tmp_path), "added") == expected_added
