@@ -20,6 +20,10 @@
   runs at once, over all its jobs: a bound on cost. The least is one driver and one executor of the
   smallest size (2 vCPU, 4 GB, 40 GB: every worker has at least 20 GB of disk); the upper bounds only catch
   a typo's extra zeros. 16 vCPU is also a new account's default quota.
+- ``emr_subnet_ids``, ``emr_security_group_ids`` (unset; comma-separated): run the jobs in these VPC
+  subnets with these security groups. Without a VPC, EMR Serverless jobs reach only some services of the
+  region (S3, Glue, CloudWatch Logs, KMS, STS, ...); a job commits through SQS and reads DynamoDB, so give
+  subnets with a route to both (VPC endpoints for SQS, DynamoDB and S3, or a NAT gateway). Both or neither.
 
 Values given with ``-c`` arrive as strings; they are parsed here and rejected with the key's name if
 they do not fit.
@@ -27,6 +31,7 @@ they do not fit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,6 +93,8 @@ class InstanceConfig:
     emr_max_vcpu: int = 16
     emr_max_memory_gb: int = 64
     emr_max_disk_gb: int = 200
+    emr_subnet_ids: tuple[str, ...] = ()
+    emr_security_group_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
@@ -102,6 +109,13 @@ class InstanceConfig:
         _check_range("emr_max_vcpu", self.emr_max_vcpu, 2, 10_000)
         _check_range("emr_max_memory_gb", self.emr_max_memory_gb, 4, 100_000)
         _check_range("emr_max_disk_gb", self.emr_max_disk_gb, 40, 1_000_000)
+        _check_ids("emr_subnet_ids", self.emr_subnet_ids, _SUBNET_ID)
+        _check_ids("emr_security_group_ids", self.emr_security_group_ids, _SECURITY_GROUP_ID)
+        if bool(self.emr_subnet_ids) != bool(self.emr_security_group_ids):
+            raise ValueError(
+                "context keys emr_subnet_ids and emr_security_group_ids go together: a VPC needs both "
+                "the subnets and the security groups for the jobs"
+            )
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(
                 f"context key log_retention_days={self.log_retention_days} is not a retention CloudWatch "
@@ -135,9 +149,22 @@ class InstanceConfig:
                 values[key] = _parse_bool(key, raw)
             elif key in ("instance_id", "alarm_email"):
                 values[key] = str(raw)
+            elif key in ("emr_subnet_ids", "emr_security_group_ids"):
+                items = raw if isinstance(raw, list) else str(raw).split(",")
+                values[key] = tuple(str(item).strip() for item in items if str(item).strip())
             elif isinstance(default, int) or key == "committer_reserved_concurrency":
                 values[key] = _parse_int(key, raw)
         return cls(**values)
+
+
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+
+
+def _check_ids(key: str, ids: tuple[str, ...], pattern: re.Pattern[str]) -> None:
+    bad = [i for i in ids if not pattern.match(i)]
+    if bad:
+        raise ValueError(f"context key {key}: {bad} do not look like {pattern.pattern[1:-1]!r} ids")
 
 
 def _parse_bool(key: str, raw: Any) -> bool:

@@ -44,6 +44,8 @@ class SparkJobs(Construct):
         max_vcpu: int,
         max_memory_gb: int,
         max_disk_gb: int,
+        subnet_ids: Sequence[str] = (),
+        security_group_ids: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.logs_uri = f"s3://{data.bucket.bucket_name}/{layout.SPARK_LOGS_PREFIX}"
@@ -63,6 +65,13 @@ class SparkJobs(Construct):
             ),
             maximum_capacity=emrserverless.CfnApplication.MaximumAllowedResourcesProperty(
                 cpu=f"{max_vcpu} vCPU", memory=f"{max_memory_gb} GB", disk=f"{max_disk_gb} GB"
+            ),
+            network_configuration=(
+                emrserverless.CfnApplication.NetworkConfigurationProperty(
+                    subnet_ids=list(subnet_ids), security_group_ids=list(security_group_ids)
+                )
+                if subnet_ids
+                else None
             ),
             monitoring_configuration=emrserverless.CfnApplication.MonitoringConfigurationProperty(
                 s3_monitoring_configuration=emrserverless.CfnApplication.S3MonitoringConfigurationProperty(

@@ -99,6 +99,8 @@ class StatestoreStack(Stack):
                 max_vcpu=config.emr_max_vcpu,
                 max_memory_gb=config.emr_max_memory_gb,
                 max_disk_gb=config.emr_max_disk_gb,
+                subnet_ids=config.emr_subnet_ids,
+                security_group_ids=config.emr_security_group_ids,
             )
         self.alarms = Alarms(
             self,

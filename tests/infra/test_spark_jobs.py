@@ -239,3 +239,44 @@ def test_with_the_flag_off_there_is_no_emr_application_nor_job_role(synth_stack:
 def test_bad_emr_settings_fail_synth_naming_the_key(synth_stack: SynthStack, key: str, value: str) -> None:
     with pytest.raises(ValueError, match=f"context key {key}="):
         synth_stack(**{key: value})
+
+
+def test_without_a_vpc_the_application_has_no_network_configuration(template_json: dict[str, Any]) -> None:
+    properties = template_json["Resources"][only(template_json, APPLICATION)]["Properties"]
+    assert "NetworkConfiguration" not in properties
+
+
+def test_subnets_and_security_groups_from_context_put_the_jobs_in_that_vpc(synth_stack: SynthStack) -> None:
+    in_vpc = assertions.Template.from_stack(
+        synth_stack(
+            emr_subnet_ids="subnet-0123456789abcdef0, subnet-0fedcba9876543210",
+            emr_security_group_ids="sg-0a1b2c3d4e5f60718",
+        )
+    )
+    in_vpc.has_resource_properties(
+        APPLICATION,
+        {
+            "NetworkConfiguration": {
+                "SubnetIds": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+                "SecurityGroupIds": ["sg-0a1b2c3d4e5f60718"],
+            }
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"emr_subnet_ids": "subnet-0123456789abcdef0"}, "go together"),
+        ({"emr_security_group_ids": "sg-0a1b2c3d4e5f60718"}, "go together"),
+        (
+            {"emr_subnet_ids": "vpc-0123456789abcdef0", "emr_security_group_ids": "sg-0a1b2c3d4e5f60718"},
+            r"emr_subnet_ids: \['vpc-0123456789abcdef0'\] do not look like",
+        ),
+    ],
+)
+def test_a_half_or_malformed_vpc_setting_fails_synth_naming_the_key(
+    synth_stack: SynthStack, settings: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        synth_stack(**settings)
