@@ -75,6 +75,8 @@ class StatestoreStack(Stack):
             memory_mb=config.cleanup_memory_mb,
             **function_settings,
         )
+        for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
+            self.cleanup.function.add_environment(name, value)
         self._grant()
         self.alarms = Alarms(
             self,
