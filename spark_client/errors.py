@@ -27,3 +27,11 @@ class DataFileMissingError(StateStoreError):
     For incremental reads this means the consumer fell further behind than the garbage-collection delay:
     the file was compacted away and then collected. Restart the consumer from a full read.
     """
+
+
+class CompactionFailedError(StateStoreError):
+    """A compaction run failed while merging (a data file unreadable or unwritable, a task lost).
+
+    Nothing was committed, and the run released its claims, so the next compaction can take those files
+    again; the message says what failed, and whether the claims and partial outputs were cleaned up.
+    """
