@@ -233,7 +233,8 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
         taking_over = any(
             isinstance(t, AssignJobIds) and t.take_over_claimed_before is not None for t in transactions
         )
-        return f"assigned {plural(files, 'file')} to {assignees}" + (" (taking over expired claims)" * taking_over)
+        suffix = " (taking over expired claims)" if taking_over else ""
+        return f"assigned {plural(files, 'file')} to {assignees}{suffix}"
     if kind == ReleaseClaims.TYPE:
         released = {j for t in transactions if isinstance(t, ReleaseClaims) for j in t.job_ids}
         return f"released the claims of {plural(len(released), 'job')}"
