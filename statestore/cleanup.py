@@ -98,10 +98,12 @@ POLICY_ENVIRONMENT = {
 }
 
 
-def policy_from_environment(environ: Mapping[str, str] | None = None, **overrides: int) -> CleanupPolicy:
+def policy_from_environment(
+    environ: Mapping[str, str] | None = None, overrides: Mapping[str, int] | None = None
+) -> CleanupPolicy:
     """The policy with each setting of :data:`POLICY_ENVIRONMENT` whose variable is set (in minutes) taken
-    from it, then ``overrides`` (in ms). Raises ValueError naming a variable that is not a number of minutes,
-    or a value the policy refuses."""
+    from it, then ``overrides`` (settings in ms). Raises ValueError naming a variable that is not a number of
+    minutes, or a value the policy refuses."""
     env = os.environ if environ is None else environ
     values: dict[str, int] = {}
     for setting, variable in POLICY_ENVIRONMENT.items():
@@ -116,7 +118,7 @@ def policy_from_environment(environ: Mapping[str, str] | None = None, **override
             raise ValueError(f"{variable}={raw!r} is not a number of minutes")
         values[setting] = int(minutes * _MINUTE_MS)
     try:
-        return CleanupPolicy(**{**values, **overrides})
+        return CleanupPolicy(**{**values, **(overrides or {})})
     except ValueError as e:
         given = ", ".join(f"{POLICY_ENVIRONMENT[s]}={env[POLICY_ENVIRONMENT[s]]!r}" for s in values)
         raise ValueError(f"cleanup settings refused ({given or 'none from the environment'}): {e}") from None

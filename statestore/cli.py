@@ -760,7 +760,9 @@ def cmd_cleanup(s: Session) -> int:
     }
     try:
         policy = policy_from_environment(
-            **{setting: int(minutes * 60_000) for setting, minutes in options.items() if minutes is not None}
+            overrides={
+                setting: int(minutes * 60_000) for setting, minutes in options.items() if minutes is not None
+            }
         )
     except ValueError as e:
         raise CliError(str(e), EXIT_USAGE) from None

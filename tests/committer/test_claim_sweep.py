@@ -179,4 +179,4 @@ def test_a_delay_or_expiry_out_of_range_is_refused_naming_it(setting: str, value
     with pytest.raises(
         ValueError, match=f"{setting} must be from 0 to {MAX_DELAY_MS} .30 days., got {value}"
     ):
-        CleanupPolicy(**{setting: value})  # type: ignore[arg-type]
+        CleanupPolicy(**{setting: value})
