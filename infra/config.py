@@ -12,6 +12,12 @@
 - ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
   false makes the instance disposable. The buckets are always retained.
 - ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
+- ``gc_delay_minutes`` (720 = 12 hours): how long a data file that left the state (compacted away) is kept
+  before garbage collection deletes it. A query reads the file list it planned with, so this must be longer
+  than the longest query (EMR Serverless stops a job after 12 hours by default); a table's own
+  ``gc_delay_minutes`` property overrides it.
+- ``claim_expiry_minutes`` (780 = 13 hours): the cleanup releases compaction claims older than this, their
+  job presumed dead; keep it longer than the longest compaction, or a slow job's work is thrown away.
 - ``alarm_email`` (unset): an address subscribed to the alarm topic.
 - ``emr_serverless`` (true): an EMR Serverless Spark application and a job execution role for it.
 - ``emr_idle_timeout_minutes`` (15): the application stops after this long without jobs (1 to 10080);
@@ -37,6 +43,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from infra.asset import DEFAULT_ASSET_DIR, REPO_ROOT
+from statestore.cleanup import (
+    CLAIM_EXPIRY_ENV,
+    DEFAULT_CLAIM_EXPIRY_MS,
+    DEFAULT_GC_DELAY_MS,
+    GC_DELAY_ENV,
+    MAX_DELAY_MS,
+)
 from statestore.resources import ResourceNames
 
 
@@ -95,6 +108,8 @@ class InstanceConfig:
     emr_max_disk_gb: int = 200
     emr_subnet_ids: tuple[str, ...] = ()
     emr_security_group_ids: tuple[str, ...] = ()
+    gc_delay_minutes: int = DEFAULT_GC_DELAY_MS // 60_000
+    claim_expiry_minutes: int = DEFAULT_CLAIM_EXPIRY_MS // 60_000
 
     def __post_init__(self) -> None:
         ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
@@ -116,11 +131,18 @@ class InstanceConfig:
                 "context keys emr_subnet_ids and emr_security_group_ids go together: a VPC needs both "
                 "the subnets and the security groups for the jobs"
             )
+        for key in ("gc_delay_minutes", "claim_expiry_minutes"):
+            _check_range(key, getattr(self, key), 1, MAX_DELAY_MS // 60_000)
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(
                 f"context key log_retention_days={self.log_retention_days} is not a retention CloudWatch "
                 f"accepts; use one of {LOG_RETENTION_DAYS}"
             )
+
+    @property
+    def cleanup_environment(self) -> dict[str, str]:
+        """The cleanup Lambda's settings from this config, as the environment it reads them from."""
+        return {GC_DELAY_ENV: str(self.gc_delay_minutes), CLAIM_EXPIRY_ENV: str(self.claim_expiry_minutes)}
 
     @property
     def resource_names(self) -> ResourceNames:

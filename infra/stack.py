@@ -85,6 +85,8 @@ class StatestoreStack(Stack):
             **function_settings,
         )
         self.grants = StateStoreGrants(self.state, self.data, self.commits)
+        for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
+            self.cleanup.function.add_environment(name, value)
         self._grant()
         self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
         self.spark: SparkJobs | None = None

@@ -16,7 +16,7 @@ from functools import cached_property
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.catalog import InMemoryTableIndex, TableIndex
-from statestore.cleanup import CleanupPolicy
+from statestore.cleanup import CleanupPolicy, policy_from_environment
 from statestore.committer import Committer
 from statestore.engine import TransactionLogStateStore
 from statestore.memory import (
@@ -29,8 +29,6 @@ from statestore.memory import (
 from statestore.ports import BlobStore, CommitQueue, CommitStatusStore, TransactionLogStore
 from statestore.resources import ResourceNames
 from statestore.snapshots import SnapshotStore
-
-_MINUTE_MS = 60_000
 
 
 class Runtime:
@@ -155,17 +153,5 @@ def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:
 
 
 def cleanup_policy(environ: Mapping[str, str] | None = None) -> CleanupPolicy:
-    """The cleanup policy, with ``STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES`` and
-    ``STATESTORE_SNAPSHOT_RETENTION_MINUTES`` overriding the defaults."""
-    env = os.environ if environ is None else environ
-    default = CleanupPolicy()
-    log_age = env.get("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES")
-    retention = env.get("STATESTORE_SNAPSHOT_RETENTION_MINUTES")
-    return CleanupPolicy(
-        log_min_snapshot_age_ms=int(float(log_age) * _MINUTE_MS)
-        if log_age
-        else default.log_min_snapshot_age_ms,
-        snapshot_retention_ms=int(float(retention) * _MINUTE_MS)
-        if retention
-        else default.snapshot_retention_ms,
-    )
+    """The cleanup policy from the environment (see :func:`statestore.cleanup.policy_from_environment`)."""
+    return policy_from_environment(os.environ if environ is None else environ)

@@ -34,6 +34,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "snapshots_deleted": sum(r.snapshots_deleted for r in reports),
         "data_files_deleted": sum(r.data_files_deleted for r in reports),
         "refused_files": sum(len(r.refused_files) for r in reports),
+        "claims_released": sum(r.claims_released for r in reports),
     }
     for name, value in totals.items():
         metrics.add_metric(
@@ -43,6 +44,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if report.refused_files:
             logger.warning(
                 "unreferenced files outside the table's prefix were not deleted", extra=asdict(report)
+            )
+        if report.released_jobs:
+            logger.warning(
+                "released expired claims: their compaction jobs are presumed dead", extra=asdict(report)
             )
     summary = {"tables": len(outcomes), **totals, "errors": errors}
     logger.info("cleanup", extra=summary)

@@ -7,7 +7,12 @@ Data files move with pyarrow inside the Spark tasks (a local directory or S3 thr
 from spark_client.committer import CommitOutcome, Committer, QueueCommitter, SyncCommitter
 from spark_client.compaction import CompactionResult, compact
 from spark_client.data_store import DataStore
-from spark_client.errors import CommitRejectedError, DataFileMissingError, SchemaMismatchError
+from spark_client.errors import (
+    CommitRejectedError,
+    CompactionFailedError,
+    DataFileMissingError,
+    SchemaMismatchError,
+)
 from spark_client.gc import delete_orphan_files, find_orphan_files
 from spark_client.incremental import IncrementalBatch, read_added_since
 from spark_client.ingest import IngestResult, ingest
@@ -19,6 +24,7 @@ __all__ = [
     "CommitOutcome",
     "CommitRejectedError",
     "Committer",
+    "CompactionFailedError",
     "CompactionResult",
     "DataFileMissingError",
     "DataStore",

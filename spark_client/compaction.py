@@ -6,13 +6,25 @@ One run:
    or by an ingest that raced one) are replaced by references on the leaves below them, with approximate
    row counts — one SplitFileReferences commit. Their rows are then compacted into the leaves.
 2. **Plan**: a job per leaf with at least ``min_files`` unassigned references (up to ``max_files`` each).
+   With ``resume``, references whose claim is older than ``claim_expiry_ms`` count as unassigned: their
+   job is presumed dead.
 3. **Claim**: AssignJobIds commits (all jobs at once, or one per job if that is rejected). The commit
    decides which job wins a file: a job whose claim is rejected (another compaction took a file first)
-   stops here without writing anything.
+   stops here without writing anything. A resumed claim takes the expired claims over in the same
+   transaction (``take_over_claimed_before``), so no file is ever claimed by two jobs, and the dead job's
+   replace, should it arrive after all, is rejected.
 4. **Merge**: one Spark task per claimed job reads its input files restricted to the partition's region
    (a file referenced from several partitions holds rows of the others too), sorts by row and sort keys,
    and writes one file with its exact row count.
 5. **Commit**: one ReplaceFileReferences for all finished jobs; each job is checked on its own.
+
+Claims never stick. When a job's outcome is known to be final it releases its claims (ReleaseClaims): its
+merge failed (nothing was committed: the run raises :class:`CompactionFailedError` after releasing every
+claim it made), or its replace was rejected. When the outcome is unknown (a commit left pending, a store
+error while committing, the driver dying) nothing is released, since the replace may still land: the
+cleanup's sweep releases the claims once they are older than its expiry, or ``compact(resume=True)`` takes
+them over. Claims left on partitions split since (no longer leaves) are for the sweep only; the split-down
+step then moves their references.
 
 A job whose replace is rejected leaves no trace in the state: its output file was never added, so nothing
 references it. The job deletes it at once; if the job dies first (or its outcome is unknown because it did
@@ -24,9 +36,10 @@ store's own garbage collection after its delay.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -35,8 +48,11 @@ from pyspark.sql import SparkSession
 from spark_client.columns import arrow_schema, sort_columns
 from spark_client.committer import CommitOutcome, Committer
 from spark_client.data_store import DataStore
+from spark_client.errors import CompactionFailedError
 from spark_client.file_io import DataFileWriter, read_files
-from statestore.engine import TransactionLogStateStore
+from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
+from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.errors import StateStoreError
 from statestore.files import FileReference
 from statestore.partitions import Region
 from statestore.schema import Schema
@@ -44,6 +60,7 @@ from statestore.state import TableState
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
+    ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     SplitFileReferenceRequest,
@@ -68,14 +85,20 @@ class FinishedJob:
     rows: int
 
 
+logger = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class CompactionResult:
-    """What a compaction run did: references split down, jobs committed, jobs that lost, time taken."""
+    """What a compaction run did: references split down, jobs committed, jobs that lost, time taken, and
+    jobs whose commit has no outcome yet (``pending``: their claims stay until the replace lands or the
+    cleanup's sweep releases them)."""
 
     references_split: int
     committed: tuple[FinishedJob, ...]
     lost: tuple[tuple[CompactionJob, str], ...]  # (job, why) for jobs that stopped or were rejected
     seconds: float
+    pending: tuple[CompactionJob, ...] = ()
 
 
 # --- 1. split references down -----------------------------------------------------------------------
@@ -126,14 +149,25 @@ def split_references_down(store: TransactionLogStateStore, committer: Committer)
 
 
 def plan_compaction_jobs(
-    state: TableState, data: DataStore, table_id: str, min_files: int = 2, max_files: int = 32
+    state: TableState,
+    data: DataStore,
+    table_id: str,
+    min_files: int = 2,
+    max_files: int = 32,
+    *,
+    take_over_claimed_before: int | None = None,
 ) -> list[CompactionJob]:
-    """A job for each leaf with at least ``min_files`` unassigned references (its oldest ``max_files``)."""
+    """A job for each leaf with at least ``min_files`` unassigned references (its oldest ``max_files``).
+
+    With ``take_over_claimed_before`` (epoch ms) references claimed before that time count as unassigned.
+    """
     if min_files < 1 or max_files < min_files:
         raise ValueError(f"need 1 <= min_files <= max_files, got {min_files} and {max_files}")
+    cutoff = take_over_claimed_before
     by_leaf: dict[str, list[FileReference]] = {}
-    for ref in state.references_with_no_job():
-        if state.partition(ref.partition_id).leaf:
+    for ref in state.file_references():
+        free = ref.job_id is None or (cutoff is not None and ref.last_update_time < cutoff)
+        if free and state.partition(ref.partition_id).leaf:
             by_leaf.setdefault(ref.partition_id, []).append(ref)
     jobs = []
     for partition_id, refs in sorted(by_leaf.items()):
@@ -153,28 +187,63 @@ def plan_compaction_jobs(
 
 
 def claim_jobs(
-    table_id: str, committer: Committer, jobs: Iterable[CompactionJob]
+    table_id: str,
+    committer: Committer,
+    jobs: Iterable[CompactionJob],
+    *,
+    take_over_claimed_before: int | None = None,
 ) -> tuple[list[CompactionJob], list[tuple[CompactionJob, str]]]:
     """Commit AssignJobIds for the jobs; returns ``(claimed, lost with the reason)``.
 
     All jobs are claimed in one commit first (the usual case: nobody else is compacting these files). An
     AssignJobIds fails whole if any file is taken, so if that one is rejected each job is claimed on its
-    own, and only the jobs that lost a file stop.
+    own, and only the jobs that lost a file stop. ``take_over_claimed_before`` lets the claims take over
+    claims made before that time (see :class:`AssignJobIds`). A claim left pending is reported lost; should
+    it land later, the cleanup's sweep releases it.
     """
     jobs = list(jobs)
     if not jobs:
         return [], []
     requests = tuple(AssignJobIdRequest(job.job_id, job.partition_id, job.input_files) for job in jobs)
-    if len(jobs) > 1 and committer.commit(table_id, AssignJobIds(requests), wait=True).committed:
+
+    def assign(chosen: tuple[AssignJobIdRequest, ...]) -> CommitOutcome:
+        return committer.commit(table_id, AssignJobIds(chosen, take_over_claimed_before), wait=True)
+
+    if len(jobs) > 1 and assign(requests).committed:
         return jobs, []
     claimed, lost = [], []
     for job, request in zip(jobs, requests, strict=True):
-        outcome = committer.commit(table_id, AssignJobIds((request,)), wait=True)
+        outcome = assign((request,))
         if outcome.committed:
             claimed.append(job)
         else:
             lost.append((job, f"not claimed: {outcome.reason}"))
     return claimed, lost
+
+
+def release_claims(table_id: str, committer: Committer, jobs: Sequence[CompactionJob]) -> str | None:
+    """Release the claims of ``jobs``, whose outcome is final (nothing of theirs was or ever will be
+    committed). Returns None once released, else why not (the cleanup's sweep releases them later).
+
+    Only for final outcomes: releasing a job whose replace may still land could let another job claim its
+    inputs, and the replace would then be rejected, wasting its work.
+    """
+    job_ids = tuple(dict.fromkeys(job.job_id for job in jobs))
+    if not job_ids:
+        return None
+    try:
+        outcome = committer.commit(table_id, ReleaseClaims(job_ids), wait=True)
+    except StateStoreError as e:
+        problem = f"{type(e).__name__}: {e}"
+    else:
+        if outcome.committed:
+            return None
+        problem = outcome.reason or "no outcome"
+    logger.warning(
+        "table %r: could not release the claims of %d job(s), the cleanup will once they expire: %s",
+        table_id, len(job_ids), problem,
+    )  # fmt: skip
+    return problem
 
 
 # --- 4. merge ---------------------------------------------------------------------------------------
@@ -216,7 +285,8 @@ def commit_jobs(
     """Commit finished jobs as one ReplaceFileReferences; returns ``(committed, lost, outcome)``.
 
     Which jobs went in is read back from the state (their output is referenced), so it is right whichever
-    committer sent the request. The outputs of lost jobs are deleted (nothing references them).
+    committer sent the request. The outputs of lost jobs are deleted (nothing references them) and their
+    claims released. A pending outcome changes nothing: the replace may still land.
     """
     if not finished:
         return [], [], None
@@ -242,7 +312,9 @@ def commit_jobs(
         if f not in committed
     ]
     data.delete([job.output_file for job, _ in lost])
-    return committed, lost, outcome
+    problem = release_claims(store.table_id, committer, [job for job, _ in lost])
+    note = "claims released" if problem is None else f"claims left for the cleanup's sweep ({problem})"
+    return committed, [(job, f"{why}; {note}") for job, why in lost], outcome
 
 
 def compact(
@@ -253,12 +325,59 @@ def compact(
     *,
     min_files: int = 2,
     max_files: int = 32,
+    resume: bool = False,
+    claim_expiry_ms: int = DEFAULT_CLAIM_EXPIRY_MS,
+    clock: Callable[[], int] = now_millis,
 ) -> CompactionResult:
-    """One compaction run over the table (see the module docstring for the steps)."""
+    """One compaction run over the table (see the module docstring for the steps).
+
+    ``resume`` also compacts references whose claim is older than ``claim_expiry_ms`` (by ``clock``, epoch
+    ms), taking the claim over: use the instance's claim expiry, longer than any compaction runs. Raises
+    :class:`CompactionFailedError` if merging fails, after releasing the run's claims; nothing is committed.
+    """
+    if claim_expiry_ms < 0:
+        raise ValueError(f"claim_expiry_ms must not be negative, got {claim_expiry_ms}")
     started = time.monotonic()
+    take_over = clock() - claim_expiry_ms if resume else None
     moved = split_references_down(store, committer)
-    jobs = plan_compaction_jobs(store.state(), data, store.table_id, min_files, max_files)
-    claimed, lost = claim_jobs(store.table_id, committer, jobs)
-    finished = run_jobs(spark, store.schema, data, claimed)
-    committed, rejected, _ = commit_jobs(store, data, committer, finished)
-    return CompactionResult(moved, tuple(committed), tuple(lost + rejected), time.monotonic() - started)
+    jobs = plan_compaction_jobs(
+        store.state(), data, store.table_id, min_files, max_files, take_over_claimed_before=take_over
+    )
+    claimed, lost = claim_jobs(store.table_id, committer, jobs, take_over_claimed_before=take_over)
+    try:
+        finished = run_jobs(spark, store.schema, data, claimed)
+    except Exception as e:
+        raise _abandon(store.table_id, data, committer, claimed, e) from e
+    committed, rejected, outcome = commit_jobs(store, data, committer, finished)
+    pending = tuple(f.job for f in finished) if outcome is not None and outcome.pending else ()
+    return CompactionResult(
+        moved, tuple(committed), tuple(lost + rejected), time.monotonic() - started, pending
+    )
+
+
+def _abandon(
+    table_id: str, data: DataStore, committer: Committer, jobs: list[CompactionJob], cause: Exception
+) -> CompactionFailedError:
+    """After a failed merge: release the jobs' claims and delete what they wrote; the error to raise."""
+    problem = release_claims(table_id, committer, jobs)
+    claims = "their claims were released"
+    if problem is not None:
+        claims = f"their claims could not be released ({problem}); the cleanup releases them once they expire"
+    # A task Spark is still stopping may write its output after this: find_orphan_files finds such files.
+    try:
+        data.delete([job.output_file for job in jobs])
+        outputs = "the outputs written so far deleted"
+    except Exception as e:  # the data store that failed the merge may fail this too
+        outputs = f"their outputs not deleted ({e}); find_orphan_files finds them"
+    return CompactionFailedError(
+        f"compaction of table {table_id!r} failed while merging {len(jobs)} job(s): {_what_failed(cause)}. "
+        f"Nothing was committed, {claims} and {outputs}. Fix the cause and run the compaction again"
+    )
+
+
+def _what_failed(error: Exception) -> str:
+    """The line of an error that says what went wrong. Spark hands a task's Python exception to the driver
+    inside a Java one, as text: the traceback's ``module.SomeError: message`` line, among Java's."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return (named[-1] if named else lines[0] if lines else type(error).__name__)[:1000]

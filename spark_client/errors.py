@@ -24,8 +24,36 @@ class CommitRejectedError(StateStoreError):
 class DataFileMissingError(StateStoreError):
     """A data file named in the state (or in the log) is no longer in the data store.
 
-    For incremental reads this means the consumer fell further behind than the garbage-collection delay:
-    the file was compacted away and then collected. Restart the consumer from a full read.
+    A query DataFrame reads the file list of the state it was planned on, however much later it runs. Once a
+    file has left the state (compacted away) garbage collection deletes it after the GC delay, so a query
+    whose file list is older than that finds it gone: run the query again, or raise the instance's
+    ``gc_delay_minutes`` above the longest query. For incremental reads it means the consumer fell further
+    behind than the delay: restart it from a full read. The message (see :func:`missing_file_message`) says
+    so, since Spark hands a task's error to the driver as text.
+    """
+
+
+def missing_file_message(uri: str, cause: object, planned_at: int | None = None) -> str:
+    """What a :class:`DataFileMissingError` says: which file, what most likely happened, what to do.
+
+    ``planned_at`` is the transaction number whose file list the read was planned from, if known.
+    """
+    listed = "" if planned_at is None else f" (as of transaction {planned_at})"
+    return (
+        f"data file {uri} is missing ({cause}). A query reads the file list of the state it was planned "
+        f"on{listed}, and garbage collection deletes a file the GC delay after it left the state (compacted "
+        "away): most likely this file list is older than the GC delay. Run the query again to read the "
+        "current state, or raise the instance's gc_delay_minutes (a table's gc_delay_minutes property) above "
+        "the longest query's run time. If the table's current state still references the file, it was "
+        "deleted outside the store"
+    )
+
+
+class CompactionFailedError(StateStoreError):
+    """A compaction run failed while merging (a data file unreadable or unwritable, a task lost).
+
+    Nothing was committed, and the run released its claims, so the next compaction can take those files
+    again; the message says what failed, and whether the claims and partial outputs were cleaned up.
     """
 
 

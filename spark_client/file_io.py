@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from spark_client.columns import arrow_schema, region_filter
 from spark_client.data_store import DataStore
-from spark_client.errors import DataFileMissingError, InvalidDataFileError
+from spark_client.errors import DataFileMissingError, InvalidDataFileError, missing_file_message
 from statestore.partitions import Region
 from statestore.schema import Schema
 
@@ -81,11 +81,18 @@ def check_data_file(data: DataStore, filename: str, schema: pa.Schema, rows: int
 
 
 def read_file(
-    data: DataStore, filename: str, schema: Schema, region: Region | None, columns: list[str] | None = None
+    data: DataStore,
+    filename: str,
+    schema: Schema,
+    region: Region | None,
+    columns: list[str] | None = None,
+    *,
+    planned_at: int | None = None,
 ) -> pa.Table:
     """The rows of ``filename`` whose row key lies in ``region`` (all rows if None).
 
-    Raises :class:`DataFileMissingError` when the object is gone.
+    Raises :class:`DataFileMissingError` when the object is gone, saying why that most likely is (naming
+    ``planned_at``, the transaction the read was planned from, if given).
     """
     try:
         return pq.read_table(
@@ -95,7 +102,7 @@ def read_file(
             filters=region_filter(schema, region) if region is not None else None,
         )
     except FileNotFoundError as e:
-        raise DataFileMissingError(f"data file {data.uri(filename)} is missing: {e}") from e
+        raise DataFileMissingError(missing_file_message(data.uri(filename), "not found", planned_at)) from e
 
 
 def read_files(data: DataStore, schema: Schema, parts: Iterable[tuple[str, Region | None]]) -> pa.Table:

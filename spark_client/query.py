@@ -82,16 +82,26 @@ def plan_query(state: TableState, region: Region) -> ReadPlan:
 
 
 def read_parts(
-    spark: SparkSession, schema: Schema, data: DataStore, parts: list[tuple[str, Region | None]]
+    spark: SparkSession,
+    schema: Schema,
+    data: DataStore,
+    parts: list[tuple[str, Region | None]],
+    *,
+    planned_at: int | None = None,
 ) -> DataFrame:
-    """A DataFrame of the rows of ``(filename, region)`` parts, read with pyarrow in Spark tasks."""
+    """A DataFrame of the rows of ``(filename, region)`` parts, read with pyarrow in Spark tasks.
+
+    The parts are read when the DataFrame is evaluated, however much later; a file garbage-collected since
+    fails the read with a :class:`DataFileMissingError` whose message names ``planned_at`` (the transaction
+    the parts come from), says why and what to do.
+    """
     struct = spark_schema(schema)
     if not parts:
         return spark.createDataFrame([], struct)
 
     def read(items: Iterable[tuple[str, Region | None]]) -> Iterator[tuple[Any, ...]]:
         for filename, region in items:
-            yield from table_rows(read_file(data, filename, schema, region))
+            yield from table_rows(read_file(data, filename, schema, region, planned_at=planned_at))
 
     rdd = spark.sparkContext.parallelize(parts, min(len(parts), MAX_READ_TASKS)).mapPartitions(read)
     return spark.createDataFrame(rdd, struct, verifySchema=False)
@@ -109,6 +119,10 @@ def query(
 
     ``region`` is a :class:`Region` or ``{row_key: (min, max)}``. ``as_of`` queries the table as it was
     at that transaction (time travel; its files must not have been garbage-collected yet).
+
+    The DataFrame keeps the file list of the state it was planned on. Evaluated later than the GC delay
+    (the instance's ``gc_delay_minutes``, 12 hours by default) after one of its files was compacted away,
+    it fails with :class:`DataFileMissingError`: run the query again.
     """
     schema = store.schema
     if region is None:
@@ -117,4 +131,4 @@ def query(
         region = region_of(schema, region)
     state = store.state() if as_of is None else store.load(as_of)
     plan = plan_query(state, region)
-    return read_parts(spark, schema, data, list(plan.parts))
+    return read_parts(spark, schema, data, list(plan.parts), planned_at=plan.transaction_number)

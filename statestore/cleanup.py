@@ -6,17 +6,28 @@ What cleanup may delete, per table:
   *base*). Every later point stays loadable from the base and the log after it; an entry no snapshot covers
   is never deleted. The age gives readers that started from an older snapshot time to finish.
 - **snapshots** older than ``snapshot_retention_ms``, except the latest and the base.
-- **data files** with no references whose last update is older than the table's garbage collection delay
-  (property :data:`GC_DELAY_PROPERTY`): their objects first, then a ``DeleteFiles`` commit per batch. Only
-  objects under the table's own prefix, and never the store's own objects, are deleted; any other filename
-  is refused and reported, and stays in the state.
+- **claims** (references assigned to a compaction job) made more than ``claim_expiry_ms`` ago: their job is
+  presumed dead (it failed after claiming, its driver crashed, or its claim's outcome was unknown to it), so
+  one ``ReleaseClaims`` frees them for later compactions. Should the job still commit, its replacement is
+  rejected: it loses its work, never a row.
+- **data files** with no references whose last update is older than the garbage collection delay
+  (``gc_delay_ms``, or the table's property :data:`GC_DELAY_PROPERTY`): their objects first, then a
+  ``DeleteFiles`` commit per batch. Only objects under the table's own prefix, and never the store's own
+  objects, are deleted; any other filename is refused and reported, and stays in the state.
 - **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
+
+The delay and the expiry are per instance (``gc_delay_minutes`` and ``claim_expiry_minutes`` in the CDK
+config, which reach the cleanup Lambda as :data:`GC_DELAY_ENV` and :data:`CLAIM_EXPIRY_ENV`). Both default to
+hours, not minutes: a query reads the file list it planned with, so a file that leaves the state must outlive
+the longest query; a claim must outlive the longest compaction, or a slow job's work is thrown away.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, MutableMapping
+import math
+import os
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from statestore import layout
@@ -26,28 +37,91 @@ from statestore.engine import TransactionLogStateStore, now_millis
 from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
 from statestore.ports import BlobStore, SnapshotInfo, TransactionLogStore
 from statestore.snapshots import SnapshotStore
-from statestore.transactions import DeleteFiles
+from statestore.transactions import DeleteFiles, ReleaseClaims
 
 logger = logging.getLogger(__name__)
 
-GC_DELAY_PROPERTY = "gc_delay_minutes"
-DEFAULT_GC_DELAY_MINUTES = 10
+GC_DELAY_PROPERTY = "gc_delay_minutes"  # a table's own delay, overriding the instance's
+GC_DELAY_ENV = "STATESTORE_GC_DELAY_MINUTES"
+CLAIM_EXPIRY_ENV = "STATESTORE_CLAIM_EXPIRY_MINUTES"
 _MINUTE_MS = 60_000
-_DAY_MS = 24 * 60 * _MINUTE_MS
+_HOUR_MS = 60 * _MINUTE_MS
+_DAY_MS = 24 * _HOUR_MS
+
+# EMR Serverless cancels a job run after 12 hours unless told otherwise (``executionTimeoutMinutes``). A query
+# plans its file list inside its job, so a file that left the state is not needed for longer than that.
+DEFAULT_GC_DELAY_MS = 12 * _HOUR_MS
+# No compaction job runs longer than that either; the hour more lets a commit request it sent at the very
+# end be applied from the queue before its claims are swept.
+DEFAULT_CLAIM_EXPIRY_MS = 13 * _HOUR_MS
+# The longest delay or expiry accepted: beyond it a value is more likely a unit mistake (milliseconds given
+# as minutes) than a wish.
+MAX_DELAY_MS = 30 * _DAY_MS
 
 
 @dataclass(frozen=True)
 class CleanupPolicy:
+    """What cleanup keeps, and for how long (all ages in milliseconds).
+
+    ``gc_delay_ms``: how long a data file with no references stays before it is deleted. ``claim_expiry_ms``:
+    how old a claim must be before it is released. Both from 0 (tests, a manual clean-up) to
+    :data:`MAX_DELAY_MS`; see the module docstring for their defaults.
+    """
+
     log_min_snapshot_age_ms: int = _DAY_MS
     snapshot_retention_ms: int = 2 * _DAY_MS
     delete_files_batch_size: int = 1000
     request_body_max_age_ms: int = 15 * _DAY_MS  # SQS keeps a message at most 14 days
+    gc_delay_ms: int = DEFAULT_GC_DELAY_MS
+    claim_expiry_ms: int = DEFAULT_CLAIM_EXPIRY_MS
 
     def __post_init__(self) -> None:
         if min(self.log_min_snapshot_age_ms, self.snapshot_retention_ms, self.request_body_max_age_ms) < 0:
             raise ValueError(f"cleanup ages must not be negative: {self}")
         if self.delete_files_batch_size < 1:
             raise ValueError(f"delete_files_batch_size must be at least 1: {self}")
+        for name in ("gc_delay_ms", "claim_expiry_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_DELAY_MS:
+                raise ValueError(
+                    f"{name} must be from 0 to {MAX_DELAY_MS} ({MAX_DELAY_MS // _DAY_MS} days), got {value}"
+                )
+
+
+# Each setting of the policy that an environment variable (in minutes) may set: the cleanup Lambda's, where
+# the stack sets the last two from the instance's config, and the CLI's and the local runtime's defaults.
+POLICY_ENVIRONMENT = {
+    "log_min_snapshot_age_ms": "STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES",
+    "snapshot_retention_ms": "STATESTORE_SNAPSHOT_RETENTION_MINUTES",
+    "gc_delay_ms": GC_DELAY_ENV,
+    "claim_expiry_ms": CLAIM_EXPIRY_ENV,
+}
+
+
+def policy_from_environment(
+    environ: Mapping[str, str] | None = None, overrides: Mapping[str, int] | None = None
+) -> CleanupPolicy:
+    """The policy with each setting of :data:`POLICY_ENVIRONMENT` whose variable is set (in minutes) taken
+    from it, then ``overrides`` (settings in ms). Raises ValueError naming a variable that is not a number of
+    minutes, or a value the policy refuses."""
+    env = os.environ if environ is None else environ
+    values: dict[str, int] = {}
+    for setting, variable in POLICY_ENVIRONMENT.items():
+        raw = env.get(variable)
+        if not raw:
+            continue
+        try:
+            minutes = float(raw)
+        except ValueError:
+            minutes = math.nan
+        if not math.isfinite(minutes):
+            raise ValueError(f"{variable}={raw!r} is not a number of minutes")
+        values[setting] = int(minutes * _MINUTE_MS)
+    try:
+        return CleanupPolicy(**{**values, **(overrides or {})})
+    except ValueError as e:
+        given = ", ".join(f"{POLICY_ENVIRONMENT[s]}={env[POLICY_ENVIRONMENT[s]]!r}" for s in values)
+        raise ValueError(f"cleanup settings refused ({given or 'none from the environment'}): {e}") from None
 
 
 @dataclass(frozen=True)
@@ -62,13 +136,16 @@ class CleanupReport:
     delete_files_commits: int = 0
     refused_files: tuple[str, ...] = ()  # unreferenced files whose names are not ours to delete
     request_bodies_deleted: int = 0
+    claims_released: int = 0  # references whose expired claims were released
+    released_jobs: tuple[str, ...] = ()  # the jobs that held them, presumed dead
 
 
-def gc_delay_ms(table: TableInfo) -> int:
-    """The table's garbage collection delay (property ``gc_delay_minutes``, default 10 minutes)."""
+def gc_delay_ms(table: TableInfo, default_ms: int = DEFAULT_GC_DELAY_MS) -> int:
+    """The table's garbage collection delay: its property ``gc_delay_minutes`` if set, else ``default_ms``
+    (the instance's, :attr:`CleanupPolicy.gc_delay_ms`)."""
     raw = table.properties.get(GC_DELAY_PROPERTY)
     if raw is None:
-        return DEFAULT_GC_DELAY_MINUTES * _MINUTE_MS
+        return default_ms
     try:
         minutes = float(raw)
     except ValueError:
@@ -128,9 +205,11 @@ def cleanup_table(
     for snapshot in expired:
         snapshots.delete(snapshot)
 
+    released_jobs, claims_released = release_expired_claims(store, before=now - policy.claim_expiry_ms)
+
     # Data files.
     state = store.state()
-    ready = sorted(state.files_ready_for_gc(before=now - gc_delay_ms(table)))
+    ready = sorted(state.files_ready_for_gc(before=now - gc_delay_ms(table, policy.gc_delay_ms)))
     refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
     if refused:
         logger.warning(
@@ -161,7 +240,30 @@ def cleanup_table(
         delete_files_commits=commits,
         refused_files=refused,
         request_bodies_deleted=len(old_bodies),
+        claims_released=claims_released,
+        released_jobs=released_jobs,
     )
+
+
+def release_expired_claims(store: TransactionLogStateStore, before: int) -> tuple[tuple[str, ...], int]:
+    """Release every claim made before ``before`` (epoch ms) in one ``ReleaseClaims``; returns the jobs that
+    held them and how many references were freed.
+
+    The transaction carries ``before`` itself, so a claim made after the state was read (by a job reusing an
+    id) is left alone however long the commit takes. It is never rejected for what the state holds (a job
+    that committed meanwhile simply holds nothing), so there is nothing to retry.
+    """
+    expired = store.state().claimed_references(before)
+    if not expired:
+        return (), 0
+    jobs = tuple(sorted(expired))
+    store.commit(ReleaseClaims(jobs, claimed_before=before))
+    count = sum(len(refs) for refs in expired.values())
+    logger.warning(
+        "table %r: released %d expired claim(s) of %d job(s) presumed dead, e.g. %r",
+        store.table_id, count, len(jobs), jobs[0],
+    )  # fmt: skip
+    return jobs, count
 
 
 def _commit_delete_files(store: TransactionLogStateStore, filenames: list[str]) -> int:

@@ -749,18 +749,23 @@ def cmd_snapshot(s: Session) -> int:
 
 
 def cmd_cleanup(s: Session) -> int:
-    from statestore.cleanup import CleanupPolicy, cleanup_table
+    from statestore.cleanup import cleanup_table, policy_from_environment
 
-    minute = 60_000
-    default = CleanupPolicy()
-    policy = CleanupPolicy(
-        log_min_snapshot_age_ms=int(s.args.log_min_snapshot_age * minute)
-        if s.args.log_min_snapshot_age is not None
-        else default.log_min_snapshot_age_ms,
-        snapshot_retention_ms=int(s.args.snapshot_retention * minute)
-        if s.args.snapshot_retention is not None
-        else default.snapshot_retention_ms,
-    )
+    # The same defaults as the cleanup Lambda of the local runtime: the library's, or the environment's.
+    options = {
+        "log_min_snapshot_age_ms": s.args.log_min_snapshot_age,
+        "snapshot_retention_ms": s.args.snapshot_retention,
+        "gc_delay_ms": s.args.gc_delay,
+        "claim_expiry_ms": s.args.claim_expiry,
+    }
+    try:
+        policy = policy_from_environment(
+            overrides={
+                setting: int(minutes * 60_000) for setting, minutes in options.items() if minutes is not None
+            }
+        )
+    except ValueError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
     tables = [s.table(s.args.table)] if s.args.table else s.client.list_tables()
     reports, errors = [], {}
     for table in tables:
@@ -781,7 +786,7 @@ def cmd_cleanup(s: Session) -> int:
         if not reports:
             return "no tables cleaned up"
         return fmt.render_table(
-            ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES"],
+            ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES", "CLAIMS"],
             [
                 [
                     t.table_name,
@@ -790,6 +795,7 @@ def cmd_cleanup(s: Session) -> int:
                     r.data_files_deleted,
                     r.request_bodies_deleted,
                     len(r.refused_files),
+                    r.claims_released,
                 ]
                 for t, r in reports
             ],
@@ -808,6 +814,8 @@ def cmd_cleanup(s: Session) -> int:
                     "delete_files_commits": r.delete_files_commits,
                     "request_bodies_deleted": r.request_bodies_deleted,
                     "refused_files": list(r.refused_files),
+                    "claims_released": r.claims_released,
+                    "released_jobs": list(r.released_jobs),
                 }
                 for t, r in reports
             ],
@@ -1083,6 +1091,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MINUTES",
         help="delete snapshots older than this, except the latest (default 2 days)",
     )
+    p.add_argument(
+        "--gc-delay",
+        type=float,
+        metavar="MINUTES",
+        help="delete data files that have had no references for this long (default "
+        "$STATESTORE_GC_DELAY_MINUTES, else 12 hours; a table's gc_delay_minutes property overrides it)",
+    )
+    p.add_argument(
+        "--claim-expiry",
+        type=float,
+        metavar="MINUTES",
+        help="release compaction claims older than this: their jobs are presumed dead (default "
+        "$STATESTORE_CLAIM_EXPIRY_MINUTES, else 13 hours)",
+    )
 
     p = command(
         commands,
@@ -1180,6 +1202,8 @@ _NUMERIC_OPTIONS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("from_number", "--from", 1, None, ""),
     ("log_min_snapshot_age", "--log-min-snapshot-age", 0, None, " minutes"),
     ("snapshot_retention", "--snapshot-retention", 0, None, " minutes"),
+    ("gc_delay", "--gc-delay", 0, 30 * 24 * 60, " minutes"),
+    ("claim_expiry", "--claim-expiry", 0, 30 * 24 * 60, " minutes"),
     ("port", "--port", 0, 65535, ""),
     ("poll_interval", "--poll-interval", 0, 20, " seconds (SQS's long-poll limit)"),
     ("snapshot_interval", "--snapshot-interval", 0, None, " seconds"),

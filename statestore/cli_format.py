@@ -19,6 +19,7 @@ from statestore.transactions import (
     ClearFiles,
     DeleteFiles,
     InitialisePartitions,
+    ReleaseClaims,
     ReplaceFileReferences,
     SplitFileReferences,
     SplitPartition,
@@ -228,7 +229,15 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
     if kind == AssignJobIds.TYPE:
         requests = [r for t in transactions if isinstance(t, AssignJobIds) for r in t.requests]
         files = sum(len(r.filenames) for r in requests)
-        return f"assigned {plural(files, 'file')} to {plural(len({r.job_id for r in requests}), 'job')}"
+        assignees = plural(len({r.job_id for r in requests}), "job")
+        taking_over = any(
+            isinstance(t, AssignJobIds) and t.take_over_claimed_before is not None for t in transactions
+        )
+        suffix = " (taking over expired claims)" if taking_over else ""
+        return f"assigned {plural(files, 'file')} to {assignees}{suffix}"
+    if kind == ReleaseClaims.TYPE:
+        released = {j for t in transactions if isinstance(t, ReleaseClaims) for j in t.job_ids}
+        return f"released the claims of {plural(len(released), 'job')}"
     if kind == ReplaceFileReferences.TYPE:
         jobs = [j for t in transactions if isinstance(t, ReplaceFileReferences) for j in t.jobs]
         inputs = sum(len(j.input_files) for j in jobs)

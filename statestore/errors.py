@@ -92,9 +92,12 @@ class FileReferenceAlreadyExistsError(TransactionValidationError):
 
 
 class FileReferenceAssignedToJobError(TransactionValidationError):
-    def __init__(self, filename: str, partition_id: str, job_id: str) -> None:
+    """A reference is claimed by a job. ``detail`` says why that claim may not be taken over, if asked to."""
+
+    def __init__(self, filename: str, partition_id: str, job_id: str, detail: str = "") -> None:
         super().__init__(
             f"file reference {filename!r} in partition {partition_id!r} is already assigned to job {job_id!r}"
+            + (f" ({detail})" if detail else "")
         )
         self.filename = filename
         self.partition_id = partition_id

@@ -64,6 +64,15 @@ class TableState:
     def references_with_no_job(self) -> list[FileReference]:
         return [r for r in self.file_references() if r.job_id is None]
 
+    def claimed_references(self, before: int | None = None) -> dict[str, list[FileReference]]:
+        """References assigned to a job, by job id; with ``before`` (epoch ms) only claims made before it
+        (a claimed reference's ``last_update_time`` is when it was claimed)."""
+        out: dict[str, list[FileReference]] = {}
+        for ref in self.file_references():
+            if ref.job_id is not None and (before is None or ref.last_update_time < before):
+                out.setdefault(ref.job_id, []).append(ref)
+        return out
+
     def references_by_partition(self) -> dict[str, list[FileReference]]:
         """Every partition that has references, mapped to them."""
         out: dict[str, list[FileReference]] = {}

@@ -17,7 +17,6 @@ from statestore.errors import (
     AllJobsRejectedError,
     FileAlreadyExistsError,
     FileHasReferencesError,
-    FileNotFoundInStateError,
     FileReferenceAlreadyExistsError,
     FileReferenceAssignedToJobError,
     FileReferenceNotAssignedToJobError,
@@ -40,7 +39,7 @@ from statestore.partitions import (
     check_split,
     validate_tree,
 )
-from statestore.schema import INT64_MAX, INT64_MIN, integer_problem
+from statestore.reference_checks import check_epoch_ms, check_new_reference, reference_in
 from statestore.state import TableState
 
 
@@ -60,57 +59,6 @@ class Transaction(ABC):
     def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
         """Parts that ``apply`` will skip on ``state`` (only transactions with independent parts have any)."""
         return []
-
-
-def _reference_in(state: TableState, filename: str, partition_id: str) -> FileReference:
-    table_file = state.files_by_name.get(filename)
-    if table_file is None:
-        raise FileNotFoundInStateError(filename)
-    ref = table_file.reference_in(partition_id)
-    if ref is None:
-        raise FileReferenceNotFoundError(filename, partition_id)
-    return ref
-
-
-def _check_new_reference(state: TableState, ref: FileReference) -> None:
-    if not isinstance(ref.filename, str) or not ref.filename:
-        raise InvalidTransactionError(
-            f"a file reference needs a non-empty filename (a string), got {ref.filename!r}"
-        )
-    _check_reference_fields(ref)
-    if ref.job_id is not None:
-        raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")
-    if ref.partition_id not in state.partitions_by_id:
-        raise PartitionNotFoundError(ref.partition_id)
-
-
-def _check_reference_fields(ref: FileReference) -> None:
-    """Check a reference's counts, times and flags have the types and ranges every codec stores.
-
-    Snapshots hold row counts and update times as int64; JSON writes a bool or a float as it is and then
-    cannot read it back as an integer field, nor an int back as a flag.
-    """
-    where = f"file {ref.filename!r} in partition {ref.partition_id!r}"
-    rows = ref.number_of_rows
-    if isinstance(rows, int) and rows < 0:
-        raise InvalidTransactionError(f"file {ref.filename!r} has a negative row count {rows}")
-    if not isinstance(ref.partition_id, str):
-        raise InvalidTransactionError(f"{where}: partition_id must be a string")
-    for name, value, low in (
-        ("number_of_rows", ref.number_of_rows, 0),
-        ("last_update_time", ref.last_update_time, INT64_MIN),
-    ):
-        problem = integer_problem(value, low, INT64_MAX, "int64")
-        if problem is not None:
-            raise InvalidTransactionError(f"{where}: {name} {problem}")
-    for name, flag in (
-        ("count_approximate", ref.count_approximate),
-        ("only_contains_data_for_this_partition", ref.only_contains_data_for_this_partition),
-    ):
-        if not isinstance(flag, bool):
-            raise InvalidTransactionError(f"{where}: {name} must be True or False, got {flag!r}")
-    if ref.job_id is not None and not isinstance(ref.job_id, str):
-        raise InvalidTransactionError(f"{where}: job_id must be a string or None, got {ref.job_id!r}")
 
 
 # --- partitions ---------------------------------------------------------------------------------------
@@ -187,7 +135,7 @@ class AddFiles(Transaction):
         seen: set[tuple[str, str]] = set()
         files = state.files_by_name
         for ref in self.references:
-            _check_new_reference(state, ref)
+            check_new_reference(state, ref)
             if ref.filename in files:
                 raise FileAlreadyExistsError(ref.filename)
             key = (ref.filename, ref.partition_id)
@@ -214,14 +162,24 @@ class AssignJobIdRequest:
 
 @dataclass(frozen=True)
 class AssignJobIds(Transaction):
-    """Give compaction jobs ownership of their input references. Fails whole if any is taken."""
+    """Give compaction jobs ownership of (*claim*) their input references. Fails whole if any is taken.
+
+    A reference's ``last_update_time`` records when it was claimed: nothing else changes a claimed
+    reference (a split leaves it, ``ReplaceFileReferences`` removes it, ``ReleaseClaims`` un-assigns it).
+    With ``take_over_claimed_before`` (epoch ms) a reference claimed by another job before that time may be
+    claimed anyway: that job is presumed dead (a compaction that resumes expired claims). Its claim passes
+    atomically to the new job, so no reference is ever held by two jobs, and if the old job still commits,
+    its ``ReplaceFileReferences`` is rejected because its inputs are no longer assigned to it.
+    """
 
     TYPE: ClassVar[str] = "AssignJobIds"
     requests: tuple[AssignJobIdRequest, ...]
+    take_over_claimed_before: int | None = None
 
     def validate(self, state: TableState) -> None:
         if not self.requests:
             raise InvalidTransactionError("AssignJobIds needs at least one request")
+        check_epoch_ms("take_over_claimed_before", self.take_over_claimed_before)
         claimed: dict[tuple[str, str], str] = {}
         for request in self.requests:
             if not isinstance(request.job_id, str) or not request.job_id:
@@ -229,11 +187,25 @@ class AssignJobIds(Transaction):
             if not request.filenames:
                 raise InvalidTransactionError(f"job {request.job_id!r} assigns no files")
             for filename in request.filenames:
-                ref = _reference_in(state, filename, request.partition_id)
-                owner = ref.job_id or claimed.get((filename, request.partition_id))
-                if owner is not None:
-                    raise FileReferenceAssignedToJobError(filename, request.partition_id, owner)
+                ref = reference_in(state, filename, request.partition_id)
+                earlier = claimed.get((filename, request.partition_id))
+                if earlier is not None:
+                    raise FileReferenceAssignedToJobError(filename, request.partition_id, earlier)
+                if ref.job_id is not None:
+                    self._check_take_over(ref, ref.job_id)
                 claimed[(filename, request.partition_id)] = request.job_id
+
+    def _check_take_over(self, ref: FileReference, owner: str) -> None:
+        cutoff = self.take_over_claimed_before
+        if cutoff is None:
+            raise FileReferenceAssignedToJobError(ref.filename, ref.partition_id, owner)
+        if ref.last_update_time >= cutoff:
+            raise FileReferenceAssignedToJobError(
+                ref.filename,
+                ref.partition_id,
+                owner,
+                f"claimed at {ref.last_update_time}, not before {cutoff}: its job may still be running",
+            )
 
     def apply(self, state: TableState, update_time: int) -> None:
         for request in self.requests:
@@ -246,6 +218,51 @@ class AssignJobIds(Transaction):
                     for r in table_file.references
                 )
                 state.put_file(table_file.with_references(refs, update_time))
+
+
+@dataclass(frozen=True)
+class ReleaseClaims(Transaction):
+    """Un-assign the references claimed by ``job_ids``, so that later compactions can claim them again.
+
+    Used when a compaction job failed after its claim (its merge failed, its commit was rejected) and by the
+    cleanup's sweep of claims whose job is presumed dead. With ``claimed_before`` (epoch ms) only claims made
+    before that time are released: the sweep decides on a state it read earlier, and a claim made since by a
+    job of the same id (ids chosen by other tools may repeat) belongs to a job that may be running.
+
+    Releasing is idempotent: a job that holds nothing (its replace committed, an earlier release or a
+    take-over got there first, or a retry after a lost response) is accepted and changes nothing, so a job
+    never has to find out which happened before releasing. A released job's ``ReplaceFileReferences`` is
+    rejected (its inputs are no longer assigned to it), so a job whose claim was released by mistake loses
+    its work, never a row. Released references are stamped with the update time, like every change.
+    """
+
+    TYPE: ClassVar[str] = "ReleaseClaims"
+    job_ids: tuple[str, ...]
+    claimed_before: int | None = None
+
+    def validate(self, state: TableState) -> None:
+        if not self.job_ids:
+            raise InvalidTransactionError("ReleaseClaims needs at least one job id")
+        for job_id in self.job_ids:
+            if not isinstance(job_id, str) or not job_id:
+                raise InvalidTransactionError(f"a job id must be a non-empty string, got {job_id!r}")
+        if len(set(self.job_ids)) != len(self.job_ids):
+            raise InvalidTransactionError("ReleaseClaims lists a job id more than once")
+        check_epoch_ms("claimed_before", self.claimed_before)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        jobs, before = frozenset(self.job_ids), self.claimed_before
+
+        def released(ref: FileReference) -> bool:
+            return ref.job_id in jobs and (before is None or ref.last_update_time < before)
+
+        changed = [f for f in state.files_by_name.values() if any(map(released, f.references))]
+        for table_file in changed:
+            refs = tuple(
+                r._replace(job_id=None, last_update_time=update_time) if released(r) else r
+                for r in table_file.references
+            )
+            state.put_file(table_file.with_references(refs, update_time))
 
 
 @dataclass(frozen=True)
@@ -309,13 +326,13 @@ class ReplaceFileReferences(Transaction):
             raise InvalidTransactionError(
                 f"job {job.job_id!r} output {new.filename!r} is also one of its inputs"
             )
-        _check_new_reference(state, new)
+        check_new_reference(state, new)
         if new.filename in state.files_by_name or new.filename in produced:
             raise FileAlreadyExistsError(new.filename)
         for filename in job.input_files:
             if (filename, job.partition_id) in consumed:
                 raise FileReferenceNotFoundError(filename, job.partition_id)
-            ref = _reference_in(state, filename, job.partition_id)
+            ref = reference_in(state, filename, job.partition_id)
             if ref.job_id != job.job_id:
                 raise FileReferenceNotAssignedToJobError(filename, job.partition_id, job.job_id, ref.job_id)
 
@@ -355,7 +372,7 @@ class SplitFileReferences(Transaction):
             key = (request.filename, request.from_partition_id)
             if key in moved:
                 raise FileReferenceNotFoundError(*key)
-            ref = _reference_in(state, request.filename, request.from_partition_id)
+            ref = reference_in(state, request.filename, request.from_partition_id)
             if ref.job_id is not None:
                 raise FileReferenceAssignedToJobError(request.filename, request.from_partition_id, ref.job_id)
             if not request.new_references:
@@ -367,7 +384,7 @@ class SplitFileReferences(Transaction):
                     raise InvalidTransactionError(
                         f"split of {request.filename!r} names another file {new.filename!r}"
                     )
-                _check_new_reference(state, new)
+                check_new_reference(state, new)
                 target = state.partitions_by_id[new.partition_id]
                 if target.id == source.id or not source.region.covers(target.region):
                     raise InvalidTransactionError(
@@ -478,6 +495,7 @@ TRANSACTION_TYPES: dict[str, type[Transaction]] = {
         SplitPartition,
         AddFiles,
         AssignJobIds,
+        ReleaseClaims,
         ReplaceFileReferences,
         SplitFileReferences,
         DeleteFiles,

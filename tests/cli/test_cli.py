@@ -25,7 +25,7 @@ from statestore.cli import (
 from statestore.codec.transaction_json import transaction_to_json
 from statestore.files import FileReference
 from statestore.local_runtime import LocalRuntime
-from statestore.transactions import AddFiles
+from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
 from tests.cli.conftest import Cli
 from tests.fixtures.aws_servers import REPO_ROOT
 
@@ -257,6 +257,8 @@ def test_commit_with_a_bad_wait_exits_2_before_sending_anything(
         (["log", "any", "--from", "-1"], "--from must be 1 or more, got -1"),
         (["cleanup", "--snapshot-retention", "-1"], "--snapshot-retention must be 0 or more minutes, got -1"),
         (["cleanup", "--log-min-snapshot-age", "nan"], "--log-min-snapshot-age must be 0 or more minutes"),
+        (["cleanup", "--gc-delay", "-1"], "--gc-delay must be from 0 to 43200 minutes, got -1"),
+        (["cleanup", "--claim-expiry", "50000"], "--claim-expiry must be from 0 to 43200 minutes, got 50000"),
         (["local", "--poll-interval", "21"], "--poll-interval must be from 0 to 20 seconds"),
         (["local", "--max-receive-count", "0"], "--max-receive-count must be from 1 to 1000"),
         (["local", "--port", "65536"], "--port must be from 0 to 65535, got 65536"),
@@ -273,6 +275,35 @@ def test_a_numeric_option_out_of_range_is_a_one_line_usage_error(
 
 
 # --- upkeep ---------------------------------------------------------------------------------------------
+
+
+def test_cleanup_releases_claims_older_than_the_expiry_given_or_set_in_the_environment(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("claims")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    assert (
+        cli("commit", name, add_files_file(tmp_path, table_id, "root", "f.parquet"), "--wait", "30").code == 0
+    )
+    assign = AssignJobIds((AssignJobIdRequest("dead-job", "root", (f"tables/{table_id}/data/f.parquet",)),))
+    claim = write(tmp_path / "claim.json", transaction_to_json(assign))
+    assert cli("commit", name, claim, "--wait", "30").code == EXIT_OK
+
+    kept = cli("cleanup", name, "--json")  # by default a claim lives for hours
+    monkeypatch.setenv("STATESTORE_CLAIM_EXPIRY_MINUTES", "nonsense")
+    refused = cli("cleanup", name)
+    monkeypatch.setenv("STATESTORE_CLAIM_EXPIRY_MINUTES", "600")
+    still_kept = cli("cleanup", name, "--json")
+    released = cli("cleanup", name, "--claim-expiry", "0", "--json")
+
+    assert kept.json()["tables"][0]["claims_released"] == 0
+    assert refused.code == EXIT_USAGE
+    assert "STATESTORE_CLAIM_EXPIRY_MINUTES='nonsense' is not a number of minutes" in refused.err
+    assert still_kept.json()["tables"][0]["claims_released"] == 0
+    [report] = released.json()["tables"]
+    assert (report["claims_released"], report["released_jobs"]) == (1, ["dead-job"])
+    files = cli("files", name, "--json").json()
+    assert [r["job_id"] for f in files for r in f["references"]] == [None]
 
 
 def test_snapshot_now_then_nothing_new_to_snapshot_and_cleanup(cli: Cli, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from aws_cdk import assertions
 from infra.asset import AssetError
 from infra.committer import COMMITTER_TIMEOUT
 from infra.data_bucket import REQUEST_BODY_TAG_KEY, REQUEST_BODY_TAG_VALUE
+from statestore.cleanup import CLAIM_EXPIRY_ENV, GC_DELAY_ENV, CleanupPolicy, policy_from_environment
 from statestore.resources import ResourceNames
 from tests.infra.conftest import SynthStack
 
@@ -270,6 +271,31 @@ def test_schedule_rates_come_from_context(synth_stack: SynthStack) -> None:
     template.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 minute)"})
 
 
+def test_the_cleanup_function_gets_the_gc_delay_and_claim_expiry_from_context(
+    synth_stack: SynthStack, template: Any
+) -> None:
+    def cleanup_variables(of: Any) -> dict[str, str]:
+        [function] = of.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": CLEANUP}}).values()
+        variables: dict[str, str] = function["Properties"]["Environment"]["Variables"]
+        return variables
+
+    configured = assertions.Template.from_stack(
+        synth_stack(gc_delay_minutes="1440", claim_expiry_minutes=900)
+    )
+
+    defaults = cleanup_variables(template)
+    assert policy_from_environment(defaults) == CleanupPolicy()  # the library's defaults, hours not minutes
+    assert (defaults[GC_DELAY_ENV], defaults[CLAIM_EXPIRY_ENV]) == ("720", "780")
+    given = cleanup_variables(configured)
+    assert (given[GC_DELAY_ENV], given[CLAIM_EXPIRY_ENV]) == ("1440", "900")
+    # Only the cleanup reads them.
+    for handler in (COMMITTER, SNAPSHOT):
+        [function] = template.find_resources(
+            "AWS::Lambda::Function", {"Properties": {"Handler": handler}}
+        ).values()
+        assert GC_DELAY_ENV not in function["Properties"]["Environment"]["Variables"]
+
+
 # --- the bucket -------------------------------------------------------------------------------------
 
 
@@ -502,6 +528,9 @@ def test_missing_asset_fails_synth_telling_to_run_make_lambda_asset(
         ("committer_memory_mb", "64"),
         ("log_retention_days", "42"),
         ("deletion_protection", "maybe"),
+        ("gc_delay_minutes", "0"),
+        ("gc_delay_minutes", "12h"),
+        ("claim_expiry_minutes", 43_201),
     ],
 )
 def test_bad_context_values_are_rejected_naming_the_key(

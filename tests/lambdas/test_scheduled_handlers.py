@@ -8,12 +8,20 @@ import pytest
 
 from lambdas import cleanup as cleanup_lambda
 from lambdas import snapshot as snapshot_lambda
-from lambdas._runtime import Runtime, use_runtime
+from lambdas._runtime import Runtime, cleanup_policy, use_runtime
+from statestore import layout
 from statestore.catalog import TableInfo
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TransactionLogStateStore, now_millis
 from statestore.memory import InMemoryTransactionLog
 from statestore.ports import LogEntry
-from statestore.transactions import AddFiles, InitialisePartitions
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
 from tests.builders import INT_SCHEMA, ref, tree
 from tests.lambdas.events import LambdaContext
 
@@ -88,3 +96,54 @@ def test_cleanup_reports_what_it_deleted(rt: Runtime, monkeypatch: pytest.Monkey
     # Entries 1-3 of 4 are covered by the snapshot at 4; the latest entry is always kept.
     assert summary["log_entries_deleted"] == 3
     assert store.load().files_by_name.keys() == {"t-0", "t-1", "t-2"}
+
+
+def test_cleanup_takes_the_instances_gc_delay_and_claim_expiry_from_its_environment(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = create_table(rt, "t", 0)
+    table_id = store.table_id
+    names = [f"{layout.data_prefix(table_id)}{i}.parquet" for i in range(3)]
+    for name in names:
+        rt.blobs.put(name, b"rows")
+    an_hour_ago = TransactionLogStateStore(
+        table_id, INT_SCHEMA, rt.log, rt.snapshots, clock=lambda: now_millis() - 60 * 60_000
+    )
+    an_hour_ago.commit(AddFiles(tuple(ref(n) for n in names)))
+    an_hour_ago.commit(AssignJobIds((AssignJobIdRequest("dead", "root", (names[0],)),)))
+    an_hour_ago.commit(AssignJobIds((AssignJobIdRequest("done", "root", (names[1],)),)))
+    job = ReplaceFileReferencesJob("done", "root", (names[1],), ref(f"{layout.data_prefix(table_id)}out"))
+    an_hour_ago.commit(ReplaceFileReferences((job,)))
+
+    by_default = cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    monkeypatch.setenv("STATESTORE_GC_DELAY_MINUTES", "30")
+    monkeypatch.setenv("STATESTORE_CLAIM_EXPIRY_MINUTES", "30")
+    configured = cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+
+    # By default both wait hours; set to 30 minutes, the hour-old garbage and claim go.
+    assert (by_default["data_files_deleted"], by_default["claims_released"]) == (0, 0)
+    assert (configured["data_files_deleted"], configured["claims_released"]) == (1, 1)
+    state = store.load()
+    assert names[1] not in state.files_by_name and not rt.blobs.list(names[1])
+    assert state.claimed_references() == {}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "STATESTORE_GC_DELAY_MINUTES",
+            "12h",
+            "STATESTORE_GC_DELAY_MINUTES='12h' is not a number of minutes",
+        ),
+        ("STATESTORE_CLAIM_EXPIRY_MINUTES", "nan", "STATESTORE_CLAIM_EXPIRY_MINUTES='nan' is not a number"),
+        ("STATESTORE_GC_DELAY_MINUTES", "-5", "STATESTORE_GC_DELAY_MINUTES='-5'.*gc_delay_ms must be from 0"),
+        ("STATESTORE_CLAIM_EXPIRY_MINUTES", "43201", "claim_expiry_ms must be from 0 to .* .30 days."),
+    ],
+    ids=["not-a-number", "nan", "negative", "beyond-30-days"],
+)
+def test_a_bad_cleanup_setting_in_the_environment_is_refused_naming_it(
+    variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        cleanup_policy({variable: value})

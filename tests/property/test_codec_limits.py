@@ -27,6 +27,7 @@ from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
     InitialisePartitions,
+    ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     SplitFileReferenceRequest,
@@ -88,7 +89,9 @@ def with_dimension(draw: st.DrawFn, partition: Partition) -> Partition:
 @st.composite
 def transactions(draw: st.DrawFn, state: TableState) -> Transaction | None:
     """One transaction carrying drawn numbers, or None if the draw made no sense (a point outside a leaf)."""
-    kind = draw(st.sampled_from(["add", "split", "initialise", "replace", "split-references"]))
+    kind = draw(
+        st.sampled_from(["add", "split", "initialise", "replace", "split-references", "take-over", "release"])
+    )
     if kind == "add":
         partition_ids = draw(st.lists(st.sampled_from(["root", "p1", "p2"]), min_size=1, max_size=3))
         return AddFiles(tuple(draw(references(f"new-{i}.parquet", p)) for i, p in enumerate(partition_ids)))
@@ -104,6 +107,10 @@ def transactions(draw: st.DrawFn, state: TableState) -> Transaction | None:
         if kind == "split":
             return SplitPartition(parent, (left, right))
         return InitialisePartitions((parent, left, right))
+    if kind == "take-over":
+        return AssignJobIds((AssignJobIdRequest("resumed", "p1", ("in.parquet",)),), draw(NUMBERS))
+    if kind == "release":
+        return ReleaseClaims(("job",), draw(mostly(st.none(), NUMBERS)))
     if kind == "replace":
         output = draw(references("out.parquet", "p1"))
         return ReplaceFileReferences((ReplaceFileReferencesJob("job", "p1", ("in.parquet",), output),))

@@ -21,6 +21,7 @@ from statestore.transactions import (
     AssignJobIds,
     DeleteFiles,
     InitialisePartitions,
+    ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     SplitFileReferenceRequest,
@@ -84,6 +85,39 @@ def assign_jobs(data: st.DataObject, state: TableState, names: Names) -> Transac
     )
 
 
+def take_over_claims(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
+    """A resumed compaction: a new job takes over claims made before a time (and free references)."""
+    by_partition: dict[str, list[str]] = {}
+    for r in state.file_references():
+        by_partition.setdefault(r.partition_id, []).append(r.filename)
+    claim_times = sorted({r.last_update_time for r in state.file_references() if r.job_id is not None})
+    if not claim_times:
+        return None
+    cutoff = data.draw(st.sampled_from(claim_times)) + data.draw(st.sampled_from([0, 1]))
+    eligible: dict[str, list[str]] = {}
+    for r in state.file_references():
+        if r.job_id is None or r.last_update_time < cutoff:
+            eligible.setdefault(r.partition_id, []).append(r.filename)
+    if not eligible:
+        return None
+    partition_id = data.draw(st.sampled_from(sorted(eligible)))
+    filenames = tuple(sample(data, eligible[partition_id]))
+    return AssignJobIds((AssignJobIdRequest(names("job"), partition_id, filenames),), cutoff)
+
+
+def release_claims(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
+    """A failed job's release, or the sweep's (claims before a time); sometimes of a job holding nothing."""
+    jobs = sorted(state.claimed_references())
+    if not jobs:
+        return None
+    chosen = sample(data, jobs)
+    if data.draw(st.booleans()):
+        chosen.append(names("gone-job"))
+    times = sorted({r.last_update_time for r in state.file_references() if r.job_id is not None})
+    before = data.draw(st.none() | st.sampled_from(times).map(lambda t: t + 1))
+    return ReleaseClaims(tuple(chosen), claimed_before=before)
+
+
 def replace_references(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
     owned: dict[tuple[str, str], list[str]] = {}
     for r in state.file_references():
@@ -131,7 +165,7 @@ def delete_unreferenced(data: st.DataObject, state: TableState, names: Names) ->
 def invalid(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
     """A transaction that must be rejected on ``state``."""
     referenced = [f.filename for f in state.files() if f.references]
-    choice = data.draw(st.integers(0, 3))
+    choice = data.draw(st.integers(0, 4))
     if choice == 0 and state.files_by_name:
         existing = data.draw(st.sampled_from(sorted(state.files_by_name)))
         return AddFiles((ref(existing, state.leaf_partitions()[0].id),))
@@ -139,6 +173,12 @@ def invalid(data: st.DataObject, state: TableState, names: Names) -> Transaction
         return DeleteFiles((data.draw(st.sampled_from(sorted(referenced))),))
     if choice == 2:
         return AssignJobIds((AssignJobIdRequest("j", state.leaf_partitions()[0].id, (names("missing"),)),))
+    claimed = [r for r in state.file_references() if r.job_id is not None]
+    if choice == 3 and claimed:  # a take-over of a claim made at the limit, not before it
+        r = data.draw(st.sampled_from(sorted(claimed)))
+        return AssignJobIds(
+            (AssignJobIdRequest(names("job"), r.partition_id, (r.filename,)),), r.last_update_time
+        )
     return AddFiles((ref(names("file"), "no-such-partition"),))
 
 
@@ -149,6 +189,8 @@ VALID_OPERATIONS = [
     replace_references,
     split_references_down,
     delete_unreferenced,
+    take_over_claims,
+    release_claims,
 ]
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from statestore import cleanup
 from statestore.engine import TransactionLogStateStore
 from tests.simulation.world import InvariantViolation, run_seed
 
@@ -65,3 +66,17 @@ def test_the_simulation_catches_a_writer_that_does_not_recognise_its_own_entry(
             caught.append(str(e))
     assert caught, "the harness did not notice commits that landed being reported as failed"
     assert "replay: python -m tests.simulation --seed" in caught[0]
+
+
+def test_the_simulation_catches_a_cleanup_that_leaves_expired_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cleanup before claims could be released: a job that died after claiming held its files for ever.
+    monkeypatch.setattr(cleanup, "release_expired_claims", lambda store, before: ((), 0))
+
+    caught = []
+    for seed in range(20):
+        try:
+            run_seed(seed, 150)
+        except InvariantViolation as e:
+            caught.append(str(e))
+    assert caught, "the harness did not notice claims outliving their job"
+    assert "outlives the expiry" in caught[0]

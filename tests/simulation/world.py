@@ -8,8 +8,10 @@ replays exactly. Actors share a few tables:
   SQS's 5-minute deduplication window); they also send duplicates, stray copies in the wrong group or
   naming no table, requests that must be rejected, and garbage;
 - **committers** (1-3 instances; a crashed one is replaced by a cold one) take batches and report results;
-- **synchronous writers** commit directly; **compaction jobs** claim files and replace them;
-- the **snapshot** and **cleanup** jobs run over every table.
+- **synchronous writers** commit directly; **compaction jobs** claim files (some resuming: taking over
+  claims older than the expiry) and replace them, or release their claims when their merge fails or their
+  replace is rejected;
+- the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims.
 
 Faults are injected at every port call of every actor: throttling before a call, a lost response after a
 write that landed (seen as a connection error, or as botocore's retry failing the condition), a crash
@@ -25,7 +27,8 @@ appended (cleanup deletes entries from the log, not from the oracle):
    in none; a synchronous commit of a new file is never refused as invalid;
 3. a final status never changes;
 4. a fresh load (snapshot + tail) equals the full replay; numbers have no gaps;
-5. no data file the state references is deleted.
+5. no data file the state references is deleted; no claim outlives its job for ever: once a cleanup of a
+   table succeeds, the table holds no claim older than the expiry it swept with.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any, TypeVar
 
 from statestore import layout
 from statestore.catalog import InMemoryTableIndex, TableInfo
-from statestore.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_tables, snapshot_tables
+from statestore.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.commit_requests import CommitRequest, body_key, encode_request, new_request_id
 from statestore.committer import Committer, MessageOutcome, ReceivedMessage
@@ -81,6 +84,7 @@ from statestore.transactions import (
     AssignJobIds,
     ClearFiles,
     InitialisePartitions,
+    ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     SplitPartition,
@@ -97,7 +101,13 @@ VISIBILITY_TIMEOUT_MS = 6 * MINUTE  # longer than a committer runs, as the stack
 MAX_RECEIVES = 5
 DEDUPLICATION_WINDOW_MS = 5 * MINUTE
 MAX_CLOCK_SKEW_MS = 2 * MINUTE  # each actor's clock is off by at most this (the design tolerates 5 minutes)
-CLEANUP = CleanupPolicy(log_min_snapshot_age_ms=20 * MINUTE, snapshot_retention_ms=40 * MINUTE)
+CLAIM_EXPIRY_MS = 30 * MINUTE  # far longer than the clock skew, so a fresh claim never looks expired
+CLEANUP = CleanupPolicy(
+    log_min_snapshot_age_ms=20 * MINUTE,
+    snapshot_retention_ms=40 * MINUTE,
+    gc_delay_ms=10 * MINUTE,
+    claim_expiry_ms=CLAIM_EXPIRY_MS,
+)
 
 
 class Crash(BaseException):
@@ -106,6 +116,10 @@ class Crash(BaseException):
 
 class InvariantViolation(AssertionError):
     pass
+
+
+class _MergeFailed(Exception):
+    """A compaction job's merge failed after it claimed its inputs."""
 
 
 @dataclass(frozen=True)
@@ -538,25 +552,40 @@ class SyncWriter(Actor):
             pass
 
     def _compact(self, world: World, store: TransactionLogStateStore, state: TableState) -> None:
+        rng = world.rng
+        # A resumed compaction also takes references whose claim has expired (their job presumed dead).
+        cutoff = self.clock(world)() - CLAIM_EXPIRY_MS if rng.random() < 0.3 else None
         by_partition: dict[str, list[str]] = {}
         for ref in state.file_references():
-            if ref.job_id is None:
+            if ref.job_id is None or (cutoff is not None and ref.last_update_time < cutoff):
                 by_partition.setdefault(ref.partition_id, []).append(ref.filename)
         if not by_partition:
             return
-        partition_id = world.rng.choice(sorted(by_partition))
+        partition_id = rng.choice(sorted(by_partition))
         inputs = tuple(sorted(by_partition[partition_id])[:3])
         job_id = f"job-{world.next_id()}"
         try:
-            store.commit(AssignJobIds((AssignJobIdRequest(job_id, partition_id, inputs),)))
+            store.commit(AssignJobIds((AssignJobIdRequest(job_id, partition_id, inputs),), cutoff))
+        except (TransactionValidationError, CommitConflictError, StoreUnavailableError):
+            return  # a claim lost to another job, or of unknown outcome: the sweep releases it if it landed
+        try:
+            if rng.random() < 0.1:
+                raise _MergeFailed  # nothing written: the job releases its claim
             output = f"{layout.data_prefix(store.table_id)}{job_id}.parquet"
             world.blobs.inner.put(output, b"rows")
             new = FileReference(output, partition_id, 10 * len(inputs))
             store.commit(
                 ReplaceFileReferences((ReplaceFileReferencesJob(job_id, partition_id, inputs, new),))
             )
-        except (TransactionValidationError, CommitConflictError, StoreUnavailableError):
-            pass  # a claim lost to another job, or a job whose inputs a ClearFiles removed
+        except (_MergeFailed, TransactionValidationError):
+            # Final: nothing of this job will be committed (its inputs were taken over, or a ClearFiles
+            # removed them). A release of nothing is a no-op; one that fails is the sweep's to redo.
+            try:
+                store.commit(ReleaseClaims((job_id,)))
+            except (CommitConflictError, StoreUnavailableError):
+                pass
+        except (CommitConflictError, StoreUnavailableError):
+            pass  # the replace's outcome is unknown: its claim stays for the sweep
 
     def crashed(self, world: World) -> None:
         self.stores = {}
@@ -571,9 +600,23 @@ class Snapshotter(Actor):
 @dataclass(eq=False)
 class Cleaner(Actor):
     def step(self, world: World) -> None:
-        cleanup_tables(
-            world.tables, world.log, world.snapshots, world.blobs, policy=CLEANUP, clock=self.clock(world)
+        clock = self.clock(world)
+        outcomes = cleanup_tables(
+            world.tables, world.log, world.snapshots, world.blobs, policy=CLEANUP, clock=clock
         )
+        # 5: a cleanup that succeeded left no claim older than the expiry it swept with.
+        cutoff = clock() - CLAIM_EXPIRY_MS
+        for outcome in outcomes:
+            if outcome.report is None:
+                continue
+            oracle = world.oracle(outcome.table_id)
+            oracle.advance()
+            for ref in oracle.state.file_references():
+                if ref.job_id is not None and ref.last_update_time < cutoff:
+                    world.violation(
+                        f"table {outcome.table_id}: after a cleanup, job {ref.job_id}'s claim on "
+                        f"{ref.filename} (made at {ref.last_update_time}) outlives the expiry ({cutoff})"
+                    )
 
 
 class _DecodedOnce(SnapshotStore):
@@ -640,7 +683,7 @@ class World:
         self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1]
 
     def _create_table(self, name: str) -> None:
-        info = TableInfo.new(name, SCHEMA, {GC_DELAY_PROPERTY: "10"})
+        info = TableInfo.new(name, SCHEMA)
         self.tables.create(info)
         self.table_ids.append(info.table_id)
         store = TransactionLogStateStore(info.table_id, SCHEMA, self.log, clock=lambda: self.now)

@@ -8,8 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_client.compaction import compact
 from spark_client.ingest import ingest
 from spark_client.query import plan_query, query, region_of
+from statestore.cleanup import cleanup_table
+from statestore.engine import now_millis
 from statestore.schema import Schema
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, key_rows
 
@@ -104,3 +107,38 @@ def test_two_key_regions_on_a_table_split_on_both_dimensions(
 def test_an_unknown_row_key_in_a_region_is_refused(make_table: MakeTable) -> None:
     with pytest.raises(ValueError, match="not row keys of the table: \\['nope'\\]"):
         region_of(KEY_SCHEMA, {"nope": (1, 2)})
+
+
+def test_a_query_outliving_the_gc_delay_fails_saying_what_happened_and_what_to_do(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, [5_000])
+    rows = key_rows(400, seed=60) + key_rows(400, seed=61)
+    for batch in (rows[:400], rows[400:]):
+        ingest(dataframe(spark, KEY_SCHEMA, batch), table.store(), table.data, table.committer)
+    planned_on = table.store().state()
+    planned = planned_on.transaction_number
+    long_query = query(spark, table.store(), table.data)  # its file list is fixed now
+    compact(spark, table.store(), table.data, table.committer)
+    info = table.client.get_table(table.table_id)
+    hour = 60 * 60_000
+
+    def cleanup_after(hours: int) -> int:
+        now = now_millis() + hours * hour
+        report = cleanup_table(table.store(), info, table.client.snapshots, table.client.blobs, now=now)
+        return report.data_files_deleted
+
+    assert cleanup_after(11) == 0  # the default delay outlasts a query of hours
+    assert as_tuples(long_query) == sorted(rows)
+    assert cleanup_after(13) == len(planned_on.files_by_name)  # every file the query planned to read
+    # Cleanup deleted their objects from the store's blob store; these live in a local directory.
+    table.data.delete(list(planned_on.files_by_name))
+    with pytest.raises(Exception) as failed:
+        long_query.collect()
+
+    message = str(failed.value)
+    assert "is missing (not found). A query reads the file list of the state it was planned on" in message
+    assert f"(as of transaction {planned})" in message
+    assert "garbage collection deletes a file the GC delay after it left the state" in message
+    assert "Run the query again" in message and "raise the instance's gc_delay_minutes" in message
+    assert as_tuples(query(spark, table.store(), table.data)) == sorted(rows)

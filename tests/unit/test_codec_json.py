@@ -35,6 +35,7 @@ from statestore.transactions import (
     ClearFiles,
     DeleteFiles,
     InitialisePartitions,
+    ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     SplitFileReferenceRequest,
@@ -81,11 +82,15 @@ ASSIGN = AssignJobIds(
     )
 )
 
+# The AssignJobIds golden file has the optional take-over time; the batch's holds one without it.
+CLAIM_TIME = 1_767_225_600_000
+
 FIXED: dict[str, Transaction] = {
     "InitialisePartitions": InitialisePartitions((_root_split, _left, _right)),
     "SplitPartition": SplitPartition(_left_split, (_left_low, _left_high)),
     "AddFiles": ADD,
-    "AssignJobIds": ASSIGN,
+    "AssignJobIds": AssignJobIds(ASSIGN.requests, take_over_claimed_before=CLAIM_TIME),
+    "ReleaseClaims": ReleaseClaims(("compaction-7c1e", "compaction-9a02"), claimed_before=CLAIM_TIME),
     "ReplaceFileReferences": ReplaceFileReferences(
         (
             ReplaceFileReferencesJob(
@@ -145,6 +150,18 @@ def test_decoding_the_golden_file_gives_the_transaction(type_name: str) -> None:
     assert transaction_from_json(json.loads(text)) == FIXED[type_name]
 
 
+def test_an_unset_optional_time_is_left_out_and_a_body_without_it_reads_as_unset() -> None:
+    # The batch golden file holds an AssignJobIds written without the take-over time: as bodies were
+    # before the field existed.
+    assign = transaction_to_json(FIXED["Batch"])["items"][1]["transaction"]
+    assert "take_over_claimed_before" not in assign
+    assert transaction_from_json({"version": 1, **assign}) == ASSIGN
+    assert ASSIGN.take_over_claimed_before is None
+    release = ReleaseClaims(("job",))
+    assert transaction_to_json(release) == {"version": 1, "type": "ReleaseClaims", "job_ids": ["job"]}
+    assert transaction_from_json(transaction_to_json(release)) == release
+
+
 def test_bytes_keys_are_written_as_base64_objects() -> None:
     data = transaction_to_json(FIXED["InitialisePartitions"])
     left = data["partitions"][1]
@@ -197,7 +214,12 @@ simple_transactions: st.SearchStrategy[Transaction] = st.one_of(
     st.builds(InitialisePartitions, tuples_of(partitions)),
     st.builds(SplitPartition, partitions, tuples_of(partitions, max_size=2)),
     st.builds(AddFiles, tuples_of(references, max_size=20)),
-    st.builds(AssignJobIds, tuples_of(st.builds(AssignJobIdRequest, names, names, tuples_of(names)))),
+    st.builds(
+        AssignJobIds,
+        tuples_of(st.builds(AssignJobIdRequest, names, names, tuples_of(names))),
+        st.none() | ints,
+    ),
+    st.builds(ReleaseClaims, tuples_of(names), st.none() | ints),
     st.builds(
         ReplaceFileReferences,
         tuples_of(st.builds(ReplaceFileReferencesJob, names, names, tuples_of(names), references)),
@@ -385,6 +407,21 @@ MALFORMED: list[tuple[str, Any, str]] = [
         "partition not an object",
         with_change("InitialisePartitions", ["partitions", 0], "root"),
         "partitions[0]: expected a JSON object",
+    ),
+    (
+        "optional time is a bool",
+        with_change("ReleaseClaims", ["claimed_before"], True),
+        "claimed_before: expected an integer",
+    ),
+    (
+        "optional time is null",
+        with_change("AssignJobIds", ["take_over_claimed_before"], None),
+        "take_over_claimed_before: expected an integer",
+    ),
+    (
+        "job id is a number",
+        with_change("ReleaseClaims", ["job_ids", 0], 7),
+        "job_ids[0]: expected a string",
     ),
     (
         "nested batch",

@@ -1,0 +1,79 @@
+"""Checks the transactions share: a reference a transaction names, a new reference, a time it carries.
+
+Each raises a precise :class:`~statestore.errors.TransactionValidationError`. Numbers are checked against what
+every codec stores (int64 row counts and times in the Parquet snapshots; JSON cannot read a bool or a float
+back as an integer), so no accepted transaction can make a table impossible to snapshot.
+"""
+
+from __future__ import annotations
+
+from statestore.errors import (
+    FileNotFoundInStateError,
+    FileReferenceNotFoundError,
+    InvalidTransactionError,
+    PartitionNotFoundError,
+)
+from statestore.files import FileReference
+from statestore.schema import INT64_MAX, INT64_MIN, integer_problem
+from statestore.state import TableState
+
+
+def reference_in(state: TableState, filename: str, partition_id: str) -> FileReference:
+    """The reference to ``filename`` in ``partition_id``; raises if the file or the reference is missing."""
+    table_file = state.files_by_name.get(filename)
+    if table_file is None:
+        raise FileNotFoundInStateError(filename)
+    ref = table_file.reference_in(partition_id)
+    if ref is None:
+        raise FileReferenceNotFoundError(filename, partition_id)
+    return ref
+
+
+def check_new_reference(state: TableState, ref: FileReference) -> None:
+    """Check a reference a transaction adds: a filename, storable fields, no job, a partition that exists."""
+    if not isinstance(ref.filename, str) or not ref.filename:
+        raise InvalidTransactionError(
+            f"a file reference needs a non-empty filename (a string), got {ref.filename!r}"
+        )
+    check_reference_fields(ref)
+    if ref.job_id is not None:
+        raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")
+    if ref.partition_id not in state.partitions_by_id:
+        raise PartitionNotFoundError(ref.partition_id)
+
+
+def check_reference_fields(ref: FileReference) -> None:
+    """Check a reference's counts, times and flags have the types and ranges every codec stores.
+
+    Snapshots hold row counts and update times as int64; JSON writes a bool or a float as it is and then
+    cannot read it back as an integer field, nor an int back as a flag.
+    """
+    where = f"file {ref.filename!r} in partition {ref.partition_id!r}"
+    rows = ref.number_of_rows
+    if isinstance(rows, int) and rows < 0:
+        raise InvalidTransactionError(f"file {ref.filename!r} has a negative row count {rows}")
+    if not isinstance(ref.partition_id, str):
+        raise InvalidTransactionError(f"{where}: partition_id must be a string")
+    for name, value, low in (
+        ("number_of_rows", ref.number_of_rows, 0),
+        ("last_update_time", ref.last_update_time, INT64_MIN),
+    ):
+        problem = integer_problem(value, low, INT64_MAX, "int64")
+        if problem is not None:
+            raise InvalidTransactionError(f"{where}: {name} {problem}")
+    for name, flag in (
+        ("count_approximate", ref.count_approximate),
+        ("only_contains_data_for_this_partition", ref.only_contains_data_for_this_partition),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidTransactionError(f"{where}: {name} must be True or False, got {flag!r}")
+    if ref.job_id is not None and not isinstance(ref.job_id, str):
+        raise InvalidTransactionError(f"{where}: job_id must be a string or None, got {ref.job_id!r}")
+
+
+def check_epoch_ms(name: str, value: int | None) -> None:
+    """Check an optional time a transaction carries (epoch ms) is an int64, as the codecs store it."""
+    if value is not None:
+        problem = integer_problem(value, INT64_MIN, INT64_MAX, "int64")
+        if problem is not None:
+            raise InvalidTransactionError(f"{name} (epoch ms) {problem}")

@@ -1,0 +1,206 @@
+"""Claims: ReleaseClaims un-assigns a job's references, AssignJobIds may take over claims older than a time,
+and a job whose claim was released or taken over can no longer commit its replacement."""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore.errors import (
+    AllJobsRejectedError,
+    FileReferenceAssignedToJobError,
+    FileReferenceNotAssignedToJobError,
+    InvalidTransactionError,
+)
+from statestore.state import TableState
+from statestore.transactions import (
+    AssignJobIdRequest,
+    AssignJobIds,
+    ReleaseClaims,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
+from tests.builders import commit, ref
+from tests.unit.test_transactions import T0, assert_rejected, standard_state
+
+CLAIMED_AT = 5_000  # job1 claims a and b in p1 then; job2 claims c in p2 at LATER
+LATER = 9_000
+
+
+def claimed_state() -> TableState:
+    state = standard_state()
+    commit(state, AssignJobIds((AssignJobIdRequest("job1", "p1", ("a.parquet", "b.parquet")),)), CLAIMED_AT)
+    commit(state, AssignJobIds((AssignJobIdRequest("job2", "p2", ("c.parquet",)),)), LATER)
+    return state
+
+
+def owners(state: TableState) -> dict[tuple[str, str], tuple[str | None, int]]:
+    return {(r.filename, r.partition_id): (r.job_id, r.last_update_time) for r in state.file_references()}
+
+
+# --- ReleaseClaims ------------------------------------------------------------------------------------
+
+
+def test_release_claims_un_assigns_the_jobs_references_stamped_with_the_update_time() -> None:
+    state = claimed_state()
+
+    commit(state, ReleaseClaims(("job1",)), 12_000)
+
+    assert owners(state) == {
+        ("a.parquet", "p1"): (None, 12_000),
+        ("b.parquet", "p1"): (None, 12_000),
+        ("b.parquet", "p2"): (None, T0),
+        ("c.parquet", "p2"): ("job2", LATER),
+    }
+    assert state.file("a.parquet").last_update_time == 12_000
+    assert state.file("c.parquet").last_update_time == LATER
+    # The released references can be claimed again.
+    commit(state, AssignJobIds((AssignJobIdRequest("job3", "p1", ("a.parquet", "b.parquet")),)))
+
+
+def test_release_claims_made_before_a_time_keeps_younger_claims() -> None:
+    state = claimed_state()
+
+    commit(state, ReleaseClaims(("job1", "job2"), claimed_before=LATER), 12_000)
+
+    assert owners(state)[("a.parquet", "p1")] == (None, 12_000)
+    assert owners(state)[("c.parquet", "p2")] == ("job2", LATER)  # claimed at the limit, not before it
+    commit(state, ReleaseClaims(("job2",), claimed_before=LATER + 1), 13_000)
+    assert owners(state)[("c.parquet", "p2")] == (None, 13_000)
+
+
+def test_releasing_a_job_that_holds_nothing_is_accepted_and_changes_nothing() -> None:
+    # A retry after a lost response, or a release racing the job's own commit: neither needs to know.
+    state = claimed_state()
+    commit(state, ReleaseClaims(("job1",)), 12_000)
+    files = dict(state.files_by_name)
+
+    for again in (ReleaseClaims(("job1",)), ReleaseClaims(("never-ran",)), ReleaseClaims(("job2",), 0)):
+        commit(state, again, 20_000)
+
+    assert state.files_by_name == files
+    assert all(state.files_by_name[name] is f for name, f in files.items())
+
+
+@pytest.mark.parametrize(
+    ("transaction", "match"),
+    [
+        (ReleaseClaims(()), "at least one job id"),
+        (ReleaseClaims(("",)), "job id must be a non-empty string, got ''"),
+        (ReleaseClaims((7,)), "job id must be a non-empty string, got 7"),  # type: ignore[arg-type]
+        (ReleaseClaims(("job1", "job1")), "lists a job id more than once"),
+        (ReleaseClaims(("job1",), True), r"claimed_before \(epoch ms\) needs an integer, got bool"),
+        (ReleaseClaims(("job1",), 1.5), r"claimed_before \(epoch ms\) needs an integer, got float"),  # type: ignore[arg-type]
+        (ReleaseClaims(("job1",), 2**63), r"claimed_before \(epoch ms\) value .* is out of range"),
+    ],
+    ids=["no-jobs", "empty-id", "id-not-a-string", "listed-twice", "bool-time", "float-time", "huge-time"],
+)
+def test_release_claims_is_rejected(transaction: ReleaseClaims, match: str) -> None:
+    assert_rejected(claimed_state(), transaction, InvalidTransactionError, match)
+
+
+def test_a_job_whose_claim_was_released_cannot_commit_its_replacement() -> None:
+    state = claimed_state()
+    commit(state, ReleaseClaims(("job1",)), 12_000)
+    replace = ReplaceFileReferences(
+        (ReplaceFileReferencesJob("job1", "p1", ("a.parquet", "b.parquet"), ref("out", "p1", 30)),)
+    )
+
+    error = assert_rejected(state, replace, AllJobsRejectedError, "not assigned to job 'job1'")
+
+    assert isinstance(error, AllJobsRejectedError) and "it is assigned to no job" in str(error)
+    assert isinstance(error.failures[0][1], FileReferenceNotAssignedToJobError)
+
+
+# --- AssignJobIds taking over expired claims ----------------------------------------------------------
+
+
+def test_assign_job_ids_takes_over_claims_made_before_the_given_time_in_one_step() -> None:
+    state = claimed_state()
+    take_over = AssignJobIds(
+        (AssignJobIdRequest("resumed", "p1", ("a.parquet", "b.parquet")),), take_over_claimed_before=LATER
+    )
+
+    commit(state, take_over, 12_000)
+
+    assert owners(state)[("a.parquet", "p1")] == ("resumed", 12_000)
+    assert owners(state)[("b.parquet", "p1")] == ("resumed", 12_000)
+    assert "job1" not in state.claimed_references()
+    # The dead job, should it commit after all, is refused: its inputs now belong to the new job.
+    late = ReplaceFileReferences(
+        (ReplaceFileReferencesJob("job1", "p1", ("a.parquet", "b.parquet"), ref("out", "p1", 30)),)
+    )
+    error = assert_rejected(state, late, AllJobsRejectedError, "it is assigned to job 'resumed'")
+    assert isinstance(error, AllJobsRejectedError)
+    assert isinstance(error.failures[0][1], FileReferenceNotAssignedToJobError)
+
+
+def test_a_take_over_also_claims_unassigned_references() -> None:
+    state = claimed_state()
+
+    commit(
+        state,
+        AssignJobIds(
+            (
+                AssignJobIdRequest("resumed", "p1", ("a.parquet",)),
+                AssignJobIdRequest("resumed", "p2", ("b.parquet",)),
+            ),
+            take_over_claimed_before=LATER,
+        ),
+        12_000,
+    )
+
+    assert owners(state)[("b.parquet", "p2")] == ("resumed", 12_000)
+
+
+@pytest.mark.parametrize(
+    ("take_over_claimed_before", "match"),
+    [
+        (None, r"already assigned to job 'job2'$"),
+        (
+            LATER,
+            "already assigned to job 'job2' .claimed at 9000, not before 9000: its job may still be running",
+        ),
+    ],
+    ids=["no-take-over", "claim-too-young"],
+)
+def test_a_claim_that_is_not_old_enough_is_not_taken_over_and_nothing_is(
+    take_over_claimed_before: int | None, match: str
+) -> None:
+    state = claimed_state()
+    transaction = AssignJobIds(
+        (AssignJobIdRequest("resumed", "p2", ("b.parquet", "c.parquet")),), take_over_claimed_before
+    )
+
+    error = assert_rejected(state, transaction, FileReferenceAssignedToJobError, match)
+
+    assert isinstance(error, FileReferenceAssignedToJobError) and error.job_id == "job2"
+
+
+def test_a_take_over_cannot_claim_one_reference_for_two_jobs() -> None:
+    state = claimed_state()
+    transaction = AssignJobIds(
+        (
+            AssignJobIdRequest("first", "p1", ("a.parquet",)),
+            AssignJobIdRequest("second", "p1", ("a.parquet",)),
+        ),
+        take_over_claimed_before=LATER,
+    )
+
+    assert_rejected(state, transaction, FileReferenceAssignedToJobError, "already assigned to job 'first'")
+
+
+@pytest.mark.parametrize("cutoff", [True, 1.5, -(2**63) - 1], ids=["bool", "float", "below-int64"])
+def test_a_take_over_time_the_codecs_cannot_hold_is_rejected(cutoff: object) -> None:
+    transaction = AssignJobIds((AssignJobIdRequest("j", "p1", ("a.parquet",)),), cutoff)  # type: ignore[arg-type]
+    assert_rejected(claimed_state(), transaction, InvalidTransactionError, "take_over_claimed_before")
+
+
+def test_claimed_references_groups_claims_by_job_and_filters_by_claim_time() -> None:
+    state = claimed_state()
+
+    by_job = {job: sorted(r.filename for r in refs) for job, refs in state.claimed_references().items()}
+    old = {job: sorted(r.filename for r in refs) for job, refs in state.claimed_references(LATER).items()}
+
+    assert by_job == {"job1": ["a.parquet", "b.parquet"], "job2": ["c.parquet"]}
+    assert old == {"job1": ["a.parquet", "b.parquet"]}
+    assert state.claimed_references(CLAIMED_AT) == {}
