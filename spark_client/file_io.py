@@ -6,17 +6,23 @@ and in tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark_client.columns import arrow_schema, region_filter
+from spark_client.columns import arrow_schema, region_filter, sort_columns
 from spark_client.data_store import DataStore
 from spark_client.errors import DataFileMissingError
-from statestore.partitions import Region
+from spark_client.merge import MERGE_BATCH_ROWS, UnsortedInputError, merge_sorted, read_runs, sort_into_runs
+from statestore.partitions import Range, Region
 from statestore.schema import Schema
+
+_log = logging.getLogger(__name__)
 
 # Rows per Arrow batch while writing: big enough for good row groups, small enough to bound a task's memory.
 WRITE_BATCH_ROWS = 131_072
@@ -81,6 +87,126 @@ def read_files(data: DataStore, schema: Schema, parts: Iterable[tuple[str, Regio
     target = arrow_schema(schema)
     tables = [read_file(data, filename, schema, region).cast(target) for filename, region in parts]
     return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def read_batches(
+    data: DataStore,
+    filename: str,
+    schema: Schema,
+    region: Region | None,
+    batch_rows: int = MERGE_BATCH_ROWS,
+    columns: list[str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``filename`` within ``region`` (all if None) as a stream of batches, in file order.
+
+    Holds one row group's compressed column chunks and one batch of ``batch_rows`` decoded rows at a time.
+    Row groups whose row key statistics lie outside the region are not read. Batches have the table's
+    Arrow schema (only ``columns``, if given). Raises :class:`DataFileMissingError` when the object is gone.
+    """
+    target = arrow_schema(schema)
+    if columns is not None:
+        target = pa.schema([target.field(name) for name in columns])
+    try:
+        file = pq.ParquetFile(data.path(filename), filesystem=data.filesystem())
+    except FileNotFoundError as e:
+        raise DataFileMissingError(f"data file {data.uri(filename)} is missing: {e}") from e
+    with file:
+        groups = list(range(file.metadata.num_row_groups))
+        expression = None
+        if region is not None:
+            groups = [g for g in groups if _row_group_may_overlap(file.metadata.row_group(g), schema, region)]
+            expression = region_filter(schema, region)
+            if expression.equals(pc.scalar(True)):
+                expression = None
+        if not groups:
+            return
+        for batch in file.iter_batches(batch_size=batch_rows, row_groups=groups, columns=target.names):
+            if expression is not None:
+                batch = batch.filter(expression)
+            if batch.num_rows:
+                yield batch.cast(target)
+
+
+def _row_group_may_overlap(group: pq.RowGroupMetaData, schema: Schema, region: Region) -> bool:
+    """False only if a row key column's min/max statistics put the whole row group outside ``region``."""
+    columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    for field, key_range in zip(schema.row_keys, region.ranges, strict=True):
+        column = columns.get(field.name)
+        statistics = column.statistics if column is not None else None
+        if statistics is None or not statistics.has_min_max:
+            continue
+        if not _may_overlap(statistics.min, statistics.max, key_range):
+            return False
+    return True
+
+
+def _may_overlap(low: Any, high: Any, key_range: Range) -> bool:
+    try:
+        return not (high < key_range.min or (key_range.max is not None and low >= key_range.max))
+    except TypeError:  # statistics of another type than the key (a foreign file): read the row group
+        return True
+
+
+def merge_files(
+    data: DataStore,
+    schema: Schema,
+    parts: Sequence[tuple[str, Region | None]],
+    output: str,
+    *,
+    batch_rows: int = MERGE_BATCH_ROWS,
+) -> int:
+    """Merge sorted data files, each restricted to its region, into the sorted file ``output``; its rows.
+
+    A streaming k-way merge (:mod:`spark_client.merge`): memory is about ``len(parts) x batch_rows`` rows
+    plus the writer's buffer, whatever the files' sizes. Rows of equal keys keep the order of ``parts``.
+
+    A file found not sorted by row keys then sort keys (nulls first) — one written by another tool, or by
+    compaction before it sorted nulls first — is not trusted: a warning names it, it is sorted on local
+    disk (in bounded memory, see :func:`spark_client.merge.sort_into_runs`) and the merge starts again,
+    rewriting ``output``. That costs a second pass but never an unsorted output, and one such file does
+    not stop the table's compaction.
+    """
+    target = arrow_schema(schema)
+    keys = sort_columns(schema)
+    unsorted: set[int] = set()  # indexes in ``parts`` of the files to sort before merging
+    while True:
+        with tempfile.TemporaryDirectory(prefix="statestore-merge-") as spill:
+            inputs: list[Iterable[pa.RecordBatch]] = []
+            part_of_input: list[int] = []
+            for index, (filename, region) in enumerate(parts):
+                batches = read_batches(data, filename, schema, region, batch_rows)
+                if index in unsorted:
+                    runs = read_runs(sort_into_runs(batches, keys, target, spill, batch_rows=batch_rows))
+                    inputs.extend(runs)
+                    part_of_input.extend([index] * len(runs))
+                else:
+                    inputs.append(batches)
+                    part_of_input.append(index)
+            writer = DataFileWriter(data, output, target)
+            try:
+                for table in merge_sorted(inputs, keys, target):
+                    writer.write_table(table)
+            except UnsortedInputError as e:
+                writer.close()
+                index = part_of_input[e.input_index]
+                if index in unsorted:  # a run we sorted ourselves is out of order: a defect, not the data
+                    data.delete([output])
+                    raise
+                _log.warning(
+                    "data file %s is not sorted by %s (nulls first): %s; sorting it on local disk and "
+                    "merging again",
+                    data.uri(parts[index][0]),
+                    keys,
+                    e,
+                )
+                unsorted.add(index)
+                continue
+            except BaseException:
+                writer.close()
+                data.delete([output])  # leave nothing half-written behind
+                raise
+            writer.close()
+            return writer.rows
 
 
 def table_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
