@@ -148,6 +148,11 @@ class KeySample:
             self._threshold = pc.max(pool.column(_PRIORITY)).as_py()
         self._pool, self._pooled = [pool], pool.num_rows
 
+    @property
+    def held_rows(self) -> int:
+        """Rows the sample holds now: at most ``2 x capacity``."""
+        return self._pooled
+
     def column(self, dimension: int) -> pa.Array:
         """The sampled values of key column ``dimension`` (at most ``capacity``), in no particular order."""
         self._shrink()
@@ -166,7 +171,7 @@ def _two_smallest(current: tuple[Key | None, Key | None], column: pa.Array) -> t
     return (values[0] if values else None, values[1] if len(values) > 1 else None)
 
 
-def _decide(
+def decide_split(
     schema: Schema,
     data: DataStore,
     partition_id: str,
@@ -238,7 +243,7 @@ def split_partitions(
 
     def decide(items: Iterable[tuple[str, Region, list[str], int, int]]) -> Iterator[SplitDecision]:
         for partition_id, region, files, rows, hint in items:
-            yield _decide(schema, data, partition_id, region, files, rows, hint, strategy)
+            yield decide_split(schema, data, partition_id, region, files, rows, hint, strategy)
 
     decisions = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(decide).collect()
     done = []
