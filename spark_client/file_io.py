@@ -26,6 +26,8 @@ _log = logging.getLogger(__name__)
 
 # Rows per Arrow batch while writing: big enough for good row groups, small enough to bound a task's memory.
 WRITE_BATCH_ROWS = 131_072
+# ...or fewer when the rows are wide: a writer buffers at most about this many bytes.
+WRITE_BATCH_BYTES = 32 * 1024 * 1024
 
 # A column chunk stops dictionary encoding once its dictionary passes this size. Parquet's default (1 MB)
 # let every row group of a high-cardinality column (keys, timestamps, unique strings) hash and store about
@@ -35,8 +37,8 @@ DICTIONARY_PAGE_BYTES = 64 * 1024
 
 
 class DataFileWriter:
-    """Writes one sorted data file, buffering slices into row groups of ``WRITE_BATCH_ROWS``, and counts its
-    rows exactly."""
+    """Writes one sorted data file, buffering slices into row groups of ``WRITE_BATCH_ROWS`` (fewer if they
+    would pass ``WRITE_BATCH_BYTES``), and counts its rows exactly."""
 
     def __init__(self, data: DataStore, filename: str, schema: pa.Schema) -> None:
         self.filename = filename
@@ -45,6 +47,7 @@ class DataFileWriter:
         self._schema = schema
         self._buffer: list[pa.Table] = []
         self._buffered = 0
+        self._buffered_bytes = 0
         self._writer = pq.ParquetWriter(
             data.path(filename),
             schema,
@@ -58,14 +61,15 @@ class DataFileWriter:
         if table.num_rows:
             self._buffer.append(table)
             self._buffered += table.num_rows
+            self._buffered_bytes += table.nbytes
             self.rows += table.num_rows
-            if self._buffered >= WRITE_BATCH_ROWS:
+            if self._buffered >= WRITE_BATCH_ROWS or self._buffered_bytes >= WRITE_BATCH_BYTES:
                 self._flush()
 
     def _flush(self) -> None:
         if self._buffer:
             self._writer.write_table(pa.concat_tables(self._buffer), row_group_size=WRITE_BATCH_ROWS * 8)
-            self._buffer, self._buffered = [], 0
+            self._buffer, self._buffered, self._buffered_bytes = [], 0, 0
 
     def close(self) -> None:
         try:

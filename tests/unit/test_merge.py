@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_client import file_io
 from spark_client.columns import arrow_schema, field_type
 from spark_client.data_store import DataStore
 from spark_client.errors import DataFileMissingError
@@ -318,3 +319,21 @@ def test_batches_have_the_table_schema_whatever_the_file_types(tmp_path: Path) -
     (batch,) = read_batches(store, "f.parquet", schema, None)
 
     assert batch.schema == arrow_schema(schema) and batch.column("key").type == field_type("int")
+
+
+def test_a_writer_of_wide_rows_cuts_row_groups_by_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_io, "WRITE_BATCH_BYTES", 10_000)
+    schema = Schema.of({"key": "long"}, values={"v": "string"})
+    store = DataStore.local(tmp_path)
+    writer = file_io.DataFileWriter(store, "wide.parquet", arrow_schema(schema))
+    for start in range(0, 1_000, 10):  # tables of 10 rows of about 1,000 bytes each
+        writer.write_table(
+            pa.table({"key": range(start, start + 10), "v": ["x" * 1_000] * 10}, schema=arrow_schema(schema))
+        )
+    writer.close()
+
+    metadata = pq.ParquetFile(store.path("wide.parquet")).metadata
+    assert writer.rows == metadata.num_rows == 1_000
+    assert [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)] == [10] * 100
