@@ -77,6 +77,15 @@ class DataFileWriter:
         finally:
             self._writer.close()
 
+    def abort(self) -> None:
+        """Stop writing after a failure: drop the buffered rows and release the file (the caller deletes
+        it). Never raises, so the failure that led here is the one reported."""
+        self._buffer, self._buffered, self._buffered_bytes = [], 0, 0
+        try:
+            self._writer.close()
+        except Exception:  # the writer may be what failed; the file is deleted anyway
+            pass
+
 
 def read_file(
     data: DataStore, filename: str, schema: Schema, region: Region | None, columns: list[str] | None = None
@@ -203,7 +212,7 @@ def merge_files(
                 for table in merge_sorted(inputs, keys, target):
                     writer.write_table(table)
             except UnsortedInputError as e:
-                writer.close()
+                writer.abort()
                 index = part_of_input[e.input_index]
                 if index in unsorted:  # a run we sorted ourselves is out of order: a defect, not the data
                     data.delete([output])
@@ -218,7 +227,7 @@ def merge_files(
                 unsorted.add(index)
                 continue
             except BaseException:
-                writer.close()
+                writer.abort()
                 data.delete([output])  # leave nothing half-written behind
                 raise
             writer.close()
