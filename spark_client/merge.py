@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-# Rows per batch read from each input. Memory is about (inputs + 1) x this x the row width, plus what the
-# output writer buffers.
+# Rows per batch read from each input. A merge holds one batch per input, a round's slices and their sorted
+# copy (2 x inputs x this x the row width at most), plus what the inputs' readers and the output's writer
+# buffer (see spark_client.file_io.merge_files).
 MERGE_BATCH_ROWS = 16_384
 
 # Rows sorted in memory at a time when an unsorted input must be sorted on disk, and how many sorted runs
