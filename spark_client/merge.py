@@ -108,13 +108,19 @@ class _Input:
 
     def end_of(self, watermark: RowKey, inclusive: bool) -> int:
         """Where the rows of the current batch at (``inclusive``) or below ``watermark`` end."""
-        assert self.batch is not None
+        assert self.batch is not None and self.last is not None
         batch = self.batch
-        low, high = self.position, batch.num_rows
-        while low < high:  # first row whose key is above (or, not inclusive, at or above) the watermark
+
+        def below(key: RowKey) -> bool:
+            return key < watermark or (inclusive and key == watermark)
+
+        if below(self.last):  # the whole rest of the batch (common when the inputs' batches line up)
+            return batch.num_rows
+        columns = [batch.column(k) for k in self._keys]
+        low, high = self.position, batch.num_rows - 1  # the last row is not below
+        while low < high:  # the first row that is not below the watermark
             middle = (low + high) // 2
-            key = self.key_at(batch, middle)
-            if key < watermark or (inclusive and key == watermark):
+            if below(tuple(_part(column[middle].as_py()) for column in columns)):
                 low = middle + 1
             else:
                 high = middle
