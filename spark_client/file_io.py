@@ -122,7 +122,7 @@ def read_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``filename`` within ``region`` (all if None) as a stream of batches, in file order.
 
-    Holds one row group's column chunks and one batch of ``batch_rows`` decoded rows at a time (about 10 MB
+    Holds one row group's column chunks and one batch of ``batch_rows`` decoded rows at a time (a few MB
     for a row group of 131,072 rows of a few small columns), whatever the file's size.
     Row groups whose row key statistics lie outside the region are not read. Batches have the table's
     Arrow schema (only ``columns``, if given). Raises :class:`DataFileMissingError` when the object is gone.
@@ -185,9 +185,9 @@ def merge_files(
     A streaming k-way merge (:mod:`spark_client.merge`). Its memory does not depend on the files' sizes:
     per input, a batch of ``batch_rows`` rows and the row group being decoded (:func:`read_batches`), and
     the writer's buffer (at most ``WRITE_BATCH_ROWS`` rows or ``WRITE_BATCH_BYTES``). Measured peak of
-    Arrow memory on rows of about 45 bytes: 21 MiB with 4 inputs, 142 MiB with 32 (the most a compaction
-    job takes), the same for 0.5M and 8M rows (``benchmarks/bench_compaction_memory.py``). Rows of equal
-    keys keep the order of ``parts``.
+    Arrow memory on rows of about 45 bytes: 21 MiB with 4 inputs, 142 MiB with 32 (a compaction job's
+    ``max_files`` by default), the same for 0.5M and 8M rows (``benchmarks/bench_compaction_memory.py``).
+    Rows of equal keys keep the order of ``parts``.
 
     A file found not sorted by row keys then sort keys (nulls first) — one written by another tool, or by
     compaction before it sorted nulls first — is not trusted: a warning names it, it is sorted on local
@@ -215,6 +215,7 @@ def merge_files(
             try:
                 for table in merge_sorted(inputs, keys, target):
                     writer.write_table(table)
+                writer.close()
             except UnsortedInputError as e:
                 writer.abort()
                 index = part_of_input[e.input_index]
@@ -234,7 +235,6 @@ def merge_files(
                 writer.abort()
                 data.delete([output])  # leave nothing half-written behind
                 raise
-            writer.close()
             return writer.rows
 
 
