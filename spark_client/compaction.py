@@ -13,9 +13,10 @@ One run:
    stops here without writing anything. A resumed claim takes the expired claims over in the same
    transaction (``take_over_claimed_before``), so no file is ever claimed by two jobs, and the dead job's
    replace, should it arrive after all, is rejected.
-4. **Merge**: one Spark task per claimed job reads its input files restricted to the partition's region
-   (a file referenced from several partitions holds rows of the others too), sorts by row and sort keys,
-   and writes one file with its exact row count.
+4. **Merge**: one Spark task per claimed job streams its input files, restricted to the partition's
+   region (a file referenced from several partitions holds rows of the others too), through a k-way merge
+   by row and sort keys into one file with its exact row count. Each input is already sorted, so the task
+   holds a batch per input, not the partition (:mod:`spark_client.merge`).
 5. **Commit**: one ReplaceFileReferences for all finished jobs; each job is checked on its own.
 
 Claims never stick. When a job's outcome is known to be final it releases its claims (ReleaseClaims): its
@@ -42,14 +43,12 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from spark_client.columns import arrow_schema, sort_columns
 from spark_client.committer import CommitOutcome, Committer
 from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
-from spark_client.file_io import DataFileWriter, read_files
+from spark_client.file_io import merge_files
 from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
 from statestore.engine import TransactionLogStateStore, now_millis
 from statestore.errors import StateStoreError
@@ -250,16 +249,14 @@ def release_claims(table_id: str, committer: Committer, jobs: Sequence[Compactio
 
 
 def merge_job(schema: Schema, data: DataStore, job: CompactionJob) -> FinishedJob:
-    """Read the job's inputs within its partition's region, sort them and write the output file."""
-    table = read_files(data, schema, [(filename, job.region) for filename in job.input_files])
-    keys = sort_columns(schema)
-    table = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]))
-    writer = DataFileWriter(data, job.output_file, arrow_schema(schema))
-    try:
-        writer.write_table(table)
-    finally:
-        writer.close()
-    return FinishedJob(job, writer.rows)
+    """Merge the job's inputs, within its partition's region, into its output file; count its rows exactly.
+
+    A streaming merge of the sorted inputs (:func:`spark_client.file_io.merge_files`): a task's memory
+    does not grow with the partition's size. If it fails, no output file is left behind.
+    """
+    parts = [(filename, job.region) for filename in job.input_files]
+    rows = merge_files(data, schema, parts, job.output_file)
+    return FinishedJob(job, rows)
 
 
 def run_jobs(

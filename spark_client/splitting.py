@@ -1,14 +1,17 @@
 """Partition splitting: leaves holding more rows than a threshold are split at the median of their data.
 
-For each leaf over the threshold one Spark task reads only the row key column(s) of the leaf's files
-(references on the leaf and on its ancestors, restricted to the leaf's region), chooses the dimension and
-the split point, and the driver commits one SplitPartition per leaf. Files stay where they are: references
-on the split partition are pushed down to the new leaves by the next compaction.
+For each leaf over the threshold one Spark task streams only the row key column(s) of the leaf's files
+(references on the leaf and on its ancestors, restricted to the leaf's region) through a bounded uniform
+sample (:class:`KeySample`), chooses the dimension and an approximate median as the split point from it,
+and the driver commits one SplitPartition per leaf. A task's memory is the sample's, not the leaf's. Files
+stay where they are: references on the split partition are pushed down to the new leaves by the next
+compaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -17,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from spark_client.committer import CommitOutcome, Committer
 from spark_client.data_store import DataStore
-from spark_client.file_io import read_file
+from spark_client.file_io import read_batches
 from spark_client.leaves import depth
 from statestore.engine import TransactionLogStateStore
 from statestore.partitions import Partition, Region, new_partition_id
@@ -26,7 +29,12 @@ from statestore.state import TableState
 from statestore.transactions import SplitPartition
 
 ROTATE = "rotate"  # split on dimension depth % number of row keys
-MOST_DISTINCT = "most_distinct"  # split on the row key with the most distinct values in the partition
+MOST_DISTINCT = "most_distinct"  # split on the row key with the most distinct values in the sample
+
+# Rows of row keys a split task keeps in its sample: the median it picks is within 1% of rows of the true
+# median except with probability 4e-9 (see KeySample).
+SAMPLE_ROWS = 100_000
+_PRIORITY = "__statestore_priority"
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,90 @@ def choose_split_point(values: pa.Array, region_min: Key) -> Key | None:
     return bytes(median) if isinstance(median, bytearray) else median
 
 
-def _decide(
+class KeySample:
+    """A uniform random sample of up to ``capacity`` rows' row keys from a stream of batches, in bounded
+    memory, with each key column's exact two smallest distinct values.
+
+    Each row gets a random priority and the sample is the ``capacity`` rows of lowest priority (a bottom-k
+    sketch, i.e. a uniform sample without replacement); the task holds at most ``2 x capacity`` sampled
+    rows and one batch. While the stream has at most ``capacity`` rows the sample is all of it, and the
+    median is exact.
+
+    **Accuracy.** Above that, the sample's empirical distribution is within ``e`` of the leaf's at every
+    key, except with probability at most ``2 exp(-2 capacity e^2)`` (the Dvoretzky-Kiefer-Wolfowitz bound;
+    sampling without replacement only tightens it). So the fraction of the leaf's rows below the sample's
+    median is ``1/2 +- e``: with the default 100,000 rows, within 1% except with probability 4e-9, within
+    0.5% except with probability 0.014. (Many rows sharing one key value move any median, exact or not, to
+    a boundary of that value.)
+
+    The priorities come from ``seed``, so the same files give the same sample.
+    """
+
+    def __init__(self, names: Sequence[str], capacity: int = SAMPLE_ROWS, seed: int = 0) -> None:
+        if capacity < 2:
+            raise ValueError(f"a key sample needs a capacity of at least 2 rows, got {capacity}")
+        self.names = list(names)
+        self.capacity = capacity
+        self.rows = 0  # rows seen
+        self._seed = seed
+        self._batches = 0
+        self._pool: list[pa.Table] = []
+        self._pooled = 0
+        self._threshold: float | None = None  # rows with a priority at or above it cannot enter
+        self._lowest: list[tuple[Key | None, Key | None]] = [(None, None) for _ in self.names]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Add a batch holding (at least) the key columns."""
+        if batch.num_rows == 0:
+            return
+        self.rows += batch.num_rows
+        for dimension, name in enumerate(self.names):
+            self._lowest[dimension] = _two_smallest(self._lowest[dimension], batch.column(name))
+        priorities = pc.random(batch.num_rows, initializer=self._seed * 1_000_003 + self._batches)
+        self._batches += 1
+        table = pa.Table.from_batches([batch.select(self.names)]).append_column(_PRIORITY, priorities)
+        if self._threshold is not None:
+            table = table.filter(pc.less(table.column(_PRIORITY), self._threshold))
+        self._pool.append(table)
+        self._pooled += table.num_rows
+        if self._pooled > 2 * self.capacity:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        if not self._pool:
+            return
+        pool = pa.concat_tables(self._pool)
+        if pool.num_rows > self.capacity:
+            # A sort of the priorities alone: three times quicker here than select_k_unstable's heap.
+            lowest = pc.sort_indices(pool.column(_PRIORITY)).slice(0, self.capacity)
+            pool = pool.take(lowest)
+            self._threshold = pc.max(pool.column(_PRIORITY)).as_py()
+        self._pool, self._pooled = [pool], pool.num_rows
+
+    @property
+    def held_rows(self) -> int:
+        """Rows the sample holds now: at most ``2 x capacity``."""
+        return self._pooled
+
+    def column(self, dimension: int) -> pa.Array:
+        """The sampled values of key column ``dimension`` (at most ``capacity``), in no particular order."""
+        self._shrink()
+        return self._pool[0].column(self.names[dimension]).combine_chunks() if self._pool else pa.array([])
+
+    def second_smallest(self, dimension: int) -> Key | None:
+        """The smallest value of column ``dimension`` above its smallest in the whole stream (exact)."""
+        return self._lowest[dimension][1]
+
+
+def _two_smallest(current: tuple[Key | None, Key | None], column: pa.Array) -> tuple[Key | None, Key | None]:
+    """The two smallest distinct values of ``current``'s and ``column``'s values together."""
+    low = pc.min(column).as_py()
+    second = pc.min(pc.filter(column, pc.greater(column, pa.scalar(low, type=column.type)))).as_py()
+    values = sorted({v for v in (*current, low, second) if v is not None})
+    return (values[0] if values else None, values[1] if len(values) > 1 else None)
+
+
+def decide_split(
     schema: Schema,
     data: DataStore,
     partition_id: str,
@@ -90,21 +181,33 @@ def _decide(
     rows: int,
     dimension_hint: int,
     strategy: str,
+    *,
+    sample_rows: int = SAMPLE_ROWS,
 ) -> SplitDecision:
-    """In a task: read the row key columns of ``files`` within ``region`` and choose how to split."""
+    """In a task: stream the row key columns of ``files`` within ``region`` into a :class:`KeySample` and
+    choose how to split from it.
+
+    The split point is the sample's median on the chosen dimension, nudged up to the next sampled value
+    when it is the smallest (see :func:`choose_split_point`). If every sampled value of that dimension is
+    equal but the leaf holds another, the exact second smallest value is taken, so a leaf with two distinct
+    keys on a dimension always gets a split point with rows on both sides.
+    """
     names = [f.name for f in schema.row_keys]
-    parts = [read_file(data, filename, schema, region, columns=names) for filename in files]
-    keys = pa.concat_tables(parts) if parts else None
-    if keys is None or keys.num_rows < 2:
+    sample = KeySample(names, sample_rows, seed=zlib.crc32(partition_id.encode()))
+    for filename in files:
+        for batch in read_batches(data, filename, schema, region, columns=names):
+            sample.add(batch)
+    if sample.rows < 2:
         return SplitDecision(partition_id, rows, dimension_hint, None)
     if strategy == MOST_DISTINCT:
-        distinct = [pc.count_distinct(keys.column(name)).as_py() for name in names]
+        distinct = [pc.count_distinct(sample.column(d)).as_py() for d in range(len(names))]
         order = sorted(range(len(names)), key=lambda d: -distinct[d])
     else:
         order = [(dimension_hint + i) % len(names) for i in range(len(names))]
     for dimension in order:  # the preferred dimension first; another if all its values are equal
-        column = keys.column(names[dimension]).combine_chunks()
-        point = choose_split_point(column, region.ranges[dimension].min)
+        point = choose_split_point(sample.column(dimension), region.ranges[dimension].min)
+        if point is None:
+            point = sample.second_smallest(dimension)
         if point is not None:
             return SplitDecision(partition_id, rows, dimension, point)
     return SplitDecision(partition_id, rows, order[0], None)
@@ -119,7 +222,7 @@ def split_partitions(
     *,
     strategy: str = ROTATE,
 ) -> list[SplitDecision]:
-    """Split every leaf holding more than ``max_rows`` rows at the median of its data; commit each split.
+    """Split every leaf holding more than ``max_rows`` rows at the (sampled) median of its data; commit each.
 
     ``strategy`` picks the dimension: ``"rotate"`` (depth modulo the number of row keys) or
     ``"most_distinct"``. Leaves whose keys are all equal cannot be split and are returned with
@@ -141,7 +244,7 @@ def split_partitions(
 
     def decide(items: Iterable[tuple[str, Region, list[str], int, int]]) -> Iterator[SplitDecision]:
         for partition_id, region, files, rows, hint in items:
-            yield _decide(schema, data, partition_id, region, files, rows, hint, strategy)
+            yield decide_split(schema, data, partition_id, region, files, rows, hint, strategy)
 
     decisions = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(decide).collect()
     done = []
