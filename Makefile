@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $@
 
 # The Spark tests run on two PySparks: the main venv pins the one of the EMR release the stack deploys
-# (emr-spark-8.0.0: Spark 4.0.2), and this venv holds the newest, where the data source's filter pushdown
-# (Spark >= 4.1) is on. Same lock otherwise.
+# (emr-spark-8.0.0: Spark 4.0.2), and this venv holds the newest, so the jobs keep working on the Spark
+# users upgrade to (and the Python data source's filter pushdown, Spark >= 4.1, can be tested). Same lock
+# otherwise.
 SPARK_LATEST_VENV := .venv-spark-latest
 SPARK_LATEST_VERSION := 4.3.0
 SPARK_LATEST_PY := $(SPARK_LATEST_VENV)/bin/python
