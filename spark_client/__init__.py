@@ -8,26 +8,30 @@ from spark_client.committer import CommitOutcome, Committer, QueueCommitter, Syn
 from spark_client.compaction import CompactionResult, compact
 from spark_client.data_store import DataStore
 from spark_client.errors import (
+    CommitPendingError,
     CommitRejectedError,
     CompactionFailedError,
     DataFileMissingError,
+    InvalidDataFileError,
     SchemaMismatchError,
 )
 from spark_client.gc import delete_orphan_files, find_orphan_files
 from spark_client.incremental import IncrementalBatch, read_added_since
-from spark_client.ingest import IngestResult, ingest
+from spark_client.ingest import IngestResult, ingest, ingest_request_id
 from spark_client.query import query, region_of
 from spark_client.session import local_session
 from spark_client.splitting import SplitDecision, split_partition_at, split_partitions
 
 __all__ = [
     "CommitOutcome",
+    "CommitPendingError",
     "CommitRejectedError",
     "Committer",
     "CompactionFailedError",
     "CompactionResult",
     "DataFileMissingError",
     "DataStore",
+    "InvalidDataFileError",
     "IncrementalBatch",
     "IngestResult",
     "QueueCommitter",
@@ -38,6 +42,7 @@ __all__ = [
     "delete_orphan_files",
     "find_orphan_files",
     "ingest",
+    "ingest_request_id",
     "local_session",
     "query",
     "read_added_since",
