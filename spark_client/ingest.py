@@ -104,15 +104,32 @@ def ingest(
     written = json_lines.mapPartitions(write).collect()
     references = tuple(FileReference(filename, leaf_id, count) for filename, leaf_id, count in written)
     total = sum(r.number_of_rows for r in references)
-    outcome = None
-    if references:
-        outcome = committer.commit(table_id, AddFiles(references), wait=wait)
-        if outcome.rejected:
-            raise CommitRejectedError(
-                f"ingest of {len(references)} file(s) into table {table_id!r}",
-                outcome.reason or "no reason given",
-            )
+    outcome = commit_added_files(committer, table_id, references, wait=wait)
     return IngestResult(references, total, time.monotonic() - started, outcome)
+
+
+def commit_added_files(
+    committer: Committer,
+    table_id: str,
+    references: tuple[FileReference, ...],
+    *,
+    wait: bool = True,
+    what: str = "ingest",
+) -> CommitOutcome | None:
+    """Commit ``references`` as ONE AddFiles; None when there is nothing to commit.
+
+    Shared by :func:`ingest` and the data source's append. Raises :class:`CommitRejectedError` if the
+    commit is rejected.
+    """
+    if not references:
+        return None
+    outcome = committer.commit(table_id, AddFiles(references), wait=wait)
+    if outcome.rejected:
+        raise CommitRejectedError(
+            f"{what} of {len(references)} file(s) into table {table_id!r}",
+            outcome.reason or "no reason given",
+        )
+    return outcome
 
 
 def _transport_columns(schema: Schema) -> list[Column]:
