@@ -7,7 +7,7 @@ so a file referenced from two partitions yields each of its rows once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from spark_client.columns import spark_schema
 from spark_client.data_store import DataStore
 from spark_client.file_io import read_file, table_rows
 from statestore.engine import TransactionLogStateStore
-from statestore.partitions import Range, Region
+from statestore.partitions import Partition, Range, Region
 from statestore.schema import Key, Schema
 from statestore.state import TableState
 
@@ -56,11 +56,32 @@ def intersect(a: Region, b: Region) -> Region | None:
     return Region(tuple(ranges))
 
 
+def hull(regions: Sequence[Region]) -> Region:
+    """The smallest region holding all of ``regions`` (at least one)."""
+    ranges = []
+    for dimension in zip(*(r.ranges for r in regions), strict=True):
+        low = min(r.min for r in dimension)
+        highs = [r.max for r in dimension]
+        high = None if any(h is None for h in highs) else max(highs)
+        ranges.append(Range(low, high))
+    return Region(tuple(ranges))
+
+
+@dataclass(frozen=True)
+class ReadPart:
+    """One file reference to read: the file, the region its rows are restricted to (None: every row of the
+    file), and the reference's row count."""
+
+    filename: str
+    region: Region | None
+    rows: int
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """The ``(filename, region to read)`` parts a query reads, and the state it was planned on."""
 
-    parts: tuple[tuple[str, Region], ...]
+    parts: tuple[tuple[str, Region | None], ...]
     transaction_number: int
 
     @property
@@ -70,15 +91,40 @@ class ReadPlan:
 
 def plan_query(state: TableState, region: Region) -> ReadPlan:
     """Select the file references whose partition overlaps ``region``, each with the region to read."""
+    parts = [(part.filename, part.region) for part in plan_read(state, [region])]
+    return ReadPlan(tuple(sorted(parts, key=lambda p: p[0])), state.transaction_number)
+
+
+def plan_read(state: TableState, regions: Sequence[Region]) -> list[ReadPart]:
+    """The references to read for the rows in any of ``regions`` (disjoint boxes), in key order.
+
+    A partition is read if it overlaps one of them, each reference once, restricted to the partition's
+    region within the regions' hull; the caller filters the rows by the regions themselves if it needs
+    to. A reference whose file holds only its partition's rows, in a partition inside the hull, is read
+    whole (no filter to evaluate).
+    """
+    if not regions:
+        return []
+    whole = regions[0] if len(regions) == 1 else hull(regions)
+    partitions: dict[str, Partition] = {}
+    for region in regions:
+        for partition in state.partition_tree.overlapping(region):
+            partitions[partition.id] = partition
     by_partition = state.references_by_partition()
     parts = []
-    for partition in state.partition_tree.overlapping(region):
-        restricted = intersect(partition.region, region)
+    for partition in sorted(partitions.values(), key=_region_order):
+        restricted = intersect(partition.region, whole)
         if restricted is None:
             continue
-        for ref in by_partition.get(partition.id, ()):
-            parts.append((ref.filename, restricted))
-    return ReadPlan(tuple(sorted(parts, key=lambda p: p[0])), state.transaction_number)
+        covered = whole.covers(partition.region)
+        for ref in sorted(by_partition.get(partition.id, ()), key=lambda r: r.filename):
+            read_all = covered and ref.only_contains_data_for_this_partition
+            parts.append(ReadPart(ref.filename, None if read_all else restricted, ref.number_of_rows))
+    return parts
+
+
+def _region_order(partition: Partition) -> tuple[Any, ...]:
+    return tuple(r.min for r in partition.region.ranges)
 
 
 def read_parts(
