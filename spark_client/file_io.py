@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from spark_client.columns import arrow_schema, region_filter
@@ -20,6 +22,8 @@ from statestore.schema import Schema
 
 # Rows per Arrow batch while writing: big enough for good row groups, small enough to bound a task's memory.
 WRITE_BATCH_ROWS = 131_072
+# Rows per Arrow batch handed to Spark by the data source's reader.
+READ_BATCH_ROWS = 65_536
 
 
 class DataFileWriter:
@@ -72,6 +76,28 @@ def read_file(
             columns=columns,
             filters=region_filter(schema, region) if region is not None else None,
         )
+    except FileNotFoundError as e:
+        raise DataFileMissingError(f"data file {data.uri(filename)} is missing: {e}") from e
+
+
+def read_batches(
+    data: DataStore,
+    filename: str,
+    columns: list[str],
+    row_filter: pc.Expression | None,
+    batch_rows: int = READ_BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """Stream the ``columns`` of the rows of ``filename`` that pass ``row_filter``, in non-empty batches.
+
+    Row groups whose statistics rule the filter out are not decoded. Raises
+    :class:`DataFileMissingError` when the object is gone.
+    """
+    try:
+        dataset = pads.dataset(data.path(filename), format="parquet", filesystem=data.filesystem())
+        batches = dataset.to_batches(columns=columns, filter=row_filter, batch_size=batch_rows)
+        for batch in batches:
+            if batch.num_rows:
+                yield batch
     except FileNotFoundError as e:
         raise DataFileMissingError(f"data file {data.uri(filename)} is missing: {e}") from e
 
