@@ -27,3 +27,22 @@ class DataFileMissingError(StateStoreError):
     For incremental reads this means the consumer fell further behind than the garbage-collection delay:
     the file was compacted away and then collected. Restart the consumer from a full read.
     """
+
+
+class CommitPendingError(StateStoreError):
+    """A commit request was sent but no outcome came back in time: it may still be committed.
+
+    Nothing is undone (the files it names stay where they are). Look the outcome up later by
+    ``request_id``; if it is never committed, the files become orphans for garbage collection.
+    """
+
+    def __init__(self, what: str, request_id: str | None, reason: str) -> None:
+        super().__init__(
+            f"{what} has no outcome yet ({reason}); it may still be committed: look up request id "
+            f"{request_id!r} before writing the same rows again"
+        )
+        self.request_id = request_id
+
+
+class DataSourceOptionError(StateStoreError, ValueError):
+    """An option given to ``spark.read/df.write.format("statestore")`` is missing, unknown or malformed."""
