@@ -1,4 +1,5 @@
-"""PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads.
+"""PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads,
+and ``format("statestore")`` for ``spark.read`` and ``df.write`` (:func:`register`).
 
 Data files move with pyarrow inside the Spark tasks (a local directory or S3 through pyarrow's
 ``S3FileSystem``); the state changes through a :class:`Committer` (synchronous, or the commit queue).
@@ -7,7 +8,14 @@ Data files move with pyarrow inside the Spark tasks (a local directory or S3 thr
 from spark_client.committer import CommitOutcome, Committer, QueueCommitter, SyncCommitter
 from spark_client.compaction import CompactionResult, compact
 from spark_client.data_store import DataStore
-from spark_client.errors import CommitRejectedError, DataFileMissingError, SchemaMismatchError
+from spark_client.datasource import StatestoreDataSource, register
+from spark_client.errors import (
+    CommitPendingError,
+    CommitRejectedError,
+    DataFileMissingError,
+    DataSourceOptionError,
+    SchemaMismatchError,
+)
 from spark_client.gc import delete_orphan_files, find_orphan_files
 from spark_client.incremental import IncrementalBatch, read_added_since
 from spark_client.ingest import IngestResult, ingest
@@ -17,16 +25,19 @@ from spark_client.splitting import SplitDecision, split_partition_at, split_part
 
 __all__ = [
     "CommitOutcome",
+    "CommitPendingError",
     "CommitRejectedError",
     "Committer",
     "CompactionResult",
     "DataFileMissingError",
+    "DataSourceOptionError",
     "DataStore",
     "IncrementalBatch",
     "IngestResult",
     "QueueCommitter",
     "SchemaMismatchError",
     "SplitDecision",
+    "StatestoreDataSource",
     "SyncCommitter",
     "compact",
     "delete_orphan_files",
@@ -35,6 +46,7 @@ __all__ = [
     "local_session",
     "query",
     "read_added_since",
+    "register",
     "region_of",
     "split_partition_at",
     "split_partitions",
