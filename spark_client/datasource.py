@@ -34,12 +34,13 @@ garbage collection should it not be.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -49,7 +50,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_client.columns import arrow_schema, check_read_schema, check_struct, region_filter, sort_columns
+from spark_client.columns import (
+    arrow_schema,
+    check_read_schema,
+    check_struct,
+    region_filter,
+    sort_columns,
+    spark_schema,
+)
 from spark_client.data_store import DataStore
 from spark_client.errors import (
     CommitPendingError,
@@ -61,13 +69,15 @@ from spark_client.file_io import DataFileWriter, read_batches
 from spark_client.ingest import commit_added_files
 from spark_client.leaves import rows_by_leaf
 from spark_client.pushdown import Predicate, and_expressions, key_regions, predicates_expression, push
-from spark_client.query import MAX_READ_TASKS, ReadPart, plan_read
-from spark_client.source_options import SourceOptions
+from spark_client.read_plan import ReadPart, group_parts, plan_read
+from spark_client.source_options import DEFAULT_ROWS_PER_TASK, SourceOptions
 from statestore.files import FileReference
-from statestore.partitions import PartitionTree, Region
+from statestore.partitions import PartitionTree, Range, Region
 from statestore.schema import Schema
 
 FORMAT = "statestore-table"
+# Internal: reads parts planned on the driver, for the functional query().
+PARTS_FORMAT = "statestore-table-parts"
 # Whether this PySpark offers filters to Python data sources (Spark 4.1+), and the switch that turns it on.
 FILTER_PUSHDOWN_AVAILABLE = hasattr(DataSourceReader, "pushFilters")
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -79,22 +89,21 @@ _WRITE_ONLY_OPTIONS = ("committer", "committimeout")
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("statestore")`` available in ``spark``, with filter pushdown where Spark has it."""
+    """Make ``format("statestore-table")`` available in ``spark``, with filter pushdown where Spark has it."""
     spark.dataSource.register(StatestoreDataSource)
+    spark.dataSource.register(PlannedPartsSource)
     if FILTER_PUSHDOWN_AVAILABLE:
         spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
 
 
 class StatestoreDataSource(DataSource):
-    """``format("statestore")``: see the module's docstring and :mod:`spark_client.source_options`."""
+    """``format("statestore-table")``: see the module's docstring and :mod:`spark_client.source_options`."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def schema(self) -> StructType:
-        from spark_client.columns import spark_schema
-
         options = self._parse(_WRITE_ONLY_OPTIONS, "reads")
         return spark_schema(options.connection.client().get_table(options.table).schema)
 
@@ -106,7 +115,7 @@ class StatestoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> StatestoreWriter:
         if overwrite:
             raise DataSourceOptionError(
-                "format 'statestore' only appends: use mode('append'); to replace rows, write them to a "
+                f"format {FORMAT!r} only appends: use mode('append'); to replace rows, write them to a "
                 "new table. Nothing was written"
             )
         options = self._parse(_READ_ONLY_OPTIONS, "writes")
@@ -133,21 +142,45 @@ class ReadTask(InputPartition):
     parts: tuple[ReadPart, ...]
 
 
-class StatestoreReader(DataSourceReader):
-    """Plans a read on the driver's Python worker; is pickled to the tasks, which call :meth:`read`."""
+class ArrowPartsReader(DataSourceReader):
+    """Reads planned parts with pyarrow in the tasks and hands Spark Arrow batches: only the columns asked
+    for, each part restricted to its region, the pushed predicates applied. Pickled to the tasks."""
 
-    def __init__(self, options: SourceOptions, table_id: str, schema: Schema, requested: StructType) -> None:
-        self.options = options
-        self.table_id = table_id
+    def __init__(self, schema: Schema, data: DataStore, requested: StructType, rows_per_task: int) -> None:
         self.table_schema = schema
+        self.data = data
+        self.rows_per_task = rows_per_task
         self.columns = check_read_schema(requested, schema)
         # Spark checks the batches against the schema it asked for, nullability included.
         types = arrow_schema(schema)
         self.output = pa.schema(
             [pa.field(f.name, types.field(f.name).type, nullable=f.nullable) for f in requested.fields]
         )
-        self.region = options.region_in(schema)
         self.predicates: tuple[Predicate, ...] = ()
+
+    def tasks(self, parts: list[ReadPart]) -> list[ReadTask]:
+        return [ReadTask(tuple(group)) for group in group_parts(parts, self.rows_per_task)]
+
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ReadTask):
+            return  # Spark reads a lone None partition when the plan has no parts
+        pushed = predicates_expression(self.predicates, self.table_schema)
+        for part in partition.parts:
+            in_region = region_filter(self.table_schema, part.region) if part.region is not None else None
+            for batch in read_batches(
+                self.data, part.filename, self.columns, and_expressions(in_region, pushed)
+            ):
+                yield batch.cast(self.output)
+
+
+class StatestoreReader(ArrowPartsReader):
+    """Plans a read from the table's state, in a Python worker on the driver."""
+
+    def __init__(self, options: SourceOptions, table_id: str, schema: Schema, requested: StructType) -> None:
+        super().__init__(schema, options.data, requested, options.rows_per_task)
+        self.options = options
+        self.table_id = table_id
+        self.region = options.region_in(schema)
 
     def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 (Spark's name)
         """Take the filters pyarrow evaluates exactly; hand the rest back to Spark (Spark 4.1+)."""
@@ -161,38 +194,96 @@ class StatestoreReader(DataSourceReader):
     def partitions(self) -> list[ReadTask]:
         store = self.options.connection.client().state_store(self.table_id)
         state = store.state() if self.options.as_of is None else store.load(self.options.as_of)
-        parts = plan_read(state, self.regions())
-        return [ReadTask(tuple(group)) for group in group_parts(parts, self.options.rows_per_task)]
-
-    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ReadTask):
-            return  # Spark reads a lone None partition when the plan has no parts
-        pushed = predicates_expression(self.predicates, self.table_schema)
-        for part in partition.parts:
-            in_region = region_filter(self.table_schema, part.region) if part.region is not None else None
-            for batch in read_batches(
-                self.options.data, part.filename, self.columns, and_expressions(in_region, pushed)
-            ):
-                yield batch.cast(self.output)
+        return self.tasks(plan_read(state, self.regions()))
 
 
-def group_parts(
-    parts: list[ReadPart], rows_per_task: int, max_tasks: int = MAX_READ_TASKS
-) -> list[list[ReadPart]]:
-    """``parts`` cut, in order, into about ``rows / rows_per_task`` groups of similar row counts (at most
-    ``max_tasks``, at most one per part)."""
-    if not parts:
-        return []
-    total = sum(part.rows for part in parts)
-    tasks = max(1, min(len(parts), max_tasks, -(-total // rows_per_task)))
-    groups: list[list[ReadPart]] = [[] for _ in range(tasks)]
-    before = 0
-    for i, part in enumerate(parts):
-        # A part goes to the group its middle row falls in; with no row counts, round robin.
-        index = min(tasks - 1, (2 * before + part.rows) * tasks // (2 * total)) if total else i % tasks
-        groups[index].append(part)
-        before += part.rows
-    return [group for group in groups if group]
+# --- reading parts planned on the driver (query()) ------------------------------------------------
+
+
+def can_read_planned(data: DataStore) -> bool:
+    """Whether :func:`read_planned` can read from ``data``: credentials must not travel in options."""
+    return data.access_key is None and data.secret_key is None and data.session_token is None
+
+
+def read_planned(
+    spark: SparkSession,
+    schema: Schema,
+    data: DataStore,
+    parts: Sequence[ReadPart],
+    rows_per_task: int = DEFAULT_ROWS_PER_TASK,
+) -> DataFrame:
+    """A DataFrame of the rows of parts planned here, read by the Arrow path of the data source.
+
+    For :func:`spark_client.query.query`, whose store may live only in this process (in memory): the plan
+    travels to the tasks as JSON in an option. ``data`` must pass :func:`can_read_planned`.
+    """
+    if not can_read_planned(data):
+        raise ValueError("read_planned cannot ship explicit credentials to the tasks; use read_parts")
+    spark.dataSource.register(PlannedPartsSource)  # cheap when already registered
+    plan = {
+        "schema": schema.to_json(),
+        "data": [data.kind, data.base, data.endpoint_override, data.scheme, data.region],
+        "parts": [[p.filename, _region_to_json(schema, p.region), p.rows] for p in parts],
+        "rows_per_task": rows_per_task,
+    }
+    reader = spark.read.format(PARTS_FORMAT).schema(spark_schema(schema))  # no schema() round trip
+    return reader.option("plan", json.dumps(plan)).load()
+
+
+class PlannedPartsSource(DataSource):
+    """``format("statestore-table-parts")``: the parts :func:`read_planned` was given (option ``plan``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PARTS_FORMAT
+
+    def schema(self) -> StructType:
+        return spark_schema(Schema.from_json(json.loads(self.options["plan"])["schema"]))
+
+    def reader(self, schema: StructType) -> PlannedReader:
+        plan = json.loads(self.options["plan"])
+        table_schema = Schema.from_json(plan["schema"])
+        parts = tuple(
+            ReadPart(filename, _region_from_json(table_schema, region), rows)
+            for filename, region, rows in plan["parts"]
+        )
+        return PlannedReader(table_schema, DataStore(*plan["data"]), schema, plan["rows_per_task"], parts)
+
+
+class PlannedReader(ArrowPartsReader):
+    def __init__(
+        self,
+        schema: Schema,
+        data: DataStore,
+        requested: StructType,
+        rows_per_task: int,
+        parts: tuple[ReadPart, ...],
+    ) -> None:
+        super().__init__(schema, data, requested, rows_per_task)
+        self.parts = parts
+
+    def partitions(self) -> list[ReadTask]:
+        return self.tasks(list(self.parts))
+
+
+def _region_to_json(schema: Schema, region: Region | None) -> list[list[Any]] | None:
+    if region is None:
+        return None
+    return [
+        [f.key_type.to_json(r.min), f.key_type.to_json(r.max)]
+        for f, r in zip(schema.row_keys, region.ranges, strict=True)
+    ]
+
+
+def _region_from_json(schema: Schema, ranges: list[list[Any]] | None) -> Region | None:
+    if ranges is None:
+        return None
+    return Region(
+        tuple(
+            Range(f.key_type.from_json(low), f.key_type.from_json(high))  # type: ignore[arg-type]
+            for f, (low, high) in zip(schema.row_keys, ranges, strict=True)
+        )
+    )
 
 
 # --- appending ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ option              meaning (default)
 ``region``          read only rows whose row keys lie in this region: JSON ``{"key": [min, max]}``, min
                     inclusive, max exclusive, null unbounded, bytes in base64 (the whole table)
 ``asOf``            read the table as of this transaction number (now)
-``rowsPerTask``     rows per read task, from the references' row counts (131072)
+``rowsPerTask``     rows per read task, from the references' row counts (1000000)
 ``committer``       how an append commits: ``queue`` (the commit queue and the committer Lambda) or
                     ``sync`` (a conditional put from the driver) (``queue``)
 ``commitTimeout``   seconds an append waits for its commit's outcome (120)
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from spark_client.committer import Committer, QueueCommitter, SyncCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import DataSourceOptionError
-from spark_client.query import region_of
+from spark_client.read_plan import region_of
 from statestore.errors import StateStoreError
 from statestore.partitions import Region
 from statestore.resources import ResourceNames
@@ -68,7 +68,10 @@ KNOWN_OPTIONS = {
     "committer": "committer",
     "committimeout": "commitTimeout",
 }
-DEFAULT_ROWS_PER_TASK = 131_072
+# Each task of a Python data source pays a fixed cost (its read function is shipped to a Python worker
+# and unpickled; about 0.2 s on this project's 2-core machine), so a task reads many rows: about what a
+# 128 MB split of Spark's own file sources holds.
+DEFAULT_ROWS_PER_TASK = 1_000_000
 DEFAULT_COMMIT_TIMEOUT_SECONDS = 120.0
 
 

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_client.datasource import group_parts
 from spark_client.leaves import rows_by_leaf
 from spark_client.pushdown import MAX_REGIONS, Predicate, key_regions, predicate_of, predicates_expression
-from spark_client.query import ReadPart
+from spark_client.read_plan import ReadPart, group_parts
 from statestore.partitions import PartitionTree, Range, Region, partitions_from_split_points
 from statestore.schema import INT64_MAX, Schema
 

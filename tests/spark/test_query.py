@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -11,7 +12,7 @@ from pyspark.sql import SparkSession
 from spark_client.ingest import ingest
 from spark_client.query import plan_query, query, region_of
 from statestore.schema import Schema
-from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, key_rows
+from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, explained, key_rows
 
 pytestmark = pytest.mark.spark
 
@@ -104,3 +105,20 @@ def test_two_key_regions_on_a_table_split_on_both_dimensions(
 def test_an_unknown_row_key_in_a_region_is_refused(make_table: MakeTable) -> None:
     with pytest.raises(ValueError, match="not row keys of the table: \\['nope'\\]"):
         region_of(KEY_SCHEMA, {"nope": (1, 2)})
+
+
+def test_a_query_hands_spark_arrow_batches_unless_credentials_would_travel(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, [5_000])
+    rows = key_rows(1_000, seed=13)
+    ingest(dataframe(spark, KEY_SCHEMA, rows), table.store(), table.data, table.committer)
+    expected = sorted(r for r in rows if 1_000 <= r[0] < 6_000)
+
+    arrow = query(spark, table.store(), table.data, {"key": (1_000, 6_000)})
+    with_credentials = replace(table.data, access_key="key", secret_key="secret")
+    tuples = query(spark, table.store(), with_credentials, {"key": (1_000, 6_000)})
+
+    assert "BatchScan statestore-table-parts" in explained(arrow)
+    assert "Scan ExistingRDD" in explained(tuples)
+    assert as_tuples(arrow) == as_tuples(tuples) == expected
