@@ -1,8 +1,11 @@
 """A Spark data source for statestore tables (Spark's Python Data Source API)::
 
     spark_client.register(spark)
-    df = spark.read.format("statestore").load("events")                 # or .option("table", "events")
-    df.write.format("statestore").mode("append").save("events")         # ONE AddFiles, from the driver
+    df = spark.read.format("statestore-table").load("events")           # or .option("table", "events")
+    df.write.format("statestore-table").mode("append").save("events")   # ONE AddFiles, from the driver
+
+The name is not ``statestore``: Spark ships a built-in source of that name (it reads Structured
+Streaming's state), and a Python source cannot take a built-in's name.
 
 **Reading.** Planning (:meth:`StatestoreDataSource.schema`, :meth:`~StatestoreDataSource.reader`,
 :meth:`StatestoreReader.partitions`) runs in a Python worker on the driver: it builds the state store from
@@ -17,7 +20,11 @@ Regions come from the ``region`` option and, on Spark 4.1+, from the filters Spa
 (:mod:`spark_client.pushdown`; :func:`register` turns ``spark.sql.python.filterPushdown.enabled`` on).
 Spark 4.0 — the engine of EMR Serverless emr-spark-8.0.0 — has no Python filter pushdown: there the
 ``region`` option is the way to prune. No Spark version lets a Python source see which columns a query
-uses; give a schema (``spark.read.format("statestore").schema("key long, value string")``) to read fewer.
+uses; give a schema (``spark.read.format("statestore-table").schema("key long, value string")``) to read
+fewer.
+
+:func:`spark_client.query.query` reads through the same Arrow path: it plans on the driver (its store may
+live only there) and hands the plan, as JSON, to the internal ``statestore-table-parts`` source.
 
 **Appending.** :meth:`StatestoreDataSource.writer` checks the DataFrame's columns against the table's
 schema before any file is written. Each task splits its rows by leaf partition, sorts each leaf's rows by
@@ -70,7 +77,7 @@ from spark_client.ingest import commit_added_files
 from spark_client.leaves import rows_by_leaf
 from spark_client.pushdown import Predicate, and_expressions, key_regions, predicates_expression, push
 from spark_client.read_plan import ReadPart, group_parts, plan_read
-from spark_client.source_options import DEFAULT_ROWS_PER_TASK, SourceOptions
+from spark_client.source_options import DEFAULT_ROWS_PER_TASK, KNOWN_OPTIONS, SourceOptions
 from statestore.files import FileReference
 from statestore.partitions import PartitionTree, Range, Region
 from statestore.schema import Schema
@@ -126,7 +133,7 @@ class StatestoreDataSource(DataSource):
         return StatestoreWriter(options, info.table_id, info.schema, tree)
 
     def _parse(self, not_for: tuple[str, ...], what: str) -> SourceOptions:
-        wrong = sorted(name for name in self.options if name.lower() in not_for)
+        wrong = sorted(KNOWN_OPTIONS[name.lower()] for name in self.options if name.lower() in not_for)
         if wrong:
             raise DataSourceOptionError(f"option(s) {wrong} do not apply to {what}")
         return SourceOptions.parse(self.options)
