@@ -68,9 +68,8 @@ KNOWN_OPTIONS = {
     "committer": "committer",
     "committimeout": "commitTimeout",
 }
-# Each task of a Python data source pays a fixed cost (its read function is shipped to a Python worker
-# and unpickled; about 0.2 s on this project's 2-core machine), so a task reads many rows: about what a
-# 128 MB split of Spark's own file sources holds.
+# Each task of a Python data source pays a fixed cost (about 0.2 s on this project's 2-core machine, for
+# a trivial source too), so a task reads many rows: about what a 128 MB split of Spark's file sources holds.
 DEFAULT_ROWS_PER_TASK = 1_000_000
 DEFAULT_COMMIT_TIMEOUT_SECONDS = 120.0
 
