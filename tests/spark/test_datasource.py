@@ -150,6 +150,14 @@ def test_appends_add_to_the_rows_already_there(
     assert as_tuples(table.read(spark)) == sorted(first + second)
 
 
+def test_an_empty_append_commits_nothing(spark: SparkSession, make_source_table: MakeSourceTable) -> None:
+    table = make_source_table(KEY_SCHEMA, SPLITS)
+
+    table.append(spark.createDataFrame([], spark_schema(KEY_SCHEMA)).repartition(2))
+
+    assert table.data_files() == [] and table.log_length() == 1
+
+
 def test_overwrite_is_refused_before_anything_is_written(
     spark: SparkSession, make_source_table: MakeSourceTable
 ) -> None:

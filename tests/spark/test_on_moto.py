@@ -79,18 +79,18 @@ def test_the_data_source_appends_through_the_queue_once_and_reads_back_from_s3(
     client = runtime.client()
     name = f"source-{uuid.uuid4().hex[:6]}"
     table_id = client.create_table(name, KEY_SCHEMA, [5_000]).table_id
-    options = {"table": name, "resources": runtime.resources.to_json(), "endpoint": runtime.endpoint_url}
+    options = {"resources": runtime.resources.to_json(), "endpoint": runtime.endpoint_url}
     rows = key_rows(2_000, seed=302)
     committed_before = runtime.stats.committed
 
-    dataframe(spark, KEY_SCHEMA, rows).write.format(FORMAT).options(**options).mode("append").save()
+    dataframe(spark, KEY_SCHEMA, rows).write.format(FORMAT).options(**options).mode("append").save(name)
 
     assert runtime.stats.committed - committed_before == 1  # ONE commit request, applied once
     assert client.log.latest_number(table_id) == 2
     files = client.state_store(table_id).state().files()
     data = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
     assert files and all(data.exists(f.filename) for f in files)  # in the instance's bucket
-    assert as_tuples(spark.read.format(FORMAT).options(**options).load()) == sorted(rows)
+    assert as_tuples(spark.read.format(FORMAT).options(**options).load(name)) == sorted(rows)
 
 
 def test_an_append_whose_commit_has_no_outcome_in_time_keeps_its_files(
