@@ -65,6 +65,7 @@ bench: venv
 	$(PY) benchmarks/bench_committer.py
 	$(PY) benchmarks/bench_spark.py
 	$(PY) benchmarks/bench_compaction_memory.py
+	$(PY) benchmarks/bench_datasource.py
 
 # The commit-path simulation over many more seeds than make test runs (README: Correctness under faults).
 SOAK_SEEDS ?= 0:4000

@@ -1,4 +1,5 @@
-"""PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads.
+"""PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads,
+and ``format("statestore")`` for ``spark.read`` and ``df.write`` (:func:`register`).
 
 Data files move with pyarrow inside the Spark tasks (a local directory or S3 through pyarrow's
 ``S3FileSystem``); the state changes through a :class:`Committer` (synchronous, or the commit queue).
@@ -7,11 +8,13 @@ Data files move with pyarrow inside the Spark tasks (a local directory or S3 thr
 from spark_client.committer import CommitOutcome, Committer, QueueCommitter, SyncCommitter
 from spark_client.compaction import CompactionResult, compact
 from spark_client.data_store import DataStore
+from spark_client.datasource import StatestoreDataSource, register
 from spark_client.errors import (
     CommitPendingError,
     CommitRejectedError,
     CompactionFailedError,
     DataFileMissingError,
+    DataSourceOptionError,
     InvalidDataFileError,
     SchemaMismatchError,
 )
@@ -30,6 +33,7 @@ __all__ = [
     "CompactionFailedError",
     "CompactionResult",
     "DataFileMissingError",
+    "DataSourceOptionError",
     "DataStore",
     "InvalidDataFileError",
     "IncrementalBatch",
@@ -37,6 +41,7 @@ __all__ = [
     "QueueCommitter",
     "SchemaMismatchError",
     "SplitDecision",
+    "StatestoreDataSource",
     "SyncCommitter",
     "compact",
     "delete_orphan_files",
@@ -46,6 +51,7 @@ __all__ = [
     "local_session",
     "query",
     "read_added_since",
+    "register",
     "region_of",
     "split_partition_at",
     "split_partitions",

@@ -10,7 +10,7 @@ from pyspark.sql import types as T
 
 from spark_client.errors import SchemaMismatchError
 from statestore.partitions import Region
-from statestore.schema import Schema
+from statestore.schema import Field, Schema
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "int": T.IntegerType(),
@@ -67,8 +67,14 @@ def check_columns(df: DataFrame, schema: Schema) -> None:
     The DataFrame must have exactly the schema's columns (any order) with exactly its types. This reads
     no data; :func:`check_no_null_keys` is the check that does.
     """
+    check_struct(df.schema, schema)
+
+
+def check_struct(struct: T.StructType, schema: Schema) -> None:
+    """:func:`check_columns` for a Spark schema: exactly the table's columns (any order) and types."""
     expected = {f.name: f for f in schema.all_fields}
-    actual = {f.name: f.dataType for f in df.schema.fields}
+    actual = {f.name: f.dataType for f in struct.fields}
+    names = [f.name for f in struct.fields]
     problems = []
     missing = [name for name in expected if name not in actual]
     if missing:
@@ -76,18 +82,44 @@ def check_columns(df: DataFrame, schema: Schema) -> None:
     extra = [name for name in actual if name not in expected]
     if extra:
         problems.append(f"column(s) not in the table schema {extra}")
-    if len(df.columns) != len(set(df.columns)):
-        problems.append(f"duplicate column names in {df.columns}")
-    for name, field in expected.items():
-        if name in actual and actual[name] != _SPARK_TYPES[field.type]:
-            problems.append(
-                f"column {name!r} is {actual[name].simpleString()} but the schema says {field.type} "
-                f"({_SPARK_TYPES[field.type].simpleString()}); cast it first"
-            )
+    if len(names) != len(set(names)):
+        problems.append(f"duplicate column names in {names}")
+    problems.extend(_type_problems(actual, expected, "cast it first"))
     if problems:
         raise SchemaMismatchError(
             "the DataFrame does not match the table schema: " + "; ".join(problems) + ". Nothing was written."
         )
+
+
+def check_read_schema(struct: T.StructType, schema: Schema) -> list[str]:
+    """The columns to read for a schema a reader asked for: a subset of the table's, with the same types.
+
+    Raises :class:`SchemaMismatchError` naming each unknown or mistyped column.
+    """
+    expected = {f.name: f for f in schema.all_fields}
+    actual = {f.name: f.dataType for f in struct.fields}
+    names = [f.name for f in struct.fields]
+    problems = []
+    unknown = [name for name in names if name not in expected]
+    if unknown:
+        problems.append(f"column(s) not in the table {unknown}; its columns are {list(expected)}")
+    if len(names) != len(set(names)):
+        problems.append(f"duplicate column names in {names}")
+    problems.extend(_type_problems(actual, expected, "ask for the table's type"))
+    if problems:
+        raise SchemaMismatchError(
+            "the schema given to read the table does not match it: " + "; ".join(problems)
+        )
+    return names
+
+
+def _type_problems(actual: dict[str, T.DataType], expected: dict[str, Field], advice: str) -> list[str]:
+    return [
+        f"column {name!r} is {actual[name].simpleString()} but the schema says {field.type} "
+        f"({_SPARK_TYPES[field.type].simpleString()}); {advice}"
+        for name, field in expected.items()
+        if name in actual and actual[name] != _SPARK_TYPES[field.type]
+    ]
 
 
 def check_no_null_keys(df: DataFrame, schema: Schema) -> None:

@@ -75,3 +75,7 @@ class InvalidDataFileError(StateStoreError):
 
     Raised before the file is committed: nothing references it, and the orphan sweep deletes it.
     """
+
+
+class DataSourceOptionError(StateStoreError, ValueError):
+    """An option given to ``spark.read/df.write.format("statestore")`` is missing, unknown or malformed."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from spark_client.columns import arrow_schema, region_filter, sort_columns
@@ -34,6 +35,8 @@ WRITE_BATCH_BYTES = 32 * 1024 * 1024
 # a megabyte of dictionary before giving up: writing took twice as long and files were a third bigger than
 # plain encoding. Columns with a few thousand distinct values per row group still get a dictionary.
 DICTIONARY_PAGE_BYTES = 64 * 1024
+# Rows per Arrow batch handed to Spark by the data source's reader.
+READ_BATCH_ROWS = 65_536
 
 
 class DataFileWriter:
@@ -131,6 +134,31 @@ def read_file(
             columns=columns,
             filters=region_filter(schema, region) if region is not None else None,
         )
+    except FileNotFoundError as e:
+        raise DataFileMissingError(missing_file_message(data.uri(filename), "not found", planned_at)) from e
+
+
+def scan_batches(
+    data: DataStore,
+    filename: str,
+    columns: list[str],
+    row_filter: pc.Expression | None,
+    batch_rows: int = READ_BATCH_ROWS,
+    *,
+    planned_at: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream the ``columns`` of the rows of ``filename`` that pass ``row_filter``, in non-empty batches.
+
+    Row groups whose statistics rule the filter out are not decoded. Raises
+    :class:`DataFileMissingError` when the object is gone, naming ``planned_at`` (the transaction the
+    read was planned from) if given.
+    """
+    try:
+        dataset = pads.dataset(data.path(filename), format="parquet", filesystem=data.filesystem())
+        batches = dataset.to_batches(columns=columns, filter=row_filter, batch_size=batch_rows)
+        for batch in batches:
+            if batch.num_rows:
+                yield batch
     except FileNotFoundError as e:
         raise DataFileMissingError(missing_file_message(data.uri(filename), "not found", planned_at)) from e
 

@@ -163,9 +163,15 @@ def commit_files(
     *,
     wait: bool = True,
     request_id: str | None = None,
+    what: str = "ingest",
 ) -> CommitOutcome:
-    """Commit ``references`` as one AddFiles; raise unless committed (or pending because not ``wait``)."""
-    what = f"ingest of {len(references)} file(s) into table {table_id!r}"
+    """Commit ``references`` as ONE AddFiles; raise unless committed (or pending because not ``wait``).
+
+    Shared by :func:`ingest` and the data source's append. A rejection raises :class:`CommitRejectedError`
+    (nothing was committed); with ``wait``, no outcome in time raises :class:`CommitPendingError` (the
+    commit may still land, so the files must stay).
+    """
+    what = f"{what} of {len(references)} file(s) into table {table_id!r}"
     outcome = committer.commit(table_id, AddFiles(references), wait=wait, request_id=request_id)
     if outcome.rejected:
         raise CommitRejectedError(what, outcome.reason or "no reason given")

@@ -1,84 +1,27 @@
-"""Query: the rows of a region, read only from the files whose references overlap it.
+"""Query: the rows of a region, read only from the files whose references overlap it (the functional API;
+the data source, ``spark.read.format("statestore-table")``, is the other way in).
 
-Each file reference is read restricted to its partition's region intersected with the query region. The
-partitions holding references to one file are disjoint (a split moves a reference down to the children),
-so a file referenced from two partitions yields each of its rows once.
+The planning is :mod:`spark_client.read_plan`'s; the rows are read by the data source's Arrow path
+(:func:`spark_client.datasource.read_planned`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_client.columns import spark_schema
 from spark_client.data_store import DataStore
+from spark_client.datasource import can_read_planned, read_planned
 from spark_client.file_io import read_file, table_rows
+from spark_client.read_plan import MAX_READ_TASKS, ReadPlan, plan_query, plan_read, region_of
 from statestore.engine import TransactionLogStateStore
-from statestore.partitions import Range, Region
+from statestore.partitions import Region
 from statestore.schema import Key, Schema
-from statestore.state import TableState
 
-# One Spark task per part up to this many; beyond it parts share tasks.
-MAX_READ_TASKS = 512
-
-
-def region_of(schema: Schema, ranges: Mapping[str, tuple[Key | None, Key | None]]) -> Region:
-    """A region from ``{row_key: (min, max)}``: min inclusive, max exclusive, None = unbounded.
-
-    Row keys not named cover their whole range. Raises ValueError naming an unknown key.
-    """
-    unknown = set(ranges) - {f.name for f in schema.row_keys}
-    if unknown:
-        raise ValueError(
-            f"not row keys of the table: {sorted(unknown)}; row keys are {[f.name for f in schema.row_keys]}"
-        )
-    out = []
-    for field in schema.row_keys:
-        low, high = ranges.get(field.name, (None, None))
-        low = field.key_type.minimum if low is None else field.key_type.check(low, field.name)
-        high = None if high is None else field.key_type.check(high, field.name)
-        out.append(Range(low, high))
-    return Region(tuple(out))
-
-
-def intersect(a: Region, b: Region) -> Region | None:
-    """The region common to ``a`` and ``b``, or None if they do not overlap."""
-    if not a.overlaps(b):
-        return None
-    ranges = []
-    for x, y in zip(a.ranges, b.ranges, strict=True):
-        low = max(x.min, y.min)
-        highs = [h for h in (x.max, y.max) if h is not None]
-        ranges.append(Range(low, min(highs) if highs else None))
-    return Region(tuple(ranges))
-
-
-@dataclass(frozen=True)
-class ReadPlan:
-    """The ``(filename, region to read)`` parts a query reads, and the state it was planned on."""
-
-    parts: tuple[tuple[str, Region], ...]
-    transaction_number: int
-
-    @property
-    def files(self) -> set[str]:
-        return {filename for filename, _ in self.parts}
-
-
-def plan_query(state: TableState, region: Region) -> ReadPlan:
-    """Select the file references whose partition overlaps ``region``, each with the region to read."""
-    by_partition = state.references_by_partition()
-    parts = []
-    for partition in state.partition_tree.overlapping(region):
-        restricted = intersect(partition.region, region)
-        if restricted is None:
-            continue
-        for ref in by_partition.get(partition.id, ()):
-            parts.append((ref.filename, restricted))
-    return ReadPlan(tuple(sorted(parts, key=lambda p: p[0])), state.transaction_number)
+__all__ = ["ReadPlan", "plan_query", "query", "read_parts", "region_of"]
 
 
 def read_parts(
@@ -91,9 +34,10 @@ def read_parts(
 ) -> DataFrame:
     """A DataFrame of the rows of ``(filename, region)`` parts, read with pyarrow in Spark tasks.
 
-    The parts are read when the DataFrame is evaluated, however much later; a file garbage-collected since
-    fails the read with a :class:`DataFileMissingError` whose message names ``planned_at`` (the transaction
-    the parts come from), says why and what to do.
+    Rows cross into the JVM as Python tuples: slower than :func:`read_planned`, which needs row counts
+    and a data store without explicit credentials. The parts are read when the DataFrame is evaluated,
+    however much later; a file garbage-collected since fails the read with a :class:`DataFileMissingError`
+    whose message names ``planned_at`` (the transaction the parts come from), says why and what to do.
     """
     struct = spark_schema(schema)
     if not parts:
@@ -130,5 +74,10 @@ def query(
     elif not isinstance(region, Region):
         region = region_of(schema, region)
     state = store.state() if as_of is None else store.load(as_of)
-    plan = plan_query(state, region)
-    return read_parts(spark, schema, data, list(plan.parts), planned_at=plan.transaction_number)
+    parts = plan_read(state, [region])
+    planned_at = state.transaction_number
+    if not can_read_planned(data):
+        return read_parts(
+            spark, schema, data, [(part.filename, part.region) for part in parts], planned_at=planned_at
+        )
+    return read_planned(spark, schema, data, parts, planned_at=planned_at)

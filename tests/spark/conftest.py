@@ -1,7 +1,12 @@
-"""One local Spark session for the whole test session, and tables on an in-memory store with local data."""
+"""One local Spark session for the whole test session, tables on an in-memory store with local data, and
+tables on a moto server's DynamoDB for ``format("statestore-table")`` (whose planning runs in Python
+workers that find the table from its options only)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,10 +19,14 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_client.columns import spark_schema
 from spark_client.committer import SyncCommitter
 from spark_client.data_store import DataStore
+from spark_client.datasource import FORMAT
 from spark_client.session import local_session
 from statestore.client import StateStoreClient
 from statestore.engine import TransactionLogStateStore
+from statestore.resources import ResourceNames
 from statestore.schema import Key, Schema
+from statestore.state import TableState
+from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
 
 KEY_SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})
 
@@ -79,6 +88,91 @@ def dataframe(
     return spark.createDataFrame(rows, spark_schema(schema)).repartition(partitions)
 
 
+def explained(df: DataFrame) -> str:
+    """``df.explain("formatted")``'s text: the scan's pushed filters and read schema, and the plan."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain("formatted")
+    return out.getvalue()
+
+
 def as_tuples(df: DataFrame) -> list[tuple[Any, ...]]:
     """A DataFrame's rows as sorted tuples (bytes normalised), for multiset comparisons."""
     return sorted(tuple(bytes(v) if isinstance(v, bytearray) else v for v in row) for row in df.collect())
+
+
+# --- tables for the data source -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An instance (tables and bucket, no queue) on the session's moto server."""
+
+    resources: ResourceNames
+    endpoint_url: str
+    client: StateStoreClient
+
+
+@pytest.fixture(scope="session")
+def source_instance(moto_server: str) -> Instance:  # noqa: F811
+    resources = unique_resources("ds")
+    return Instance(resources, moto_server, StateStoreClient.for_aws(resources, moto_server, provision=True))
+
+
+@dataclass
+class SourceTable:
+    """A table read and written through ``format("statestore-table")``: state on moto, data in a local
+    directory, commits synchronous unless the options say otherwise."""
+
+    client: StateStoreClient
+    name: str
+    table_id: str
+    data_dir: Path
+    options: dict[str, str]
+
+    def read(self, spark: SparkSession, schema: str | None = None, **extra: str) -> DataFrame:
+        reader = spark.read.format(FORMAT).options(**self.options, **extra)
+        return (reader.schema(schema) if schema else reader).load()
+
+    def append(self, df: DataFrame, **extra: str) -> None:
+        df.write.format(FORMAT).options(**self.options, committer="sync", **extra).mode("append").save()
+
+    def store(self) -> TransactionLogStateStore:
+        return self.client.state_store(self.table_id)
+
+    def state(self) -> TableState:
+        return self.store().state()
+
+    def log_length(self) -> int:
+        return self.client.log.latest_number(self.table_id)
+
+    def data_files(self) -> list[str]:
+        """Every data file on disk, as a path."""
+        return sorted(
+            os.path.join(d, f)
+            for d, _, files in os.walk(self.data_dir)
+            for f in files
+            if f.endswith(".parquet")
+        )
+
+
+MakeSourceTable = Callable[..., SourceTable]
+
+
+@pytest.fixture
+def make_source_table(source_instance: Instance, tmp_path: Path) -> MakeSourceTable:
+    counter = iter(range(1_000_000))
+
+    def make(schema: Schema = KEY_SCHEMA, split_points: Sequence[Key] = ()) -> SourceTable:
+        name = f"{tmp_path.name}-{next(counter)}"
+        info = source_instance.client.create_table(name, schema, list(split_points))
+        data_dir = tmp_path / f"data-{name}"
+        options = {
+            "table": name,
+            "resources": source_instance.resources.to_json(),
+            "endpoint": source_instance.endpoint_url,
+            "data": str(data_dir),
+        }
+        return SourceTable(source_instance.client, name, info.table_id, data_dir, options)
+
+    return make

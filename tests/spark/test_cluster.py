@@ -206,10 +206,12 @@ def _driver_python(package: Path) -> str:
 
 # One application for the jobs after the first (each application starts its own executors, which is most
 # of a small job's time): it checks where the executors import from, then runs each job's entry point
-# (the same main() statestore_job.py runs) in turn on one session.
+# (the same main() statestore_job.py runs) in turn on one session. Then it reads the table through the
+# data source (whose reader is pickled to the executors' Python workers) and appends through it.
 PIPELINE = """
 import json, sys
 from pyspark.sql import SparkSession
+from spark_client import register
 from spark_client.jobs import main
 
 def where(_):
@@ -222,6 +224,14 @@ print(json.dumps({"executors": spark.sparkContext.parallelize(range(2), 2).mapPa
 for job in json.loads(sys.argv[1]):
     if main(job, spark=spark) != 0:
         sys.exit(f"job {job[0]} failed")
+
+source = json.loads(sys.argv[2])
+register(spark)
+read = spark.read.format("statestore-table").options(**source["options"])
+read.option("region", json.dumps({"key": [20000, 70000]})).load(source["table"]).write.parquet(source["copy"])
+appended = spark.read.parquet(source["append"])
+appended.write.format("statestore-table").options(**source["options"]).mode("append").save(source["table"])
+print(json.dumps({"source": "done"}))
 """
 
 
@@ -304,17 +314,34 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_t
         ["query", *common, "--key-range", "key=20000:70000", "--output", f"{out}/region"],
         ["incremental", *common, "--since", str(watermark), "--output", str(tmp_path / "added")],
     ]
+    source = {
+        "table": table.table_name,
+        "options": {
+            "resources": runtime.resources.to_json(),
+            "endpoint": runtime.endpoint_url,
+            "dynamodbEndpoint": runtime.dynamodb_endpoint_url,
+            "awsRegion": runtime.region,
+        },
+        "copy": f"{out}/source-region",
+        "append": str(local_input / "batch-3"),
+    }
+    (local_input / "batch-3").mkdir()
+    pq.write_table(_rows(30, 2_000), local_input / "batch-3" / "part-0.parquet")
     pipeline = tmp_path / "pipeline.py"
     pipeline.write_text(PIPELINE)
-    probe, second, split, compacted, answer, added = submit(cluster, package, pipeline, json.dumps(jobs))
+    probe, second, split, compacted, answer, added, through_source = submit(
+        cluster, package, pipeline, json.dumps(jobs), json.dumps(source)
+    )
 
     check_executors(probe["executors"])
     assert second["rows"] == 3_000 and second["outcome"]["committed"], second
     assert split["split"], split
     assert compacted["jobs_committed"] >= 1 and compacted["jobs_lost"] == [], compacted
 
-    state = client.state_store(table.table_id).state()
-    assert sum(r.number_of_rows for r in state.file_references()) == 9_000
+    store = client.state_store(table.table_id)
+    state = store.state()
+    before_append = store.load(state.transaction_number - 1)
+    assert sum(r.number_of_rows for r in before_append.file_references()) == 9_000
     assert len(state.leaf_partitions()) > 2
 
     everything = spark.read.parquet(str(local_input / "batch-1"), str(local_input / "batch-2"))
@@ -325,3 +352,10 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_t
     expected_added = sorted(tuple(r) for r in spark.read.parquet(str(local_input / "batch-2")).collect())
     assert added["rows"] == 3_000
     assert _read_output(DataStore.local(tmp_path), "added") == expected_added
+
+    # The data source, on the executors: a region read (planned on the driver, read in the tasks), then an
+    # append of batch 3 committed as ONE more transaction.
+    assert through_source == {"source": "done"}
+    source_region = f"{layout.SPARK_OUTPUT_PREFIX}{table.table_id}/source-region"
+    assert _read_output(bucket, source_region) == expected_region
+    assert sum(r.number_of_rows for r in state.file_references()) == 11_000

@@ -12,13 +12,16 @@ from pyspark.sql import SparkSession
 from spark_client.committer import QueueCommitter, SyncCommitter
 from spark_client.compaction import compact
 from spark_client.data_store import DataStore
+from spark_client.datasource import FORMAT
 from spark_client.incremental import read_added_since
 from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
+from statestore.aws.clients import make_client
+from statestore.aws.sqs_queue import provision_queues
 from statestore.local_runtime import LocalRuntime
 from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
-from tests.spark.conftest import KEY_SCHEMA, as_tuples, dataframe, key_rows
+from tests.spark.conftest import KEY_SCHEMA, Instance, MakeSourceTable, as_tuples, dataframe, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
@@ -99,3 +102,40 @@ def test_a_retried_ingest_with_the_same_idempotency_key_adds_its_rows_once(
     assert sum(r.number_of_rows for r in state.file_references()) == 400
     assert as_tuples(query(spark, store, data)) == sorted(rows)
     assert client.log.latest_number(table_id) == retried.outcome.transaction_number
+
+
+def test_the_data_source_appends_through_the_queue_once_and_reads_back_from_s3(
+    spark: SparkSession, runtime: LocalRuntime
+) -> None:
+    client = runtime.client()
+    name = f"source-{uuid.uuid4().hex[:6]}"
+    table_id = client.create_table(name, KEY_SCHEMA, [5_000]).table_id
+    options = {"resources": runtime.resources.to_json(), "endpoint": runtime.endpoint_url}
+    rows = key_rows(2_000, seed=302)
+    committed_before = runtime.stats.committed
+
+    dataframe(spark, KEY_SCHEMA, rows).write.format(FORMAT).options(**options).mode("append").save(name)
+
+    assert runtime.stats.committed - committed_before == 1  # ONE commit request, applied once
+    assert client.log.latest_number(table_id) == 2
+    files = client.state_store(table_id).state().files()
+    data = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
+    assert files and all(data.exists(f.filename) for f in files)  # in the instance's bucket
+    assert as_tuples(spark.read.format(FORMAT).options(**options).load(name)) == sorted(rows)
+
+
+def test_an_append_whose_commit_has_no_outcome_in_time_keeps_its_files(
+    spark: SparkSession, make_source_table: MakeSourceTable, source_instance: Instance
+) -> None:
+    # The instance's queue exists but no committer consumes it: the request stays pending.
+    provision_queues(source_instance.resources, make_client("sqs", endpoint_url=source_instance.endpoint_url))
+    table = make_source_table(KEY_SCHEMA, [5_000])
+    df = dataframe(spark, KEY_SCHEMA, key_rows(500, seed=303))
+
+    with pytest.raises(Exception, match="append of 4 file\\(s\\).* has no outcome yet .*request id"):
+        df.write.format(FORMAT).options(**table.options, committer="queue", commitTimeout="1").mode(
+            "append"
+        ).save()
+
+    assert table.log_length() == 1
+    assert len(table.data_files()) == 4  # two tasks x two leaves, kept for the commit still on its way

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +15,7 @@ from spark_client.query import plan_query, query, region_of
 from statestore.cleanup import cleanup_table
 from statestore.engine import now_millis
 from statestore.schema import Schema
-from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, key_rows
+from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, explained, key_rows
 
 pytestmark = pytest.mark.spark
 
@@ -142,3 +143,20 @@ def test_a_query_outliving_the_gc_delay_fails_saying_what_happened_and_what_to_d
     assert "garbage collection deletes a file the GC delay after it left the state" in message
     assert "Run the query again" in message and "raise the instance's gc_delay_minutes" in message
     assert as_tuples(query(spark, table.store(), table.data)) == sorted(rows)
+
+
+def test_a_query_hands_spark_arrow_batches_unless_credentials_would_travel(
+    spark: SparkSession, make_table: MakeTable
+) -> None:
+    table = make_table(KEY_SCHEMA, [5_000])
+    rows = key_rows(1_000, seed=13)
+    ingest(dataframe(spark, KEY_SCHEMA, rows), table.store(), table.data, table.committer)
+    expected = sorted(r for r in rows if 1_000 <= r[0] < 6_000)
+
+    arrow = query(spark, table.store(), table.data, {"key": (1_000, 6_000)})
+    with_credentials = replace(table.data, access_key="key", secret_key="secret")
+    tuples = query(spark, table.store(), with_credentials, {"key": (1_000, 6_000)})
+
+    assert "BatchScan statestore-table-parts" in explained(arrow)
+    assert "Scan ExistingRDD" in explained(tuples)
+    assert as_tuples(arrow) == as_tuples(tuples) == expected

@@ -1,0 +1,403 @@
+"""A Spark data source for statestore tables (Spark's Python Data Source API)::
+
+    spark_client.register(spark)
+    df = spark.read.format("statestore-table").load("events")           # or .option("table", "events")
+    df.write.format("statestore-table").mode("append").save("events")   # ONE AddFiles, from the driver
+
+The name is not ``statestore``: Spark ships a built-in source of that name (it reads Structured
+Streaming's state), and a Python source cannot take a built-in's name.
+
+**Reading.** Planning (:meth:`StatestoreDataSource.schema`, :meth:`~StatestoreDataSource.reader`,
+:meth:`StatestoreReader.partitions`) runs in a Python worker on the driver: it builds the state store from
+the options (:mod:`spark_client.source_options`), loads the table's state and picks the file references
+whose partitions overlap the query's regions of key space, exactly as :func:`spark_client.query.query`
+does. Each input partition carries a few ``(filename, region, rows)`` parts; a task streams each file with
+pyarrow, keeping only the rows of the reference's partition (so a file referenced from two partitions
+yields each row once) that pass the pushed filters, reads only the columns asked for, and hands Spark
+Arrow batches.
+
+Regions come from the ``region`` option and, on Spark 4.1+, from the filters Spark pushes
+(:mod:`spark_client.pushdown`; :func:`register` turns ``spark.sql.python.filterPushdown.enabled`` on).
+Spark 4.0 — the engine of EMR Serverless emr-spark-8.0.0 — has no Python filter pushdown: there the
+``region`` option is the way to prune. No Spark version lets a Python source see which columns a query
+uses; give a schema (``spark.read.format("statestore-table").schema("key long, value string")``) to read
+fewer.
+
+:func:`spark_client.query.query` reads through the same Arrow path: it plans on the driver (its store may
+live only there) and hands the plan, as JSON, to the internal ``statestore-table-parts`` source.
+
+**Appending.** :meth:`StatestoreDataSource.writer` checks the DataFrame's columns against the table's
+schema before any file is written. Each task splits its rows by leaf partition, sorts each leaf's rows by
+row and sort keys and writes one file per leaf (more if its input is larger than
+:data:`WRITE_BUFFER_BYTES`). :meth:`StatestoreWriter.commit` sends ONE AddFiles through the committer the
+options name (the commit queue by default), with :func:`spark_client.ingest.commit_files`, the
+code :func:`~spark_client.ingest.ingest` commits with. Overwrite is refused.
+
+If a task fails, Spark calls :meth:`StatestoreWriter.abort`, which deletes the files the other tasks
+wrote (the failed task deletes its own). If the commit is rejected the files are deleted; if its outcome
+is unknown (no answer in ``commitTimeout``) they are kept, since it may still be committed, and left to
+garbage collection should it not be.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from spark_client.columns import (
+    arrow_schema,
+    check_read_schema,
+    check_struct,
+    region_filter,
+    sort_columns,
+    spark_schema,
+)
+from spark_client.data_store import DataStore
+from spark_client.errors import (
+    CommitRejectedError,
+    DataSourceOptionError,
+    SchemaMismatchError,
+)
+from spark_client.file_io import DataFileWriter, scan_batches
+from spark_client.ingest import commit_files
+from spark_client.leaves import rows_by_leaf
+from spark_client.pushdown import Predicate, and_expressions, key_regions, predicates_expression, push
+from spark_client.read_plan import ReadPart, group_parts, plan_read
+from spark_client.source_options import DEFAULT_ROWS_PER_TASK, KNOWN_OPTIONS, SourceOptions
+from statestore.files import FileReference
+from statestore.partitions import PartitionTree, Range, Region
+from statestore.schema import Schema
+
+FORMAT = "statestore-table"
+# Internal: reads parts planned on the driver, for the functional query().
+PARTS_FORMAT = "statestore-table-parts"
+# Whether this PySpark offers filters to Python data sources (Spark 4.1+), and the switch that turns it on.
+FILTER_PUSHDOWN_AVAILABLE = hasattr(DataSourceReader, "pushFilters")
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# A write task sorts and writes its rows whenever it holds this many bytes of them, bounding its memory.
+WRITE_BUFFER_BYTES = 256 * 1024 * 1024
+
+_READ_ONLY_OPTIONS = ("region", "asof", "rowspertask")
+_WRITE_ONLY_OPTIONS = ("committer", "committimeout")
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("statestore-table")`` available in ``spark``, with filter pushdown where Spark has it."""
+    spark.dataSource.register(StatestoreDataSource)
+    spark.dataSource.register(PlannedPartsSource)
+    if FILTER_PUSHDOWN_AVAILABLE:
+        spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
+
+
+class StatestoreDataSource(DataSource):
+    """``format("statestore-table")``: see the module's docstring and :mod:`spark_client.source_options`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        options = self._parse(_WRITE_ONLY_OPTIONS, "reads")
+        return spark_schema(options.connection.client().get_table(options.table).schema)
+
+    def reader(self, schema: StructType) -> StatestoreReader:
+        options = self._parse(_WRITE_ONLY_OPTIONS, "reads")
+        info = options.connection.client().get_table(options.table)
+        return StatestoreReader(options, info.table_id, info.schema, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> StatestoreWriter:
+        if overwrite:
+            raise DataSourceOptionError(
+                f"format {FORMAT!r} only appends: use mode('append'); to replace rows, write them to a "
+                "new table. Nothing was written"
+            )
+        options = self._parse(_READ_ONLY_OPTIONS, "writes")
+        client = options.connection.client()
+        info = client.get_table(options.table)
+        check_struct(schema, info.schema)
+        tree = client.state_store(info.table_id).state().partition_tree
+        return StatestoreWriter(options, info.table_id, info.schema, tree)
+
+    def _parse(self, not_for: tuple[str, ...], what: str) -> SourceOptions:
+        wrong = sorted(KNOWN_OPTIONS[name.lower()] for name in self.options if name.lower() in not_for)
+        if wrong:
+            raise DataSourceOptionError(f"option(s) {wrong} do not apply to {what}")
+        return SourceOptions.parse(self.options)
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """The parts one Spark task reads, and the transaction they were planned from (named if a file is
+    missing: it was most likely garbage-collected after a compaction since)."""
+
+    parts: tuple[ReadPart, ...]
+    planned_at: int | None = None
+
+
+class ArrowPartsReader(DataSourceReader):
+    """Reads planned parts with pyarrow in the tasks and hands Spark Arrow batches: only the columns asked
+    for, each part restricted to its region, the pushed predicates applied. Pickled to the tasks."""
+
+    def __init__(self, schema: Schema, data: DataStore, requested: StructType, rows_per_task: int) -> None:
+        self.table_schema = schema
+        self.data = data
+        self.rows_per_task = rows_per_task
+        self.columns = check_read_schema(requested, schema)
+        # Spark checks the batches against the schema it asked for, nullability included.
+        types = arrow_schema(schema)
+        self.output = pa.schema(
+            [pa.field(f.name, types.field(f.name).type, nullable=f.nullable) for f in requested.fields]
+        )
+        self.predicates: tuple[Predicate, ...] = ()
+
+    def tasks(self, parts: list[ReadPart], planned_at: int | None) -> list[ReadTask]:
+        return [ReadTask(tuple(group), planned_at) for group in group_parts(parts, self.rows_per_task)]
+
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ReadTask):
+            return  # Spark reads a lone None partition when the plan has no parts
+        pushed = predicates_expression(self.predicates, self.table_schema)
+        for part in partition.parts:
+            in_region = region_filter(self.table_schema, part.region) if part.region is not None else None
+            for batch in scan_batches(
+                self.data,
+                part.filename,
+                self.columns,
+                and_expressions(in_region, pushed),
+                planned_at=partition.planned_at,
+            ):
+                yield batch.cast(self.output)
+
+
+class StatestoreReader(ArrowPartsReader):
+    """Plans a read from the table's state, in a Python worker on the driver."""
+
+    def __init__(self, options: SourceOptions, table_id: str, schema: Schema, requested: StructType) -> None:
+        super().__init__(schema, options.data, requested, options.rows_per_task)
+        self.options = options
+        self.table_id = table_id
+        self.region = options.region_in(schema)
+
+    def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 (Spark's name)
+        """Take the filters pyarrow evaluates exactly; hand the rest back to Spark (Spark 4.1+)."""
+        self.predicates, rest = push(filters, self.table_schema)
+        return rest
+
+    def regions(self) -> list[Region]:
+        """The boxes of key space the query can touch (none: it matches no row)."""
+        return key_regions(self.predicates, self.table_schema, self.region)
+
+    def partitions(self) -> list[ReadTask]:
+        store = self.options.connection.client().state_store(self.table_id)
+        state = store.state() if self.options.as_of is None else store.load(self.options.as_of)
+        return self.tasks(plan_read(state, self.regions()), state.transaction_number)
+
+
+# --- reading parts planned on the driver (query()) ------------------------------------------------
+
+
+def can_read_planned(data: DataStore) -> bool:
+    """Whether :func:`read_planned` can read from ``data``: credentials must not travel in options."""
+    return data.access_key is None and data.secret_key is None and data.session_token is None
+
+
+def read_planned(
+    spark: SparkSession,
+    schema: Schema,
+    data: DataStore,
+    parts: Sequence[ReadPart],
+    rows_per_task: int = DEFAULT_ROWS_PER_TASK,
+    *,
+    planned_at: int | None = None,
+) -> DataFrame:
+    """A DataFrame of the rows of parts planned here, read by the Arrow path of the data source.
+
+    For :func:`spark_client.query.query`, whose store may live only in this process (in memory): the plan
+    travels to the tasks as JSON in an option. ``data`` must pass :func:`can_read_planned`.
+    """
+    if not can_read_planned(data):
+        raise ValueError("read_planned cannot ship explicit credentials to the tasks; use read_parts")
+    spark.dataSource.register(PlannedPartsSource)  # cheap when already registered
+    plan = {
+        "schema": schema.to_json(),
+        "data": [data.kind, data.base, data.endpoint_override, data.scheme, data.region],
+        "parts": [[p.filename, _region_to_json(schema, p.region), p.rows] for p in parts],
+        "rows_per_task": rows_per_task,
+        "planned_at": planned_at,
+    }
+    reader = spark.read.format(PARTS_FORMAT).schema(spark_schema(schema))  # no schema() round trip
+    return reader.option("plan", json.dumps(plan)).load()
+
+
+class PlannedPartsSource(DataSource):
+    """``format("statestore-table-parts")``: the parts :func:`read_planned` was given (option ``plan``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PARTS_FORMAT
+
+    def schema(self) -> StructType:
+        return spark_schema(Schema.from_json(json.loads(self.options["plan"])["schema"]))
+
+    def reader(self, schema: StructType) -> PlannedReader:
+        plan = json.loads(self.options["plan"])
+        table_schema = Schema.from_json(plan["schema"])
+        parts = tuple(
+            ReadPart(filename, _region_from_json(table_schema, region), rows)
+            for filename, region, rows in plan["parts"]
+        )
+        data = DataStore(*plan["data"])
+        return PlannedReader(table_schema, data, schema, plan["rows_per_task"], parts, plan.get("planned_at"))
+
+
+class PlannedReader(ArrowPartsReader):
+    def __init__(
+        self,
+        schema: Schema,
+        data: DataStore,
+        requested: StructType,
+        rows_per_task: int,
+        parts: tuple[ReadPart, ...],
+        planned_at: int | None,
+    ) -> None:
+        super().__init__(schema, data, requested, rows_per_task)
+        self.parts = parts
+        self.planned_at = planned_at
+
+    def partitions(self) -> list[ReadTask]:
+        return self.tasks(list(self.parts), self.planned_at)
+
+
+def _region_to_json(schema: Schema, region: Region | None) -> list[list[Any]] | None:
+    if region is None:
+        return None
+    return [
+        [f.key_type.to_json(r.min), f.key_type.to_json(r.max)]
+        for f, r in zip(schema.row_keys, region.ranges, strict=True)
+    ]
+
+
+def _region_from_json(schema: Schema, ranges: list[list[Any]] | None) -> Region | None:
+    if ranges is None:
+        return None
+    return Region(
+        tuple(
+            Range(f.key_type.from_json(low), f.key_type.from_json(high))  # type: ignore[arg-type]
+            for f, (low, high) in zip(schema.row_keys, ranges, strict=True)
+        )
+    )
+
+
+# --- appending ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WrittenFiles(WriterCommitMessage):
+    """What one write task wrote: ``(filename, leaf partition id, rows)`` per file."""
+
+    files: tuple[tuple[str, str, int], ...]
+
+
+class StatestoreWriter(DataSourceArrowWriter):
+    """Writes sorted files per leaf in the tasks, and commits them all as ONE AddFiles on the driver."""
+
+    def __init__(self, options: SourceOptions, table_id: str, schema: Schema, tree: PartitionTree) -> None:
+        self.options = options
+        self.table_id = table_id
+        self.schema = schema
+        self.tree = tree
+
+    @property
+    def data(self) -> DataStore:
+        return self.options.data
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
+        target = arrow_schema(self.schema)
+        opened: list[str] = []
+        written: list[tuple[str, str, int]] = []
+        try:
+            buffer: list[pa.Table] = []
+            size = 0
+            for batch in iterator:
+                rows = self._checked_rows(batch, target)
+                buffer.append(rows)
+                size += rows.nbytes
+                if size >= WRITE_BUFFER_BYTES:
+                    written.extend(self._write_leaf_files(pa.concat_tables(buffer), target, opened))
+                    buffer, size = [], 0
+            if buffer:
+                written.extend(self._write_leaf_files(pa.concat_tables(buffer), target, opened))
+        except BaseException:
+            self.data.delete(opened)  # this attempt's files: nothing will ever commit them
+            raise
+        return WrittenFiles(tuple(written))
+
+    def _checked_rows(self, batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
+        rows = pa.Table.from_batches([batch]).select(target.names)
+        nulls = {f.name: rows.column(f.name).null_count for f in self.schema.row_keys}
+        bad = {name: count for name, count in nulls.items() if count}
+        if bad:
+            detail = ", ".join(f"{count} row(s) with a null {name!r}" for name, count in bad.items())
+            raise SchemaMismatchError(
+                f"row keys must not be null: {detail}. Nothing was committed, and the files this append "
+                "wrote are deleted"
+            )
+        return rows.cast(target)
+
+    def _write_leaf_files(
+        self, rows: pa.Table, target: pa.Schema, opened: list[str]
+    ) -> list[tuple[str, str, int]]:
+        order = [(name, "ascending", "at_start") for name in sort_columns(self.schema)]
+        out = []
+        for leaf_id, leaf_rows in rows_by_leaf(rows, self.schema, self.tree):
+            filename = self.data.new_data_file(self.table_id, leaf_id)
+            opened.append(filename)
+            writer = DataFileWriter(self.data, filename, target)
+            try:
+                writer.write_table(leaf_rows.sort_by(order))
+            finally:
+                writer.close()
+            out.append((filename, leaf_id, writer.rows))
+        return out
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        references = tuple(
+            FileReference(filename, leaf_id, rows)
+            for message in messages
+            if isinstance(message, WrittenFiles)
+            for filename, leaf_id, rows in message.files
+        )
+        if not references:
+            return  # nothing was written: nothing to commit
+        committer = self.options.committer_for(self.options.connection.client())
+        try:
+            commit_files(committer, self.table_id, references, what="append")
+        except CommitRejectedError:
+            self.data.delete([r.filename for r in references])  # never committed: nothing refers to them
+            raise
+        # CommitPendingError propagates with the files kept: the commit may still land.
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if all(message is not None for message in messages):
+            # Every task succeeded, so Spark aborts because commit() failed. A rejected commit has deleted
+            # the files already; any other failure may have left a commit on its way, so keep them.
+            return
+        self.data.delete(
+            [filename for m in messages if isinstance(m, WrittenFiles) for filename, _, _ in m.files]
+        )
