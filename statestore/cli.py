@@ -1041,6 +1041,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", metavar="TABLE")
     p.add_argument("--leaves", action="store_true", help="only the leaf partitions")
 
+    from statestore.cli_reports import add_report_commands  # imports this module: not at the top
+
+    add_report_commands(commands, command)
+
     p = command(commands, "files", "a table's files and their references", cmd_files)
     p.add_argument("table", metavar="TABLE")
     p.add_argument("--unreferenced", action="store_true", help="only files awaiting garbage collection")

@@ -17,7 +17,9 @@ from statestore.transactions import (
     AddFiles,
     AssignJobIds,
     ClearFiles,
+    ClearTable,
     DeleteFiles,
+    ExtendPartitionTree,
     InitialisePartitions,
     ReleaseClaims,
     ReplaceFileReferences,
@@ -214,9 +216,13 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
     """What several transactions of one type do together."""
     if kind == AddFiles.TYPE:
         refs = [r for t in transactions if isinstance(t, AddFiles) for r in t.references]
-        files = len({r.filename for r in refs})
+        unreferenced = sum(len(t.unreferenced_files) for t in transactions if isinstance(t, AddFiles))
+        files = len({r.filename for r in refs}) + unreferenced
         rows = sum(r.number_of_rows for r in refs)
-        return f"added {plural(files, 'file')} ({plural(len(refs), 'reference')}, {plural(rows, 'row')})"
+        extra = f", {unreferenced} with none" if unreferenced else ""
+        return (
+            f"added {plural(files, 'file')} ({plural(len(refs), 'reference')}{extra}, {plural(rows, 'row')})"
+        )
     if kind == InitialisePartitions.TYPE:
         parts = [p for t in transactions if isinstance(t, InitialisePartitions) for p in t.partitions]
         leaves = sum(1 for p in parts if p.leaf)
@@ -226,6 +232,12 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
         if len(splits) == 1:
             return f"split partition {splits[0].parent.id} into {', '.join(c.id for c in splits[0].children)}"
         return f"split {plural(len(splits), 'partition')}"
+    if kind == ExtendPartitionTree.TYPE:
+        extensions = [t for t in transactions if isinstance(t, ExtendPartitionTree)]
+        leaves = sum(len(t.updated_partitions) for t in extensions)
+        added = sum(len(t.new_partitions) for t in extensions)
+        below = plural(leaves, "leaf", "leaves")
+        return f"extended the tree below {below} ({plural(added, 'new partition')})"
     if kind == AssignJobIds.TYPE:
         requests = [r for t in transactions if isinstance(t, AssignJobIds) for r in t.requests]
         files = sum(len(r.filenames) for r in requests)
@@ -250,4 +262,6 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
         return f"deleted {plural(len(names), 'file')}"
     if kind == ClearFiles.TYPE:
         return "cleared every file"
+    if kind == ClearTable.TYPE:
+        return "cleared every file and partition"
     return kind

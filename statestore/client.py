@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from statestore import layout
+from statestore import layout, reports
 from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo, parse_schema
 from statestore.engine import CommitResult, RetryPolicy, TransactionLogStateStore
 from statestore.errors import TableNotFoundError
@@ -156,6 +156,27 @@ class StateStoreClient:
 
     def files(self, table: str) -> list[TableFile]:
         return self.state(table).files()
+
+    def is_assigned(self, table: str, job_id: str, partition_id: str, filenames: Sequence[str]) -> bool:
+        """Whether job ``job_id`` still holds its claim on ``filenames`` in ``partition_id`` (see
+        :meth:`TableState.is_assigned`, which says what it raises)."""
+        return self.state(table).is_assigned(job_id, partition_id, filenames)
+
+    def files_ready_for_gc(self, table: str, before: int, limit: int | None = None) -> reports.GcCandidates:
+        """Files with no references since before ``before`` (epoch ms), oldest first, at most ``limit``."""
+        return reports.files_ready_for_gc(self.state(table), before, limit)
+
+    def files_report(self, table: str, limit: int | None = None) -> reports.FilesReport:
+        """Referenced and unreferenced files, at most ``limit`` of each, with their totals."""
+        return reports.files_report(self.state(table), limit)
+
+    def references_per_partition(self, table: str) -> list[reports.PartitionReferences]:
+        """Every partition with the count and rows of its references."""
+        return reports.references_per_partition(self.state(table))
+
+    def partition_report(self, table: str, split_threshold: int | None = None) -> reports.PartitionReport:
+        """Leaf sizes from their references, and which leaves hold more than ``split_threshold`` rows."""
+        return reports.partition_report(self.state(table), split_threshold)
 
     def commit(self, table: str, transaction: Transaction) -> CommitResult:
         """Commit synchronously (fine for rare writers; jobs use the commit queue)."""

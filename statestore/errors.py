@@ -26,6 +26,10 @@ class CodecError(StateStoreError, ValueError):
     """A stored or received body cannot be decoded (bad JSON, unknown version or type, missing field)."""
 
 
+class InvalidQueryError(StateStoreError, ValueError):
+    """A query of a table's state was asked with arguments it cannot answer (no files, a negative limit)."""
+
+
 # --- transaction validation -------------------------------------------------------------------------
 
 

@@ -14,7 +14,9 @@ from statestore.errors import (
     InvalidKeyError,
     InvalidPartitionSplitError,
     InvalidPartitionTreeError,
+    PartitionAlreadyExistsError,
     PartitionNotFoundError,
+    PartitionNotLeafError,
 )
 from statestore.schema import INT32_MAX, INT32_MIN, Key, Schema, integer_problem
 
@@ -129,29 +131,33 @@ def root_partition(schema: Schema, partition_id: str = "root") -> Partition:
     return Partition(partition_id, Region.whole(schema))
 
 
-def check_split(parent_before: Partition, parent_after: Partition, children: Sequence[Partition]) -> None:
+def check_split(
+    parent_before: Partition, parent_after: Partition, children: Sequence[Partition]
+) -> tuple[Partition, Partition]:
     """Check that ``children`` are a valid split of leaf ``parent_before`` into ``parent_after``.
 
     Exactly two children, on an existing row key dimension, meeting at the split point and together
-    covering the parent's region. Raises :class:`InvalidPartitionSplitError` naming what is wrong.
+    covering the parent's region. The children may come in either order, in ``children`` and in the
+    parent's ``child_ids``: their regions decide which is the lower one. Returns ``(lower, upper)``.
+    Raises :class:`InvalidPartitionSplitError` naming the partition that is wrong.
     """
     pid = parent_before.id
     if len(children) != 2:
         raise InvalidPartitionSplitError(
             f"a split of {pid!r} needs exactly two children, got {len(children)}"
         )
-    left, right = children
     if parent_after.id != pid or parent_after.region != parent_before.region:
         raise InvalidPartitionSplitError(f"the split parent must keep the id and region of {pid!r}")
     if parent_after.leaf:
         raise InvalidPartitionSplitError(f"after a split, partition {pid!r} must not be a leaf")
-    if parent_after.child_ids != (left.id, right.id):
+    first, second = children
+    if first.id == second.id:
+        raise InvalidPartitionSplitError(f"both children of {pid!r} have the id {first.id!r}")
+    if len(parent_after.child_ids) != 2 or set(parent_after.child_ids) != {first.id, second.id}:
         raise InvalidPartitionSplitError(
-            f"partition {pid!r} must list its children {left.id!r}, {right.id!r} in order, "
+            f"partition {pid!r} must list its children {first.id!r} and {second.id!r}, "
             f"got {list(parent_after.child_ids)}"
         )
-    if left.id == right.id:
-        raise InvalidPartitionSplitError(f"both children of {pid!r} have the id {left.id!r}")
     dim = parent_after.dimension
     ranges = parent_before.region.ranges
     if not 0 <= dim < len(ranges):
@@ -174,15 +180,116 @@ def check_split(parent_before: Partition, parent_after: Partition, children: Seq
                 raise InvalidPartitionSplitError(
                     f"child {child.id!r} differs from {pid!r} on dimension {d}, but the split is on {dim}"
                 )
+    # The child starting lower is the lower one, whichever order they were listed in.
+    lower, upper = sorted(children, key=lambda c: c.region.ranges[dim].min)
     parent_range = ranges[dim]
-    left_range, right_range = left.region.ranges[dim], right.region.ranges[dim]
-    if left_range.min != parent_range.min or right_range.max != parent_range.max:
-        raise InvalidPartitionSplitError(f"the children of {pid!r} do not cover its range on dimension {dim}")
-    if left_range.max is None or left_range.max != right_range.min:
+    lower_range, upper_range = lower.region.ranges[dim], upper.region.ranges[dim]
+    if lower_range.min != parent_range.min:
+        raise InvalidPartitionSplitError(
+            f"child {lower.id!r} starts at {lower_range.min!r} on dimension {dim} but {pid!r} starts at "
+            f"{parent_range.min!r}: the children do not cover its range"
+        )
+    if upper_range.max != parent_range.max:
+        raise InvalidPartitionSplitError(
+            f"child {upper.id!r} ends at {upper_range.max!r} on dimension {dim} but {pid!r} ends at "
+            f"{parent_range.max!r}: the children do not cover its range"
+        )
+    if lower_range.max is None or lower_range.max != upper_range.min:
         raise InvalidPartitionSplitError(
             f"the children of {pid!r} do not meet at one split point on dimension {dim}: "
-            f"left ends at {left_range.max!r}, right starts at {right_range.min!r}"
+            f"{lower.id!r} ends at {lower_range.max!r}, {upper.id!r} starts at {upper_range.min!r}"
         )
+    return lower, upper
+
+
+def with_children_in_key_order(parent: Partition, lower: Partition, upper: Partition) -> Partition:
+    """``parent`` listing its children lower first, as the tree's readers expect (a split may list them
+    in either order)."""
+    return replace(parent, child_ids=(lower.id, upper.id))
+
+
+def children_in_key_order(partitions: Iterable[Partition]) -> list[Partition]:
+    """``partitions`` with every parent listing its children lower first (a tree or a split may list
+    them in either order; :meth:`PartitionTree.leaf_for_key` and the jobs read the lower one first)."""
+    by_id = {p.id: p for p in partitions}
+    out = []
+    for p in by_id.values():
+        if not p.leaf and len(p.child_ids) == 2 and all(c in by_id for c in p.child_ids):
+            first, second = (by_id[c] for c in p.child_ids)
+            if second.region.ranges[p.dimension].min < first.region.ranges[p.dimension].min:  # type: ignore[operator]
+                p = replace(p, child_ids=(second.id, first.id))
+        out.append(p)
+    return out
+
+
+def _as_leaf(partition: Partition) -> Partition:
+    return replace(partition, child_ids=(), leaf=True, dimension=-1)
+
+
+def extend_tree(
+    existing: Mapping[str, Partition], updated: Sequence[Partition], new: Sequence[Partition]
+) -> list[Partition]:
+    """Check that ``updated`` (existing leaves, as they are after being split) and ``new`` (the partitions
+    below them, leaves or split again, any number of levels deep) extend the tree ``existing`` validly.
+
+    Returns the partitions to put, each parent listing its children lower first. Raises a
+    TransactionValidationError naming the partition that is wrong: PartitionNotFoundError,
+    PartitionNotLeafError, PartitionAlreadyExistsError, or InvalidPartitionTreeError.
+    """
+    if not updated:
+        raise InvalidPartitionTreeError("a tree extension needs at least one existing leaf to split")
+    new_by_id: dict[str, Partition] = {}
+    for partition in new:
+        if partition.id in existing:
+            raise PartitionAlreadyExistsError(partition.id)
+        if partition.id in new_by_id:
+            raise InvalidPartitionTreeError(f"new partition {partition.id!r} is listed more than once")
+        new_by_id[partition.id] = partition
+    updated_ids: set[str] = set()
+    for partition in updated:
+        before = existing.get(partition.id)
+        if before is None:
+            raise PartitionNotFoundError(partition.id)
+        if not before.leaf:
+            raise PartitionNotLeafError(partition.id)
+        if partition.id in updated_ids:
+            raise InvalidPartitionTreeError(f"partition {partition.id!r} is split more than once")
+        if partition.parent_id != before.parent_id:
+            raise InvalidPartitionTreeError(f"the extension must not change the parent of {partition.id!r}")
+        if partition.leaf:
+            raise InvalidPartitionTreeError(f"partition {partition.id!r} is listed as split but is a leaf")
+        updated_ids.add(partition.id)
+    placed: set[str] = set()
+    out: list[Partition] = []
+    for node in (*updated, *new):
+        if node.leaf:
+            if node.child_ids or node.dimension != -1:
+                raise InvalidPartitionTreeError(f"leaf partition {node.id!r} must have no children")
+            out.append(node)
+            continue
+        children = []
+        for child_id in node.child_ids:
+            child = new_by_id.get(child_id)
+            if child is None:
+                raise InvalidPartitionTreeError(
+                    f"partition {node.id!r} names child {child_id!r}, which is not a new partition"
+                )
+            if child_id in placed:
+                raise InvalidPartitionTreeError(f"partition {child_id!r} is the child of two partitions")
+            placed.add(child_id)
+            children.append(child)
+        before = existing[node.id] if node.id in updated_ids else node
+        try:
+            lower, upper = check_split(_as_leaf(before), node, [_as_leaf(c) for c in children])
+        except InvalidPartitionSplitError as e:
+            raise InvalidPartitionTreeError(str(e)) from e
+        out.append(with_children_in_key_order(node, lower, upper))
+    unplaced = [p.id for p in new if p.id not in placed]
+    if unplaced:
+        raise InvalidPartitionTreeError(
+            f"new partition {unplaced[0]!r} is not the child of any partition being split"
+        )
+    return out
 
 
 class PartitionTree:
@@ -310,22 +417,31 @@ def check_region_keys(schema: Schema, partition: Partition) -> None:
                 field.key_type.check(bound, field.name)
 
 
+def check_partition_for_schema(schema: Schema, partition: Partition) -> None:
+    """Check a partition's field types, and that its region has one range per row key of ``schema`` with
+    bounds of the right key types (raises InvalidPartitionTreeError naming the partition).
+
+    Run first: the structural checks compare with ``==`` and index by dimension.
+    """
+    check_partition_fields(partition)
+    if len(partition.region.ranges) != len(schema.row_keys):
+        raise InvalidPartitionTreeError(
+            f"partition {partition.id!r} has {len(partition.region.ranges)} range(s); the schema has "
+            f"{len(schema.row_keys)} row key field(s)"
+        )
+    try:
+        check_region_keys(schema, partition)
+    except InvalidKeyError as e:
+        raise InvalidPartitionTreeError(f"partition {partition.id!r} has an invalid bound: {e}") from e
+
+
 def validate_tree(schema: Schema, partitions: Iterable[Partition]) -> None:
     """Check ``partitions`` form one tree over ``schema``'s key space; raises InvalidPartitionTreeError."""
     by_id: dict[str, Partition] = {}
     for p in partitions:
-        check_partition_fields(p)
+        check_partition_for_schema(schema, p)
         if p.id in by_id:
             raise InvalidPartitionTreeError(f"partition id {p.id!r} is used more than once")
-        if len(p.region.ranges) != len(schema.row_keys):
-            raise InvalidPartitionTreeError(
-                f"partition {p.id!r} has {len(p.region.ranges)} range(s); the schema has "
-                f"{len(schema.row_keys)} row key field(s)"
-            )
-        try:
-            check_region_keys(schema, p)
-        except InvalidKeyError as e:
-            raise InvalidPartitionTreeError(f"partition {p.id!r} has an invalid bound: {e}") from e
         by_id[p.id] = p
     if not by_id:
         raise InvalidPartitionTreeError("a table needs at least one partition")

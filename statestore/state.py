@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from statestore.errors import FileNotFoundInStateError, PartitionNotFoundError
+from statestore.errors import (
+    FileNotFoundInStateError,
+    FileReferenceAssignedToJobError,
+    FileReferenceNotFoundError,
+    InvalidQueryError,
+    PartitionNotFoundError,
+)
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
@@ -72,6 +78,28 @@ class TableState:
             if ref.job_id is not None and (before is None or ref.last_update_time < before):
                 out.setdefault(ref.job_id, []).append(ref)
         return out
+
+    def is_assigned(self, job_id: str, partition_id: str, filenames: Iterable[str]) -> bool:
+        """Whether compaction job ``job_id`` holds its claim: every file's reference in ``partition_id`` is
+        assigned to it. False while a reference is assigned to no job (not claimed yet, or released).
+
+        Raises FileNotFoundInStateError or FileReferenceNotFoundError naming a file with no reference in
+        the partition (already replaced, or never there), FileReferenceAssignedToJobError naming a file
+        another job holds, InvalidQueryError for no filenames.
+        """
+        names = list(filenames)
+        if not names:
+            raise InvalidQueryError(f"is_assigned of job {job_id!r} needs at least one filename")
+        held = True
+        for filename in names:
+            ref = self.file(filename).reference_in(partition_id)
+            if ref is None:
+                raise FileReferenceNotFoundError(filename, partition_id)
+            if ref.job_id is None:
+                held = False
+            elif ref.job_id != job_id:
+                raise FileReferenceAssignedToJobError(filename, partition_id, ref.job_id)
+        return held
 
     def references_by_partition(self) -> dict[str, list[FileReference]]:
         """Every partition that has references, mapped to them."""

@@ -22,7 +22,6 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     FileReferenceNotFoundError,
     FilesPresentError,
-    InvalidKeyError,
     InvalidPartitionSplitError,
     InvalidPartitionTreeError,
     InvalidTransactionError,
@@ -34,9 +33,10 @@ from statestore.errors import (
 from statestore.files import FileReference, TableFile
 from statestore.partitions import (
     Partition,
-    check_partition_fields,
-    check_region_keys,
+    check_partition_for_schema,
     check_split,
+    children_in_key_order,
+    extend_tree,
     validate_tree,
 )
 from statestore.reference_checks import check_epoch_ms, check_new_reference, reference_in
@@ -77,7 +77,7 @@ class InitialisePartitions(Transaction):
         validate_tree(state.schema, self.partitions)
 
     def apply(self, state: TableState, update_time: int) -> None:
-        state.replace_partitions(self.partitions)
+        state.replace_partitions(children_in_key_order(self.partitions))
 
 
 @dataclass(frozen=True)
@@ -89,20 +89,11 @@ class SplitPartition(Transaction):
     children: tuple[Partition, ...]
 
     def validate(self, state: TableState) -> None:
-        # Types and ranges first: the structural checks below compare with ``==`` and index by dimension.
         for partition in (self.parent, *self.children):
             try:
-                check_partition_fields(partition)
+                check_partition_for_schema(state.schema, partition)
             except InvalidPartitionTreeError as e:
                 raise InvalidPartitionSplitError(str(e)) from e
-            if len(partition.region.ranges) != len(state.schema.row_keys):
-                continue  # check_split names the mismatch
-            try:
-                check_region_keys(state.schema, partition)
-            except InvalidKeyError as e:
-                raise InvalidPartitionSplitError(
-                    f"partition {partition.id!r} has an invalid bound: {e}"
-                ) from e
         before = state.partitions_by_id.get(self.parent.id)
         if before is None:
             raise PartitionNotFoundError(self.parent.id)
@@ -116,7 +107,28 @@ class SplitPartition(Transaction):
         check_split(before, self.parent, self.children)
 
     def apply(self, state: TableState, update_time: int) -> None:
-        state.put_partitions((self.parent, *self.children))
+        state.put_partitions(children_in_key_order((self.parent, *self.children)))
+
+
+@dataclass(frozen=True)
+class ExtendPartitionTree(Transaction):
+    """Split several leaves, several levels deep, in one transaction (the tree a bulk import computes).
+
+    ``updated_partitions`` are existing leaves as they are after being split; ``new_partitions`` are every
+    partition below them, leaves or split again. Validated as a whole: one wrong node rejects it all.
+    """
+
+    TYPE: ClassVar[str] = "ExtendPartitionTree"
+    updated_partitions: tuple[Partition, ...]
+    new_partitions: tuple[Partition, ...]
+
+    def validate(self, state: TableState) -> None:
+        for partition in (*self.updated_partitions, *self.new_partitions):
+            check_partition_for_schema(state.schema, partition)
+        extend_tree(state.partitions_by_id, self.updated_partitions, self.new_partitions)
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        state.put_partitions(children_in_key_order((*self.updated_partitions, *self.new_partitions)))
 
 
 # --- files --------------------------------------------------------------------------------------------
@@ -124,14 +136,19 @@ class SplitPartition(Transaction):
 
 @dataclass(frozen=True)
 class AddFiles(Transaction):
-    """Add new data files, each with one or more references (several for a file spanning partitions)."""
+    """Add new data files, each with one or more references (several for a file spanning partitions).
+
+    ``unreferenced_files`` names files added with no reference at all: written but referenced nowhere yet.
+    They are ready for garbage collection from the time they are added.
+    """
 
     TYPE: ClassVar[str] = "AddFiles"
     references: tuple[FileReference, ...]
+    unreferenced_files: tuple[str, ...] = ()
 
     def validate(self, state: TableState) -> None:
-        if not self.references:
-            raise InvalidTransactionError("AddFiles needs at least one file reference")
+        if not self.references and not self.unreferenced_files:
+            raise InvalidTransactionError("AddFiles needs at least one file reference or unreferenced file")
         seen: set[tuple[str, str]] = set()
         files = state.files_by_name
         for ref in self.references:
@@ -142,6 +159,20 @@ class AddFiles(Transaction):
             if key in seen:
                 raise FileReferenceAlreadyExistsError(ref.filename, ref.partition_id)
             seen.add(key)
+        referenced = {filename for filename, _ in seen}
+        unreferenced: set[str] = set()
+        for filename in self.unreferenced_files:
+            if not isinstance(filename, str) or not filename:
+                raise InvalidTransactionError(
+                    f"an unreferenced file needs a non-empty filename (a string), got {filename!r}"
+                )
+            if filename in files or filename in unreferenced:
+                raise FileAlreadyExistsError(filename)
+            if filename in referenced:
+                raise InvalidTransactionError(
+                    f"file {filename!r} is added both with references and as an unreferenced file"
+                )
+            unreferenced.add(filename)
 
     def apply(self, state: TableState, update_time: int) -> None:
         grouped: dict[str, list[FileReference]] = {}
@@ -149,6 +180,8 @@ class AddFiles(Transaction):
             grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
         for filename, refs in grouped.items():
             state.put_file(TableFile(filename, tuple(refs), update_time))
+        for filename in self.unreferenced_files:
+            state.put_file(TableFile(filename, (), update_time))
 
 
 @dataclass(frozen=True)
@@ -326,15 +359,19 @@ class ReplaceFileReferences(Transaction):
             raise InvalidTransactionError(
                 f"job {job.job_id!r} output {new.filename!r} is also one of its inputs"
             )
-        check_new_reference(state, new)
-        if new.filename in state.files_by_name or new.filename in produced:
-            raise FileAlreadyExistsError(new.filename)
+        # Inputs before the output: a job committed twice is reported as "already replaced", not as
+        # "output file already exists" (its output is in the state from the first commit).
+        if job.partition_id not in state.partitions_by_id:
+            raise PartitionNotFoundError(job.partition_id)
         for filename in job.input_files:
             if (filename, job.partition_id) in consumed:
                 raise FileReferenceNotFoundError(filename, job.partition_id)
             ref = reference_in(state, filename, job.partition_id)
             if ref.job_id != job.job_id:
                 raise FileReferenceNotAssignedToJobError(filename, job.partition_id, job.job_id, ref.job_id)
+        check_new_reference(state, new)
+        if new.filename in state.files_by_name or new.filename in produced:
+            raise FileAlreadyExistsError(new.filename)
 
     def apply(self, state: TableState, update_time: int) -> None:
         rejected = self._rejected_jobs(state)
@@ -440,6 +477,23 @@ class ClearFiles(Transaction):
         state.clear_files()
 
 
+@dataclass(frozen=True)
+class ClearTable(Transaction):
+    """Forget every file, reference and partition, so the table can be initialised again.
+
+    The table is left with no partition tree: nothing can be added until an InitialisePartitions.
+    """
+
+    TYPE: ClassVar[str] = "ClearTable"
+
+    def validate(self, state: TableState) -> None:
+        return None
+
+    def apply(self, state: TableState, update_time: int) -> None:
+        state.clear_files()
+        state.replace_partitions(())
+
+
 # --- group commit -------------------------------------------------------------------------------------
 
 
@@ -493,6 +547,7 @@ TRANSACTION_TYPES: dict[str, type[Transaction]] = {
     for cls in (
         InitialisePartitions,
         SplitPartition,
+        ExtendPartitionTree,
         AddFiles,
         AssignJobIds,
         ReleaseClaims,
@@ -500,6 +555,7 @@ TRANSACTION_TYPES: dict[str, type[Transaction]] = {
         SplitFileReferences,
         DeleteFiles,
         ClearFiles,
+        ClearTable,
         TransactionBatch,
     )
 }

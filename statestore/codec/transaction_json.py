@@ -9,7 +9,8 @@ ingest adds thousands of references at a time, and columns compress better than 
 repeats every field name (measured on 10,000 references with UUID paths: 29-54 stored bytes per reference
 against 32-57 for objects). Other file references are objects with their full field names. An optional
 time (``AssignJobIds.take_over_claimed_before``, ``ReleaseClaims.claimed_before``) is left out when unset: the
-first was added after version 1, and bodies written before it read the same.
+first was added after version 1, and bodies written before it read the same. So is an empty
+``AddFiles.unreferenced_files`` (files added with no reference), added later too.
 
 Stored bodies are zlib-compressed when that pays (see :func:`encode_transaction`). Every malformed input
 raises :class:`~statestore.errors.CodecError` saying where and what was wrong: a ``true`` or a ``1.0`` where
@@ -39,7 +40,9 @@ from statestore.transactions import (
     AssignJobIds,
     BatchItem,
     ClearFiles,
+    ClearTable,
     DeleteFiles,
+    ExtendPartitionTree,
     InitialisePartitions,
     ReleaseClaims,
     ReplaceFileReferences,
@@ -93,8 +96,18 @@ def _transaction_fields(txn: Transaction) -> dict[str, Any]:
             "parent": _partition_to_json(txn.parent),
             "children": [_partition_to_json(p) for p in txn.children],
         }
+    if isinstance(txn, ExtendPartitionTree):
+        return {
+            "type": txn.TYPE,
+            "updated_partitions": [_partition_to_json(p) for p in txn.updated_partitions],
+            "new_partitions": [_partition_to_json(p) for p in txn.new_partitions],
+        }
     if isinstance(txn, AddFiles):
-        return {"type": txn.TYPE, "references": _reference_columns(txn.references)}
+        return {
+            "type": txn.TYPE,
+            "references": _reference_columns(txn.references),
+            **_optional("unreferenced_files", list(txn.unreferenced_files) or None),
+        }
     if isinstance(txn, AssignJobIds):
         return {
             "type": txn.TYPE,
@@ -137,7 +150,7 @@ def _transaction_fields(txn: Transaction) -> dict[str, Any]:
         }
     if isinstance(txn, DeleteFiles):
         return {"type": txn.TYPE, "filenames": list(txn.filenames)}
-    if isinstance(txn, ClearFiles):
+    if isinstance(txn, ClearFiles | ClearTable):
         return {"type": txn.TYPE}
     if isinstance(txn, TransactionBatch):
         items = []
@@ -416,8 +429,13 @@ def _transaction_from_fields(obj: _Object, nested: bool) -> Transaction:
     elif type_name == SplitPartition.TYPE:
         parent = _partition_from_json(obj.raw("parent"), f"{obj.where}.parent")
         txn = SplitPartition(parent, tuple(obj.items("children", _partition_from_json)))
+    elif type_name == ExtendPartitionTree.TYPE:
+        updated = tuple(obj.items("updated_partitions", _partition_from_json))
+        txn = ExtendPartitionTree(updated, tuple(obj.items("new_partitions", _partition_from_json)))
     elif type_name == AddFiles.TYPE:
-        txn = AddFiles(_references_from_columns(obj.child("references")))
+        references = _references_from_columns(obj.child("references"))
+        unreferenced = obj.items("unreferenced_files", _check_str) if "unreferenced_files" in obj.data else []
+        txn = AddFiles(references, tuple(unreferenced))
     elif type_name == AssignJobIds.TYPE:
         requests = tuple(obj.items("requests", _assign_request_from_json))
         txn = AssignJobIds(requests, obj.optional_integer("take_over_claimed_before"))
@@ -432,6 +450,8 @@ def _transaction_from_fields(obj: _Object, nested: bool) -> Transaction:
         txn = DeleteFiles(tuple(obj.items("filenames", _check_str)))
     elif type_name == ClearFiles.TYPE:
         txn = ClearFiles()
+    elif type_name == ClearTable.TYPE:
+        txn = ClearTable()
     elif type_name == TransactionBatch.TYPE:
         if nested:
             raise CodecError(f"{obj.where}: batches cannot be nested")

@@ -1,15 +1,20 @@
-"""One-line summaries of the claim transactions, as `statestore log` shows them."""
+"""One-line summaries of transactions, as `statestore log` shows them."""
 
 from __future__ import annotations
 
 from statestore.cli_format import summarize
+from statestore.partitions import root_partition
 from statestore.transactions import (
+    AddFiles,
     AssignJobIdRequest,
     AssignJobIds,
     BatchItem,
+    ClearTable,
+    ExtendPartitionTree,
     ReleaseClaims,
     TransactionBatch,
 )
+from tests.builders import STRING_SCHEMA, ref
 
 
 def test_claims_taken_over_and_released_are_summarised() -> None:
@@ -22,3 +27,17 @@ def test_claims_taken_over_and_released_are_summarised() -> None:
     assert summarize(released) == "released the claims of 2 jobs"
     batch = TransactionBatch((BatchItem("r1", released), BatchItem("r2", ReleaseClaims(("j3",)))))
     assert summarize(batch) == "2 requests: released the claims of 3 jobs"
+
+
+def test_new_partition_and_file_transactions_are_summarised() -> None:
+    root, low, high = root_partition(STRING_SCHEMA).split(0, "m", "L", "H")
+    low_split, low_low, low_high = low.split(0, "f", "LL", "LH")
+
+    assert summarize(AddFiles((ref("a", "L"), ref("a", "H")), ("b",))) == (
+        "added 2 files (2 references, 1 with none, 200 rows)"
+    )
+    assert summarize(AddFiles((ref("a", "L"),))) == "added 1 file (1 reference, 100 rows)"
+    assert summarize(ExtendPartitionTree((root,), (low_split, high, low_low, low_high))) == (
+        "extended the tree below 1 leaf (4 new partitions)"
+    )
+    assert summarize(ClearTable()) == "cleared every file and partition"

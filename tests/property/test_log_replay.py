@@ -19,7 +19,9 @@ from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
     AssignJobIds,
+    ClearTable,
     DeleteFiles,
+    ExtendPartitionTree,
     InitialisePartitions,
     ReleaseClaims,
     ReplaceFileReferences,
@@ -60,7 +62,9 @@ def add_files(data: st.DataObject, state: TableState, names: Names) -> Transacti
         filename = names("file")
         for partition_id in sample(data, leaves, 1)[:2]:
             refs.append(ref(filename, partition_id, data.draw(st.integers(0, 1000))))
-    return AddFiles(tuple(refs))
+    # Sometimes files written but referenced nowhere yet.
+    unreferenced = tuple(names("unreferenced") for _ in range(data.draw(st.integers(0, 2))))
+    return AddFiles(tuple(refs), unreferenced)
 
 
 def split_leaf(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
@@ -71,6 +75,34 @@ def split_leaf(data: st.DataObject, state: TableState, names: Names) -> Transact
         return None
     parent, left, right = leaf.split(0, point, names("part"), names("part"))
     return SplitPartition(parent, (left, right))
+
+
+def extend_tree(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
+    """A bulk import's tree: one or two leaves split, a child of the first split again."""
+    leaves = sample(data, [p.id for p in state.leaf_partitions()])[:2]
+    updated: list[Partition] = []
+    new: list[Partition] = []
+    for leaf_id in leaves:
+        leaf = state.partition(leaf_id)
+        point = data.draw(SPLIT_POINTS)
+        current = leaf.region.ranges[0]
+        if not (current.min < point and (current.max is None or point < current.max)):  # type: ignore[operator]
+            return None
+        parent, left, right = leaf.split(0, point, names("part"), names("part"))
+        updated.append(parent)
+        new.extend((left, right))
+    deeper = new[0]
+    point = data.draw(SPLIT_POINTS)
+    current = deeper.region.ranges[0]
+    if data.draw(st.booleans()) and current.min < point and (current.max is None or point < current.max):  # type: ignore[operator]
+        new[0], low, high = deeper.split(0, point, names("part"), names("part"))
+        new.extend((high, low))  # in either order
+    return ExtendPartitionTree(tuple(updated), tuple(reversed(new)))
+
+
+def clear_table(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
+    """Rarely: clear the table (the history initialises it again next)."""
+    return ClearTable() if data.draw(st.integers(0, 5)) == 0 else None
 
 
 def assign_jobs(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
@@ -185,6 +217,8 @@ def invalid(data: st.DataObject, state: TableState, names: Names) -> Transaction
 VALID_OPERATIONS = [
     add_files,
     split_leaf,
+    extend_tree,
+    clear_table,
     assign_jobs,
     replace_references,
     split_references_down,
@@ -204,6 +238,11 @@ def run_history(data: st.DataObject, log: InMemoryTransactionLog) -> list[TableS
     states = [TableState(STRING_SCHEMA), store.state().copy()]
     for _ in range(data.draw(st.integers(1, 25))):
         state = store.state()
+        if not state.partitions_by_id:  # cleared: initialise again before anything else
+            points = sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3)))
+            store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, points))))
+            states.append(store.state().copy())
+            continue
         if data.draw(st.integers(0, 9)) == 0:
             transaction = invalid(data, state, names)
             assert transaction is not None

@@ -33,7 +33,9 @@ from statestore.transactions import (
     AssignJobIds,
     BatchItem,
     ClearFiles,
+    ClearTable,
     DeleteFiles,
+    ExtendPartitionTree,
     InitialisePartitions,
     ReleaseClaims,
     ReplaceFileReferences,
@@ -64,6 +66,14 @@ _left_split, _left_low, _left_high = _left.split(
     1, 1_767_225_600_000, "c4d5e6f7-a8b9-4c0d-9e1f-2a3b4c5d6e7f", "d5e6f7a8-b9c0-4d1e-8f2a-3b4c5d6e7f80"
 )
 
+# A bulk import's tree below the right leaf: split on the time, then the lower half again on the row.
+_right_split, _right_early, _right_late = _right.split(
+    1, 1_767_225_600_000, "e6f7a8b9-c0d1-4e2f-9a3b-4c5d6e7f8091", "f7a8b9c0-d1e2-4f3a-8b4c-5d6e7f809102"
+)
+_early_split, _early_low, _early_high = _right_early.split(
+    0, b"\xc0", "a8b9c0d1-e2f3-4a4b-9c5d-6e7f80910213", "b9c0d1e2-f3a4-4b5c-8d6e-7f8091021324"
+)
+
 ADD = AddFiles(
     (
         FileReference(FILE_A, P_LEFT, 1_204_557),
@@ -88,6 +98,9 @@ CLAIM_TIME = 1_767_225_600_000
 FIXED: dict[str, Transaction] = {
     "InitialisePartitions": InitialisePartitions((_root_split, _left, _right)),
     "SplitPartition": SplitPartition(_left_split, (_left_low, _left_high)),
+    "ExtendPartitionTree": ExtendPartitionTree(
+        (_right_split,), (_early_split, _right_late, _early_low, _early_high)
+    ),
     "AddFiles": ADD,
     "AssignJobIds": AssignJobIds(ASSIGN.requests, take_over_claimed_before=CLAIM_TIME),
     "ReleaseClaims": ReleaseClaims(("compaction-7c1e", "compaction-9a02"), claimed_before=CLAIM_TIME),
@@ -115,6 +128,7 @@ FIXED: dict[str, Transaction] = {
     ),
     "DeleteFiles": DeleteFiles((FILE_A, FILE_D)),
     "ClearFiles": ClearFiles(),
+    "ClearTable": ClearTable(),
     "Batch": TransactionBatch(
         (
             BatchItem("req-2f6d0c1e-ingest-17", ADD),
@@ -160,6 +174,17 @@ def test_an_unset_optional_time_is_left_out_and_a_body_without_it_reads_as_unset
     release = ReleaseClaims(("job",))
     assert transaction_to_json(release) == {"version": 1, "type": "ReleaseClaims", "job_ids": ["job"]}
     assert transaction_from_json(transaction_to_json(release)) == release
+
+
+def test_files_added_with_no_references_are_written_only_when_there_are_some() -> None:
+    # The AddFiles golden file has none: bodies written before the field existed read the same.
+    assert "unreferenced_files" not in transaction_to_json(ADD)
+    with_unreferenced = AddFiles(ADD.references, (FILE_D,))
+    data = transaction_to_json(with_unreferenced)
+    assert data["unreferenced_files"] == [FILE_D]
+    assert transaction_from_json(data) == with_unreferenced
+    only_unreferenced = AddFiles((), (FILE_D,))
+    assert transaction_from_json(transaction_to_json(only_unreferenced)) == only_unreferenced
 
 
 def test_bytes_keys_are_written_as_base64_objects() -> None:
@@ -213,7 +238,8 @@ def tuples_of(
 simple_transactions: st.SearchStrategy[Transaction] = st.one_of(
     st.builds(InitialisePartitions, tuples_of(partitions)),
     st.builds(SplitPartition, partitions, tuples_of(partitions, max_size=2)),
-    st.builds(AddFiles, tuples_of(references, max_size=20)),
+    st.builds(AddFiles, tuples_of(references, max_size=20), tuples_of(names)),
+    st.builds(ExtendPartitionTree, tuples_of(partitions, max_size=2), tuples_of(partitions)),
     st.builds(
         AssignJobIds,
         tuples_of(st.builds(AssignJobIdRequest, names, names, tuples_of(names))),
@@ -230,6 +256,7 @@ simple_transactions: st.SearchStrategy[Transaction] = st.one_of(
     ),
     st.builds(DeleteFiles, tuples_of(names)),
     st.just(ClearFiles()),
+    st.just(ClearTable()),
 )
 transactions = simple_transactions | st.builds(
     TransactionBatch, tuples_of(st.builds(BatchItem, names, simple_transactions))

@@ -379,9 +379,9 @@ def test_check_split_rejects_a_child_with_the_wrong_number_of_ranges() -> None:
         (lambda parent: replace(parent, id="other"), "keep the id and region"),
         (lambda parent: replace(parent, region=Region((Range(0),))), "keep the id and region"),
         (lambda parent: replace(parent, leaf=True), "must not be a leaf"),
-        (lambda parent: replace(parent, child_ids=("R", "L")), "in order"),
+        (lambda parent: replace(parent, child_ids=("L", "X")), "must list its children 'L' and 'R'"),
     ],
-    ids=["new-id", "new-region", "still-leaf", "children-swapped"],
+    ids=["new-id", "new-region", "still-leaf", "names-another-child"],
 )
 def test_check_split_rejects_a_malformed_parent(change: object, message: str) -> None:
     before, parent, left, right = split_of_root()

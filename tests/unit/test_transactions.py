@@ -532,6 +532,20 @@ def test_replace_file_references_rejects_a_job_reusing_what_an_earlier_job_in_it
     assert [type(e) for _, e in rejected] == [FileReferenceNotFoundError, FileAlreadyExistsError]
 
 
+def test_a_compaction_committed_twice_is_reported_as_already_replaced_not_as_an_existing_output() -> None:
+    state = compacting_state()
+    compaction = ReplaceFileReferences((job("job1", "p1", ("a.parquet", "b.parquet"), "out1"),))
+    commit(state, compaction)
+
+    error = assert_rejected(state, compaction, AllJobsRejectedError)
+
+    assert isinstance(error, AllJobsRejectedError)
+    [(_, reason)] = error.failures
+    assert isinstance(reason, FileReferenceNotFoundError)
+    assert "'a.parquet' in partition 'p1'" in str(reason)
+    assert "already exists" not in str(error)
+
+
 def test_replace_file_references_applies_a_job_even_if_another_job_with_the_same_id_is_rejected() -> None:
     # A redelivered commit of the same compaction job lands twice in one transaction: the first is valid,
     # the second finds its inputs consumed. The first must still be applied, as rejected_parts reports.
