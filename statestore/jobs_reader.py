@@ -169,3 +169,16 @@ class JobStatusReader:
                 f"table {self.table_id!r} has no transaction {to_number} (the job model reached "
                 f"{model.transaction_number})"
             )
+
+
+def save_job_model_beside_snapshot(
+    table_id: str, schema: Schema, log: TransactionLogStore, snapshots: SnapshotStore, transaction_number: int
+) -> int | None:
+    """Save the table's job model at the number of the state snapshot just written (read incrementally from
+    the previous saved one); returns that number, or None if it failed (logged: the state snapshot stands,
+    and the next snapshot saves the model again)."""
+    try:
+        return JobStatusReader(table_id, schema, log, snapshots).save(transaction_number)
+    except StateStoreError:
+        logger.exception("table %r: could not save the job model at %d", table_id, transaction_number)
+        return None

@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 
 from statestore import layout
+from statestore.catalog import InMemoryTableIndex, TableInfo
+from statestore.cleanup import snapshot_tables
+from statestore.client import StateStoreClient
 from statestore.engine import TransactionLogStateStore
 from statestore.jobs_model import JobState
 from statestore.jobs_reader import JobStatusReader
@@ -76,3 +79,31 @@ def test_with_the_log_start_deleted_and_nothing_saved_the_history_starts_at_the_
     assert model.history_from == 4
     assert model.job("job-1")[-1].claim_transaction is None  # held, but its claim entry is gone
     assert model.job("job-2")[-1].claim_transaction == 4
+
+
+def test_the_scheduled_snapshot_saves_the_job_model_at_the_snapshot_number() -> None:
+    store, log, snapshots = table()
+    claim(store, "job-1", "f0")
+    index = InMemoryTableIndex()
+    index.create(TableInfo(TABLE, "events", STRING_SCHEMA))
+
+    (outcome,) = snapshot_tables(index, log, snapshots)
+
+    assert outcome.snapshot is not None and outcome.snapshot.transaction_number == 3
+    assert snapshots.blobs.list(layout.jobs_model_prefix(TABLE)) == [layout.jobs_model_key(TABLE, 3)]
+    log.delete_up_to(TABLE, 3)  # cleanup after the snapshot: the claim entry is gone, the saved model has it
+    assert reader(log, snapshots).model().job("job-1")[-1].claim_transaction == 3
+
+
+def test_the_client_lists_a_tables_jobs_and_snapshots_their_model() -> None:
+    client = StateStoreClient.in_memory()
+    info = client.create_table("events", STRING_SCHEMA)
+    client.commit("events", AddFiles((ref("f0"), ref("f1"))))
+    client.commit("events", AssignJobIds((AssignJobIdRequest("job-1", "root", ("f0",)),)))
+    written = client.create_snapshot("events")
+
+    assert [r.job_id for r in client.jobs("events", states=[JobState.CLAIMED])] == ["job-1"]
+    assert client.job("events", "job-1")[-1].input_files == ("f0",)
+    assert written is not None
+    keys = client.blobs.list(layout.jobs_model_prefix(info.table_id))
+    assert keys == [layout.jobs_model_key(info.table_id, written.transaction_number)]
