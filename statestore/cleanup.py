@@ -35,6 +35,7 @@ from statestore.catalog import TableIndex, TableInfo
 from statestore.commit_requests import body_key_time
 from statestore.engine import TransactionLogStateStore, now_millis
 from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
+from statestore.jobs_reader import save_job_model_beside_snapshot
 from statestore.ports import BlobStore, SnapshotInfo, TransactionLogStore
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import DeleteFiles, ReleaseClaims
@@ -332,6 +333,7 @@ def snapshot_tables(
             except StaleSnapshotError as e:
                 outcomes.append(SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}"))
                 continue
+            save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
             outcomes.append(SnapshotOutcome(table_id, snapshot=written))
         except StateStoreError as e:
             logger.exception("could not snapshot table %r", table_id)

@@ -1056,6 +1056,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N entries (default 20)")
 
+    from statestore.cli_jobs import add_commands as add_job_commands
+
+    add_job_commands(commands, command)
+
     p = command(commands, "commit", "send a commit request to the committer's queue", cmd_commit)
     p.add_argument("table", metavar="TABLE")
     p.add_argument(

@@ -6,7 +6,7 @@ local endpoint (:meth:`StateStoreClient.for_aws`). AWS modules are imported only
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from statestore import layout, reports
@@ -14,6 +14,8 @@ from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo, parse_
 from statestore.engine import CommitResult, RetryPolicy, TransactionLogStateStore
 from statestore.errors import TableNotFoundError
 from statestore.files import TableFile
+from statestore.jobs_model import JobRun, JobState
+from statestore.jobs_reader import JobStatusReader, save_job_model_beside_snapshot
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.partitions import Partition, partitions_from_split_points
 from statestore.ports import BlobStore, SnapshotInfo, SnapshotMetadataStore, TransactionLogStore
@@ -183,5 +185,36 @@ class StateStoreClient:
         return self.state_store(table).commit(transaction)
 
     def create_snapshot(self, table: str) -> SnapshotInfo | None:
-        """Snapshot the table's latest state; None when nothing changed since the last snapshot."""
-        return self.state_store(table).create_snapshot()
+        """Snapshot the table's latest state, and save its job model beside it; None when nothing changed
+        since the last snapshot."""
+        info = self.get_table(table)
+        written = self._open(info).create_snapshot()
+        if written is not None:
+            save_job_model_beside_snapshot(
+                info.table_id, info.schema, self.log, self.snapshots, written.transaction_number
+            )
+        return written
+
+    # --- jobs -----------------------------------------------------------------------------------
+
+    def job_status_reader(self, table: str) -> JobStatusReader:
+        """A reader of the table's job-status model (keep it to read only new entries on each call)."""
+        info = self.get_table(table)
+        return JobStatusReader(info.table_id, info.schema, self.log, self.snapshots)
+
+    def jobs(
+        self,
+        table: str,
+        *,
+        states: Iterable[JobState] = (),
+        job_id: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> list[JobRun]:
+        """Runs of the table's compaction jobs, filtered as :meth:`JobsModel.find_runs` does."""
+        model = self.job_status_reader(table).model()
+        return model.find_runs(states=states, job_id=job_id, since=since, until=until)
+
+    def job(self, table: str, job_id: str) -> tuple[JobRun, ...]:
+        """Every run of one compaction job, oldest first. Raises JobNotFoundError."""
+        return self.job_status_reader(table).model().job(job_id)

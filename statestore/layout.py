@@ -58,3 +58,12 @@ SPARK_LOGS_PREFIX = "spark/logs/"
 SPARK_CODE_ARCHIVE = "statestore-spark.zip"
 SPARK_ENVIRONMENT_ARCHIVE = "environment.tar.gz"
 SPARK_ENTRY_POINT = "statestore_job.py"
+
+
+def jobs_model_prefix(table_id: str) -> str:
+    """Saved job-status models, beside the state snapshots (so garbage collection never takes them)."""
+    return f"{snapshot_prefix(table_id)}jobs/"
+
+
+def jobs_model_key(table_id: str, transaction_number: int) -> str:
+    return f"{jobs_model_prefix(table_id)}{transaction_number:012d}.json"

@@ -1,0 +1,146 @@
+"""``statestore jobs TABLE`` and ``statestore job TABLE JOB_ID``: the job-status model folded from the log.
+
+Registered by :func:`statestore.cli.build_parser` through :func:`add_commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from statestore import cli_format as fmt
+from statestore.errors import JobNotFoundError
+from statestore.jobs_model import JobRun, JobState, run_to_json
+
+if TYPE_CHECKING:
+    from statestore.cli import Session
+
+Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
+
+
+def add_commands(commands: Any, command: Command) -> None:
+    """Add ``jobs`` and ``job`` to the CLI's sub-commands (``command`` is build_parser's helper)."""
+    p = command(commands, "jobs", "a table's compaction jobs and what became of them, from its log", cmd_jobs)
+    p.add_argument("table", metavar="TABLE")
+    p.add_argument(
+        "--state",
+        action="append",
+        choices=[s.value for s in JobState],
+        help="only runs in this state (repeat for several)",
+    )
+    p.add_argument("--job", metavar="JOB_ID", help="only runs of this job id")
+    p.add_argument(
+        "--since", metavar="TIME", help="only runs with an event at or after TIME (ISO 8601 or epoch ms)"
+    )
+    p.add_argument(
+        "--until", metavar="TIME", help="only runs with an event before TIME (ISO 8601 or epoch ms)"
+    )
+    p = command(commands, "job", "one compaction job: its claim, its outcome and every event", cmd_job)
+    p.add_argument("table", metavar="TABLE")
+    p.add_argument("job_id", metavar="JOB_ID")
+
+
+def parse_time(value: str, option: str) -> int:
+    """Epoch ms from ``value`` (epoch ms, or ISO 8601; a time without a zone is UTC)."""
+    from statestore.cli import EXIT_USAGE, CliError
+
+    if value.isdigit():
+        return int(value)
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(
+            f"{option} {value!r} is not a time; give ISO 8601 (2024-05-01T12:00:00Z) or epoch milliseconds",
+            EXIT_USAGE,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def cmd_jobs(s: Session) -> int:
+    from statestore.cli import EXIT_OK, EXIT_USAGE, CliError
+
+    since = parse_time(s.args.since, "--since") if s.args.since else None
+    until = parse_time(s.args.until, "--until") if s.args.until else None
+    if since is not None and until is not None and until <= since:
+        raise CliError(f"--until ({s.args.until}) must be after --since ({s.args.since})", EXIT_USAGE)
+    table = s.table(s.args.table)
+    model = s.client.job_status_reader(table.table_id).model()
+    runs = model.find_runs(
+        states=[JobState(v) for v in s.args.state or ()], job_id=s.args.job, since=since, until=until
+    )
+
+    def human() -> str:
+        if not runs:
+            return "no jobs match" if (s.args.state or s.args.job or since or until) else "no compaction jobs"
+        rows = [
+            [
+                r.job_id,
+                r.state.value,
+                r.partition_id,
+                len(r.input_files),
+                r.claim_transaction,
+                fmt.format_time(r.claim_time),
+                r.last_event.transaction_number,
+                fmt.format_time(r.last_event.time),
+                r.output_file,
+            ]
+            for r in runs
+        ]
+        headers = [
+            "JOB",
+            "STATE",
+            "PARTITION",
+            "INPUTS",
+            "CLAIM TX",
+            "CLAIMED",
+            "LAST TX",
+            "LAST EVENT",
+            "OUTPUT",
+        ]
+        return fmt.render_table(headers, rows)
+
+    s.out.result([run_to_json(r) for r in runs], human)
+    return EXIT_OK
+
+
+def cmd_job(s: Session) -> int:
+    from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, CliError
+
+    table = s.table(s.args.table)
+    try:
+        runs = s.client.job_status_reader(table.table_id).model().job(s.args.job_id)
+    except JobNotFoundError as e:
+        raise CliError(
+            f"{e}; list the table's jobs with `statestore jobs {s.args.table}`", EXIT_NOT_FOUND
+        ) from None
+
+    def human() -> str:
+        return "\n\n".join(_run_text(r, i, len(runs)) for i, r in enumerate(runs, 1))
+
+    s.out.result([run_to_json(r) for r in runs], human)
+    return EXIT_OK
+
+
+def _run_text(run: JobRun, index: int, count: int) -> str:
+    title = f"job {run.job_id!r}" + (f" (run {index} of {count})" if count > 1 else "")
+    fields = fmt.render_fields(
+        [
+            ("state", run.state.value),
+            ("partition", run.partition_id),
+            ("claimed in", run.claim_transaction),
+            ("claimed at", fmt.format_time(run.claim_time)),
+            ("input files", len(run.input_files)),
+            ("output file", run.output_file),
+            ("output rows", run.output_rows),
+        ]
+    )
+    events = fmt.render_table(
+        ["TX", "TIME", "EVENT", "DETAIL"],
+        [[e.transaction_number, fmt.format_time(e.time), e.kind.value, e.detail] for e in run.events],
+    )
+    inputs = "\n".join(f"  {f}" for f in run.input_files)
+    return f"{title}\n{fields}\ninputs:\n{inputs or '  -'}\n{events}"
