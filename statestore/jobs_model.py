@@ -30,6 +30,7 @@ from statestore.transactions import (
     AddFiles,
     AssignJobIds,
     ClearFiles,
+    ClearTable,
     ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
@@ -232,7 +233,9 @@ def _fold_one(
     """Fold one (non-batch) transaction, ``state`` being the state before it; returns what it added
     (files, rows) and the jobs it concerned, for the request that carried it."""
     if isinstance(transaction, AddFiles):
-        files = tuple(dict.fromkeys(r.filename for r in transaction.references))
+        files = tuple(
+            dict.fromkeys([*(r.filename for r in transaction.references), *transaction.unreferenced_files])
+        )
         return files, sum(r.number_of_rows for r in transaction.references), ()
     if isinstance(transaction, AssignJobIds):
         _fold_claims(model, state, number, time, transaction)
@@ -247,13 +250,14 @@ def _fold_one(
             sum(j.new_reference.number_of_rows for j in committed),
             tuple(dict.fromkeys(j.job_id for j in committed)),
         )
-    if isinstance(transaction, ClearFiles):
+    if isinstance(transaction, ClearFiles | ClearTable):
         for job_id in sorted(state.claimed_references()):
             _end(model, job_id, JobEvent(number, time, JobState.CLEARED, "the table's files were cleared"))
         return (), 0, ()
-    # InitialisePartitions, SplitPartition, SplitFileReferences and DeleteFiles do not concern jobs: none
-    # of them can add, move or remove a claimed reference (each refuses one). A transaction type this fold
-    # does not know is ignored too; one that removes claimed references must be added here.
+    # InitialisePartitions, SplitPartition, ExtendPartitionTree, SplitFileReferences and DeleteFiles do not
+    # concern jobs: none of them can add, move or remove a claimed reference (each refuses one). A
+    # transaction type this fold does not know is ignored too; one that removes claimed references must be
+    # added here.
     return (), 0, ()
 
 

@@ -43,7 +43,10 @@ def run_history(
     models = [JobsModel(), reader.model().copy()]
     for _ in range(data.draw(st.integers(1, 25))):
         state = store.state()
-        if data.draw(st.integers(0, 4)) == 0:
+        if not state.partitions_by_id:  # cleared: initialise again before anything else
+            points = sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3)))
+            store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, points))))
+        elif data.draw(st.integers(0, 4)) == 0:
             # A group commit: each member drawn from the state now; later ones may be rejected by the
             # members before them, and an invalid one sometimes joins (rejected, the others committed).
             members = []

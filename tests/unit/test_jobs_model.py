@@ -22,6 +22,7 @@ from statestore.transactions import (
     AssignJobIds,
     BatchItem,
     ClearFiles,
+    ClearTable,
     InitialisePartitions,
     ReleaseClaims,
     ReplaceFileReferences,
@@ -152,6 +153,23 @@ def test_clearing_the_files_ends_the_claims_held() -> None:
     h.commit(ClearFiles(), at=3_000)
 
     assert h.model.job("job-1")[-1].state is JobState.CLEARED
+
+
+def test_clearing_the_table_ends_the_claims_held() -> None:
+    h = History()
+    h.commit(claim("job-1", "a"), at=2_000)
+    h.commit(ClearTable(), at=3_000)
+
+    assert h.model.job("job-1")[-1].state is JobState.CLEARED
+
+
+def test_a_request_adding_files_with_no_references_records_them() -> None:
+    h = History()
+    add = AddFiles((ref("d", rows=7),), unreferenced_files=("w",))
+    number = h.commit(TransactionBatch((BatchItem("req", add),)), at=2_000)
+
+    added = h.model.requests["req"]
+    assert (added.transaction_number, added.files_added, added.rows_added) == (number, ("d", "w"), 7)
 
 
 def test_each_request_of_a_group_commit_records_its_transaction_and_what_it_added() -> None:
