@@ -34,8 +34,8 @@ class Queues:
 @pytest.fixture(params=["memory", "moto"])
 def queues(request: pytest.FixtureRequest) -> Iterator[Queues]:
     if request.param == "memory":
-        dlq, commit_queue = InMemoryDeadLetterQueue(), InMemoryCommitQueue()
-        yield Queues(dlq, dlq, commit_queue, lambda: commit_queue.take(100))
+        dlq, in_memory = InMemoryDeadLetterQueue(), InMemoryCommitQueue()
+        yield Queues(dlq, dlq, in_memory, lambda: in_memory.take(100))
         return
     with mock_aws():
         sqs = make_client("sqs", region="us-east-1")
