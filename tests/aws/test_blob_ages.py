@@ -1,4 +1,4 @@
-"""Every blob store says when each object was last written (what the orphan sweep's delay is measured from)."""
+"""Every blob store says when each object was last written (what the orphan sweep's delay counts from)."""
 
 from __future__ import annotations
 
