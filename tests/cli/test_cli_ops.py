@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.builders import INT_SCHEMA, ref
 from tests.cli.conftest import Cli
 
 
-def ours(out: str) -> object:
+def ours(out: str) -> Any:
     """The CLI's JSON, without the log lines the in-process committer Lambda prints meanwhile."""
     return json.loads("\n".join(line for line in out.splitlines() if not line.startswith('{"level"')))
 
