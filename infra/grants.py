@@ -71,7 +71,9 @@ class StateStoreGrants:
           DeleteObjects under ``tables/<id>/``);
         - ``snapshot``: record a snapshot (its items and its objects);
         - ``cleanup``: delete old log entries and snapshots, garbage data files and stale request bodies,
-          committing DeleteFiles straight to the log.
+          committing DeleteFiles straight to the log; ``files --orphans`` lists the data prefix;
+        - ``dead-letters``: receive, release (ChangeMessageVisibility) and delete the dead-letter queue's
+          messages; redrive sends them to the commit queue, as a commit does.
 
         It reads no data files and writes none, and never writes commit statuses (only the committer does).
         """
@@ -84,6 +86,7 @@ class StateStoreGrants:
         state.snapshots.grant(grantee, *PUT, *DELETE, *BATCH_WRITE)
         data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
         data.grant_delete(grantee, objects.TABLE_OBJECTS)
+        self.commits.dead_letter_queue.grant_consume_messages(grantee)
 
 
 class ManagedPolicies(Construct):

@@ -14,6 +14,9 @@ What cleanup may delete, per table:
   (``gc_delay_ms``, or the table's property :data:`GC_DELAY_PROPERTY`): their objects first, then a
   ``DeleteFiles`` commit per batch. Only objects under the table's own prefix, and never the store's own
   objects, are deleted; any other filename is refused and reported, and stays in the state.
+- **orphan data files**: objects under the table's data prefix that neither the state nor the log since the
+  latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified more than
+  the garbage collection delay ago (see :mod:`statestore.orphans`). Only their objects are deleted.
 - **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
 
 The delay and the expiry are per instance (``gc_delay_minutes`` and ``claim_expiry_minutes`` in the CDK
@@ -36,6 +39,7 @@ from statestore.commit_requests import body_key_time
 from statestore.engine import TransactionLogStateStore, now_millis
 from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
 from statestore.jobs_reader import save_job_model_beside_snapshot
+from statestore.orphans import find_orphan_files
 from statestore.ports import BlobStore, SnapshotInfo, TransactionLogStore
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import DeleteFiles, ReleaseClaims
@@ -139,6 +143,7 @@ class CleanupReport:
     request_bodies_deleted: int = 0
     claims_released: int = 0  # references whose expired claims were released
     released_jobs: tuple[str, ...] = ()  # the jobs that held them, presumed dead
+    orphan_files_deleted: int = 0  # data objects nothing named, older than the GC delay
 
 
 def gc_delay_ms(table: TableInfo, default_ms: int = DEFAULT_GC_DELAY_MS) -> int:
@@ -210,7 +215,8 @@ def cleanup_table(
 
     # Data files.
     state = store.state()
-    ready = sorted(state.files_ready_for_gc(before=now - gc_delay_ms(table, policy.gc_delay_ms)))
+    gc_before = now - gc_delay_ms(table, policy.gc_delay_ms)
+    ready = sorted(state.files_ready_for_gc(before=gc_before))
     refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
     if refused:
         logger.warning(
@@ -223,6 +229,13 @@ def cleanup_table(
         batch = deletable[start : start + policy.delete_files_batch_size]
         blobs.delete(batch)
         commits += _commit_delete_files(store, batch)
+
+    orphans = [
+        o.filename
+        for o in find_orphan_files(store, snapshots.metadata, blobs, before=gc_before)
+        if may_delete_data_file(table_id, o.filename)
+    ]
+    blobs.delete(orphans)
 
     # Request bodies nobody can still be waiting to commit.
     old_bodies = [
@@ -243,6 +256,7 @@ def cleanup_table(
         request_bodies_deleted=len(old_bodies),
         claims_released=claims_released,
         released_jobs=released_jobs,
+        orphan_files_deleted=len(orphans),
     )
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
 from statestore import cli_format as fmt
+from statestore import cli_ops
 from statestore.catalog import TableInfo
 from statestore.errors import (
     CodecError,
@@ -525,6 +526,8 @@ def _tree_order(partitions: dict[str, Any]) -> list[tuple[Any, int]]:
 
 
 def cmd_files(s: Session) -> int:
+    if s.args.orphans:
+        return cli_ops.cmd_orphan_files(s)
     table = s.table(s.args.table)
     state = s.client.state(table.table_id)
     files = sorted(state.files_by_name.values(), key=lambda f: f.filename)
@@ -691,7 +694,10 @@ def _outcome_text(status: CommitStatus) -> str:
 
 
 def _status_exit_code(status: CommitStatus) -> int:
-    return EXIT_OK if status.outcome is CommitOutcome.COMMITTED else EXIT_FAILED
+    """0 for a committed request; a request not committed is a failure, said on stderr as every other."""
+    if status.outcome is CommitOutcome.COMMITTED:
+        return EXIT_OK
+    raise CliError(f"request {status.request_id} {_outcome_text(status)}", EXIT_FAILED)
 
 
 def cmd_status(s: Session) -> int:
@@ -816,6 +822,7 @@ def cmd_cleanup(s: Session) -> int:
                     "refused_files": list(r.refused_files),
                     "claims_released": r.claims_released,
                     "released_jobs": list(r.released_jobs),
+                    "orphan_files_deleted": r.orphan_files_deleted,
                 }
                 for t, r in reports
             ],
@@ -975,7 +982,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        where = self.prog.removeprefix("statestore").strip()  # the subcommand, e.g. "tables create"
+        self.exit(EXIT_USAGE, f"statestore: error: {where + ': ' if where else ''}{message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -987,6 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _global_options(parser, suppress=False)
+    parser.add_argument("--version", action="version", version=f"statestore {cli_ops.version()}")
     common = _Parser(add_help=False)
     _global_options(common, suppress=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
@@ -1047,7 +1056,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(commands, "files", "a table's files and their references", cmd_files)
     p.add_argument("table", metavar="TABLE")
-    p.add_argument("--unreferenced", action="store_true", help="only files awaiting garbage collection")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--unreferenced", action="store_true", help="only files awaiting garbage collection")
+    shown.add_argument(
+        "--orphans", action="store_true", help="data objects no file names, older than the GC delay"
+    )
 
     p = command(commands, "log", "a table's transaction log", cmd_log)
     p.add_argument("table", metavar="TABLE")
@@ -1165,6 +1178,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="receives before the queue moves a message to the dead-letter queue (default 5)",
     )
+    cli_ops.register(commands, command)
     return parser
 
 

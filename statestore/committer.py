@@ -36,6 +36,8 @@ from statestore.commit_requests import RequestEnvelope, parse_request
 from statestore.engine import GroupMember, RetryPolicy, TransactionLogStateStore, now_millis
 from statestore.errors import CodecError, StateStoreError, TableNotFoundError
 from statestore.ports import (
+    DEAD_LETTER_REASON_ATTRIBUTE,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
     BlobStore,
     CommitOutcome,
     CommitQueue,
@@ -53,9 +55,8 @@ logger = logging.getLogger(__name__)
 # A log entry's update time comes from the committer's clock, a message's sent time from the queue's: look
 # back this much further than the sent time when searching the log for a redelivered request.
 SENT_TIME_SKEW_MS = 5 * 60 * 1000
-# Message attributes of a dead letter.
-REASON_ATTRIBUTE = "reason"
-SOURCE_MESSAGE_ID_ATTRIBUTE = "source_message_id"
+# Message attributes of a dead letter (defined beside the ports, which read them back).
+REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
 MAX_REASON_CHARS = 2000
 _LOG_SCAN_CHUNK = 32
 

@@ -6,6 +6,8 @@ exceptions: adapters translate botocore errors at their boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class StateStoreError(Exception):
     """Base of every statestore error."""
@@ -227,3 +229,14 @@ class JobNotFoundError(StateStoreError):
         )
         super().__init__(f"no compaction job {job_id!r} in the table's log{since}")
         self.job_id = job_id
+
+
+class DeadLetterNotFoundError(StateStoreError):
+    """Messages asked for by id are not on the dead-letter queue (redriven, purged, or never there)."""
+
+    def __init__(self, message_ids: Sequence[str]) -> None:
+        self.message_ids = tuple(message_ids)
+        super().__init__(
+            f"no message {', '.join(repr(i) for i in message_ids)} on the dead-letter queue: redriven or "
+            "purged already, or a wrong id; list them with `statestore dead-letters list`"
+        )

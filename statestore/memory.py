@@ -8,7 +8,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from statestore.errors import (
     BlobNotFoundError,
@@ -17,10 +18,14 @@ from statestore.errors import (
     TransactionNumberTakenError,
 )
 from statestore.ports import (
+    DEAD_LETTER_REASON_ATTRIBUTE,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
     BlobStore,
     CommitQueue,
     CommitStatus,
     CommitStatusStore,
+    DeadLetter,
+    DeadLetterQueue,
     LogEntry,
     QueueMessage,
     SnapshotInfo,
@@ -110,8 +115,12 @@ class InMemorySnapshotMetadataStore(SnapshotMetadataStore):
 
 
 class InMemoryBlobStore(BlobStore):
-    def __init__(self) -> None:
+    """Objects in a dict; ``clock`` (epoch ms) stamps each write with its last-modified time."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._objects: dict[str, bytes] = {}
+        self._modified: dict[str, int] = {}
         self.tags: dict[str, dict[str, str]] = {}  # what S3 would hold as object tags
         self._keys: list[str] = []
         self._lock = threading.Lock()
@@ -122,6 +131,7 @@ class InMemoryBlobStore(BlobStore):
             if key not in self._objects:
                 bisect.insort(self._keys, key)
             self._objects[key] = bytes(data)
+            self._modified[key] = self._clock()
 
     def get(self, key: str) -> bytes:
         with self._lock:
@@ -134,18 +144,26 @@ class InMemoryBlobStore(BlobStore):
         with self._lock:
             for key in keys:
                 self.tags.pop(key, None)
+                self._modified.pop(key, None)
                 if self._objects.pop(key, None) is not None:
                     self._keys.remove(key)
 
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        with self._lock:
+            return [(key, self._modified[key]) for key in self._keys_under(prefix)]
+
+    def _keys_under(self, prefix: str) -> list[str]:
+        start = bisect.bisect_left(self._keys, prefix)
+        out = []
+        for key in self._keys[start:]:
+            if not key.startswith(prefix):
+                break
+            out.append(key)
+        return out
+
     def list(self, prefix: str) -> list[str]:
         with self._lock:
-            start = bisect.bisect_left(self._keys, prefix)
-            out = []
-            for key in self._keys[start:]:
-                if not key.startswith(prefix):
-                    break
-                out.append(key)
-            return out
+            return self._keys_under(prefix)
 
 
 # --- asynchronous commits ------------------------------------------------------------------------------
@@ -208,3 +226,54 @@ class InMemoryCommitStatusStore(CommitStatusStore):
     def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
         with self._lock:
             return {i: self._statuses[i] for i in request_ids if i in self._statuses}
+
+
+class InMemoryDeadLetterQueue(InMemoryCommitQueue, DeadLetterQueue):
+    """A dead-letter queue in a list: the committer sends to it (a ``CommitQueue``), an operator lists and
+    deletes (a ``DeadLetterQueue``). Each message gets an id when it arrives; the committer's reason and
+    source message id come from the attributes it sends. ``messages`` and ``take`` work as on the base."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        super().__init__(clock)
+        self._letters: list[DeadLetter] = []  # one per entry of ``_messages``, in the same order
+
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        with self._lock:
+            now = self._clock()
+            for message in messages:
+                seen = self._seen.get(message.deduplication_id)
+                if seen is not None and now - seen < DEDUPLICATION_WINDOW_MS:
+                    continue
+                self._seen[message.deduplication_id] = now
+                attributes = dict(message.attributes)
+                self._messages.append(message)
+                self._letters.append(
+                    DeadLetter(
+                        message_id=uuid.uuid4().hex,
+                        body=message.body,
+                        group_id=message.group_id,
+                        sent_time=now,
+                        reason=attributes.get(DEAD_LETTER_REASON_ATTRIBUTE),
+                        source_message_id=attributes.get(SOURCE_MESSAGE_ID_ATTRIBUTE),
+                    )
+                )
+
+    def peek(self) -> list[DeadLetter]:
+        with self._lock:
+            return list(self._letters)
+
+    def delete(self, message_ids: Collection[str]) -> list[str]:
+        wanted = set(message_ids)
+        with self._lock:
+            pairs = zip(self._messages, self._letters, strict=True)
+            kept = [(m, d) for m, d in pairs if d.message_id not in wanted]
+            deleted = [d.message_id for d in self._letters if d.message_id in wanted]
+            self._messages = [m for m, _ in kept]
+            self._letters = [d for _, d in kept]
+            return deleted
+
+    def take(self, max_messages: int = 10) -> list[QueueMessage]:
+        with self._lock:
+            self._letters = self._letters[max_messages:]
+            taken, self._messages = self._messages[:max_messages], self._messages[max_messages:]
+            return taken

@@ -7,7 +7,7 @@ Implementations raise only :mod:`statestore.errors` exceptions, never a backend'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -116,6 +116,14 @@ class BlobStore(ABC):
         """Delete objects; absent keys are ignored."""
 
     @abstractmethod
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        """``(key, last modified epoch ms)`` of the keys starting with ``prefix``, sorted by key.
+
+        The time is the store's (S3's ``LastModified``), of the object's last write: how old a file is that a
+        job wrote and nothing has committed yet, which the garbage collection delay is measured against.
+        """
+
+    @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys starting with ``prefix``, sorted."""
 
@@ -135,6 +143,11 @@ class QueueMessage:
     group_id: str
     deduplication_id: str
     attributes: tuple[tuple[str, str], ...] = ()
+
+
+# Message attributes the committer sends a dead letter with: why, and the id of the message it came in.
+DEAD_LETTER_REASON_ATTRIBUTE = "reason"
+SOURCE_MESSAGE_ID_ATTRIBUTE = "source_message_id"
 
 
 class CommitQueue(ABC):
@@ -212,3 +225,37 @@ class CommitStatusStore(ABC):
     @abstractmethod
     def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
         """Statuses by request id for those of ``request_ids`` that have one (strongly consistent)."""
+
+
+# --- dead letters --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message on the dead-letter queue, as received (and left there).
+
+    ``reason`` is the committer's (the message attribute it sends a dead letter with), None when the commit
+    queue's redrive policy moved the message (received too often without being acknowledged).
+    ``receive_count`` counts receives from the dead-letter queue itself (listing it receives too).
+    """
+
+    message_id: str
+    body: str
+    group_id: str
+    sent_time: int  # epoch ms, when the message reached the dead-letter queue
+    reason: str | None = None
+    source_message_id: str | None = None
+    receive_count: int = 1
+
+
+class DeadLetterQueue(ABC):
+    """The commit queue's dead-letter queue, for an operator: look at the messages, remove chosen ones."""
+
+    @abstractmethod
+    def peek(self) -> list[DeadLetter]:
+        """Every message on the queue, oldest first; they stay on it. Raises StoreUnavailableError."""
+
+    @abstractmethod
+    def delete(self, message_ids: Collection[str]) -> list[str]:
+        """Delete the messages with these ids; returns the ids deleted (an id not on the queue is not).
+        Raises StoreUnavailableError."""

@@ -11,6 +11,7 @@ from statestore.aws.dynamodb_log import DynamoDBTransactionLog
 from statestore.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
 from statestore.aws.provision import provision
 from statestore.aws.s3_blobs import S3BlobStore
+from statestore.aws.sqs_dead_letters import SqsDeadLetterQueue
 from statestore.aws.sqs_queue import SqsCommitQueue
 from statestore.aws.table_index import DynamoDBTableIndex
 from statestore.commit_requests import CommitSender
@@ -41,6 +42,10 @@ class AwsBackend:
     def queue(self, sqs: Any, queue_name: str) -> SqsCommitQueue:
         """One of the instance's queues (the commit queue or the dead-letter queue) through ``sqs``."""
         return SqsCommitQueue.named(sqs, queue_name, self.caller)
+
+    def dead_letter_queue(self, sqs: Any) -> SqsDeadLetterQueue:
+        """The instance's dead-letter queue, for listing, redriving and purging its messages."""
+        return SqsDeadLetterQueue.named(sqs, self.resources.dead_letter_queue, self.caller)
 
     def commit_sender(self, sqs: Any) -> CommitSender:
         """A sender of commit requests to the instance's queue, with its status table and bucket."""

@@ -67,12 +67,16 @@ class S3BlobStore(BlobStore):
                     f"{first.get('Key')!r}: {first.get('Code')}: {first.get('Message')}"
                 )
 
-    def list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.page_size}
         while True:
             response = self.call(f"list s3://{self.bucket}/{prefix}", self.s3.list_objects_v2, **kwargs)
-            keys.extend(obj["Key"] for obj in response.get("Contents", []))
+            for obj in response.get("Contents", []):
+                found.append((obj["Key"], int(obj["LastModified"].timestamp() * 1000)))
             if not response.get("IsTruncated"):
-                return sorted(keys)
+                return sorted(found)
             kwargs["ContinuationToken"] = response["NextContinuationToken"]
+
+    def list(self, prefix: str) -> list[str]:
+        return [key for key, _ in self.list_modified(prefix)]

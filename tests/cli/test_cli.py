@@ -213,6 +213,9 @@ def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> 
     assert result.code == EXIT_FAILED
     assert result.out.strip().endswith("rejected: partition not found: 'no-such-partition'")
     request_id = result.out.split()[0]
+    assert result.err.strip().endswith(
+        f"statestore: error: request {request_id} rejected: partition not found: 'no-such-partition'"
+    )
     assert cli("status", request_id).code == EXIT_FAILED
     assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
 

@@ -31,6 +31,13 @@ OBJECT_PUT = (
 )
 OBJECT_DELETE = ("s3:DeleteObject*",)
 QUEUE_SEND = ("sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage")
+QUEUE_CONSUME = (
+    "sqs:ChangeMessageVisibility",
+    "sqs:DeleteMessage",
+    "sqs:GetQueueAttributes",
+    "sqs:GetQueueUrl",
+    "sqs:ReceiveMessage",
+)
 
 Permissions = set[tuple[str, str]]
 

@@ -12,6 +12,7 @@ from tests.infra.permissions import (
     OBJECT_DELETE,
     OBJECT_PUT,
     OBJECT_READ,
+    QUEUE_CONSUME,
     QUEUE_SEND,
     TABLE_READ,
     Permissions,
@@ -69,6 +70,7 @@ ADMIN = (
         OBJECT_PUT, objects(layout.snapshot_prefix(ANY_TABLE)), objects(layout.log_body_prefix(ANY_TABLE))
     )
     | allows(OBJECT_DELETE, objects("tables/"))  # every object of every table
+    | allows(QUEUE_CONSUME, f"queue:{NAMES.dead_letter_queue}")  # dead-letters list/redrive/purge
 )
 EXPECTED = {"read-state": READ_STATE, "commit": COMMIT, "data": DATA, "admin": ADMIN}
 OUTPUTS = {

@@ -233,6 +233,9 @@ class FaultyBlobs(BlobStore):
     def delete(self, keys: list[str]) -> None:
         self.faults.call(lambda: self.inner.delete(keys), write=True)
 
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        return self.faults.call(lambda: self.inner.list_modified(prefix), write=False)
+
     def list(self, prefix: str) -> list[str]:
         return self.faults.call(lambda: self.inner.list(prefix), write=False)
 

@@ -1,0 +1,205 @@
+"""Operations commands of ``statestore``: the dead-letter queue, orphan data files, the version.
+
+Registered from :func:`statestore.cli.build_parser`; they share its session, output and error handling.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from statestore import cli_format as fmt
+from statestore import dead_letters
+from statestore.errors import DeadLetterNotFoundError
+
+if TYPE_CHECKING:
+    from statestore.aws.sqs_queue import SqsCommitQueue
+    from statestore.cli import Session
+    from statestore.ports import DeadLetterQueue
+
+Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return metadata.version("statestore")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
+def register(commands: Any, command: Command) -> None:
+    """Add ``dead-letters list|show|redrive|purge`` to the CLI's subcommands."""
+    from statestore.cli import _Parser
+
+    dlq = commands.add_parser(
+        "dead-letters", help="list, show, redrive and purge the commit requests on the dead-letter queue"
+    )
+    actions = dlq.add_subparsers(
+        dest="dead_letters_command", metavar="ACTION", required=True, parser_class=_Parser
+    )
+    command(actions, "list", "every message on the dead-letter queue, with why it is there", cmd_list)
+    p = command(actions, "show", "one dead letter: its reason, its request and its body", cmd_show)
+    p.add_argument("message_id", metavar="MESSAGE_ID")
+    for name, help_, run in (
+        (
+            "redrive",
+            "send messages back to the commit queue (their table's group, a new deduplication id)",
+            cmd_redrive,
+        ),
+        ("purge", "delete messages from the dead-letter queue for good", cmd_purge),
+    ):
+        p = command(actions, name, help_, run)
+        p.add_argument("message_ids", metavar="MESSAGE_ID", nargs="*")
+        p.add_argument("--all", action="store_true", help="every message on the queue")
+
+
+def _sqs(s: Session) -> Any:
+    from statestore.aws.clients import make_client
+
+    s.backend  # noqa: B018 - checks the endpoints before a client is made
+    return make_client("sqs", endpoint_url=s.endpoint_url, region=s.args.region)
+
+
+def _dead_letter_queue(s: Session) -> DeadLetterQueue:
+    return s.backend.dead_letter_queue(_sqs(s))
+
+
+def _commit_queue(s: Session) -> SqsCommitQueue:
+    return s.backend.queue(_sqs(s), s.resources.commit_queue)
+
+
+def _letter_json(d: dead_letters.DescribedDeadLetter) -> dict[str, Any]:
+    return {
+        "message_id": d.letter.message_id,
+        "group_id": d.letter.group_id,
+        "sent": fmt.iso_time(d.letter.sent_time),
+        "reason": d.reason,
+        "moved_by_redrive_policy": d.letter.reason is None,
+        "request_id": d.request_id,
+        "table_id": d.table_id,
+        "transaction_type": d.transaction_type,
+        "body_problem": d.body_problem,
+        "source_message_id": d.letter.source_message_id,
+        "body": d.letter.body,
+    }
+
+
+def cmd_list(s: Session) -> int:
+    from statestore.aws.sqs_dead_letters import SQS_FIFO_GROUP_WINDOW
+
+    letters = _dead_letter_queue(s).peek()
+    described = [dead_letters.describe(letter) for letter in letters]
+    full = [g for g, n in dead_letters.group_sizes(letters).items() if n >= SQS_FIFO_GROUP_WINDOW]
+    if full:
+        s.out.progress(
+            f"SQS shows at most {SQS_FIFO_GROUP_WINDOW} messages of a group at a time; group(s) "
+            f"{', '.join(full)} may hold more: redrive or purge these to see them"
+        )
+
+    def human() -> str:
+        if not described:
+            return "no dead letters"
+        return fmt.render_table(
+            ["MESSAGE", "GROUP", "SENT", "REQUEST", "REASON"],
+            [
+                [d.letter.message_id, d.letter.group_id, fmt.format_time(d.letter.sent_time),
+                 d.request_id or "(not a commit request)", d.reason]
+                for d in described
+            ],
+        )  # fmt: skip
+
+    s.out.result([_letter_json(d) for d in described], human)
+    return 0
+
+
+def cmd_show(s: Session) -> int:
+    d = dead_letters.describe(_found(lambda: dead_letters.find(_dead_letter_queue(s), s.args.message_id)))
+    s.out.result(
+        _letter_json(d),
+        lambda: fmt.render_fields(
+            [
+                ("message", d.letter.message_id),
+                ("group", d.letter.group_id),
+                ("sent", fmt.format_time(d.letter.sent_time)),
+                ("reason", d.reason),
+                ("request", d.request_id),
+                ("table", d.table_id),
+                ("transaction", d.transaction_type),
+                ("body problem", d.body_problem),
+                ("body", d.letter.body),
+            ]
+        ),
+    )
+    return 0
+
+
+def _chosen_ids(s: Session, verb: str) -> list[str] | None:
+    from statestore.cli import EXIT_USAGE, CliError
+
+    if s.args.all == bool(s.args.message_ids):
+        raise CliError(f"dead-letters {verb}: give message ids or --all (not both)", EXIT_USAGE)
+    return None if s.args.all else list(s.args.message_ids)
+
+
+def _found(run: Callable[[], Any]) -> Any:
+    from statestore.cli import EXIT_NOT_FOUND, CliError
+
+    try:
+        return run()
+    except DeadLetterNotFoundError as e:
+        raise CliError(str(e), EXIT_NOT_FOUND) from None
+
+
+def cmd_redrive(s: Session) -> int:
+    ids = _chosen_ids(s, "redrive")
+    dlq, queue = _dead_letter_queue(s), _commit_queue(s)
+    letters = _found(lambda: dead_letters.redrive(dlq, queue, ids))
+    s.out.result(
+        {"redriven": [{"message_id": x.message_id, "group_id": x.group_id} for x in letters]},
+        lambda: f"redrove {fmt.plural(len(letters), 'message')} to the commit queue",
+    )
+    return 0
+
+
+def cmd_purge(s: Session) -> int:
+    ids = _chosen_ids(s, "purge")
+    letters = _found(lambda: dead_letters.purge(_dead_letter_queue(s), ids))
+    s.out.result(
+        {"purged": [x.message_id for x in letters]},
+        lambda: f"purged {fmt.plural(len(letters), 'message')} from the dead-letter queue",
+    )
+    return 0
+
+
+def cmd_orphan_files(s: Session) -> int:
+    """``files TABLE --orphans``: data objects nothing names, older than the table's GC delay."""
+    from statestore.cleanup import gc_delay_ms, policy_from_environment
+    from statestore.engine import now_millis
+    from statestore.orphans import find_orphan_files
+
+    table = s.table(s.args.table)
+    client = s.client
+    delay = gc_delay_ms(table, policy_from_environment().gc_delay_ms)
+    orphans = find_orphan_files(
+        client.state_store(table.table_id),
+        client.snapshots.metadata,
+        client.blobs,
+        before=now_millis() - delay,
+    )
+    s.out.progress(
+        f"orphan data files of table {table.table_name!r} older than the GC delay ({delay // 60_000} min)"
+    )
+    s.out.result(
+        [{"filename": o.filename, "last_modified": fmt.iso_time(o.last_modified)} for o in orphans],
+        lambda: (
+            fmt.render_table(
+                ["FILE", "LAST MODIFIED"], [[o.filename, fmt.format_time(o.last_modified)] for o in orphans]
+            )
+            if orphans
+            else "no orphan files"
+        ),
+    )
+    return 0

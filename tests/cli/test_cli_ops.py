@@ -1,0 +1,102 @@
+"""``statestore dead-letters``, ``files --orphans``, ``--version`` and the one error style, against the
+embedded local runtime (committer and all)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestore import layout
+from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from statestore.commit_requests import CommitRequest, encode_request
+from statestore.ports import QueueMessage
+from statestore.transactions import AddFiles
+from tests.builders import INT_SCHEMA, ref
+from tests.cli.conftest import Cli
+
+
+def ours(out: str) -> Any:
+    """The CLI's JSON, without the log lines the in-process committer Lambda prints meanwhile."""
+    return json.loads("\n".join(line for line in out.splitlines() if not line.startswith('{"level"')))
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"statestore {version('statestore')}"
+
+
+def test_a_usage_error_of_a_subcommand_is_one_statestore_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["files"]) == EXIT_USAGE
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("statestore: error: files: the following arguments are required: TABLE")
+
+
+def test_dead_letters_list_show_redrive_and_purge(cli: Cli) -> None:
+    rt = cli.runtime
+    request = CommitRequest("req-missing-table", "no-such-table", AddFiles((ref("a.parquet"),)))
+    rt.queue.send([QueueMessage(encode_request(request), "no-such-table", "d1")])
+    rt.dead_letter_queue.send([QueueMessage("not json {", "orders", "d2")])  # as the redrive policy moves it
+    deadline = time.monotonic() + 30
+    while len(listed := ours(cli("dead-letters", "list", "--json").out)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+    by_group = {d["group_id"]: d for d in listed}
+    assert set(by_group) == {"no-such-table", "orders"}
+    missing, junk = by_group["no-such-table"], by_group["orders"]
+    assert missing["request_id"] == "req-missing-table" and "no-such-table" in missing["reason"]
+    assert junk["moved_by_redrive_policy"] and "redrive policy" in junk["reason"]
+    assert junk["body"] == "not json {" and "not valid JSON" in junk["body_problem"]
+    human = cli("dead-letters", "list")
+    assert (
+        human.code == EXIT_OK and "(not a commit request)" in human.out and "req-missing-table" in human.out
+    )
+    shown = cli("dead-letters", "show", missing["message_id"])
+    assert shown.code == EXIT_OK and "req-missing-table" in shown.out
+
+    gone = cli("dead-letters", "show", "no-such-message")
+    assert gone.code == EXIT_NOT_FOUND and gone.err.startswith(
+        "statestore: error: no message 'no-such-message'"
+    )
+    assert cli("dead-letters", "redrive").code == EXIT_USAGE
+
+    purged = cli("dead-letters", "purge", junk["message_id"], "--json")
+    assert (purged.code, ours(purged.out)) == (EXIT_OK, {"purged": [junk["message_id"]]})
+    redriven = cli("dead-letters", "redrive", "--all", "--json")
+    assert ours(redriven.out) == {
+        "redriven": [{"message_id": missing["message_id"], "group_id": "no-such-table"}]
+    }
+    # The committer dead-letters it again (the table still does not exist), as a new message.
+    deadline = time.monotonic() + 30
+    while not (again := ours(cli("dead-letters", "list", "--json").out)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [d["request_id"] for d in again] == ["req-missing-table"]
+    assert again[0]["message_id"] != missing["message_id"]
+    assert cli("dead-letters", "purge", "--all").code == EXIT_OK
+
+
+def test_files_orphans_lists_data_objects_nothing_names_older_than_the_gc_delay(
+    cli: Cli, tmp_path: Path
+) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(INT_SCHEMA.to_json()))
+    assert (
+        cli("tables", "create", "orphans", "--schema", str(schema), "--property", "gc_delay_minutes=0").code
+        == 0
+    )
+    table_id = cli("tables", "show", "orphans", "--json").json()["table_id"]
+    blobs = cli.runtime.client().blobs
+    orphan = f"{layout.data_prefix(table_id)}root/orphan.parquet"
+    blobs.put(orphan, b"x")
+    time.sleep(1.1)  # S3 keeps whole seconds
+
+    result = cli("files", "orphans", "--orphans", "--json")
+    assert (result.code, [o["filename"] for o in result.json()]) == (EXIT_OK, [orphan])
+    assert orphan in cli("files", "orphans", "--orphans").out
