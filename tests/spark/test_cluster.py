@@ -164,13 +164,18 @@ def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> list[di
     env = _clean_environment(**FAKE_CREDENTIALS)
     run_dir = cluster.work_dir / f"submit-{uuid.uuid4().hex[:8]}"
     run_dir.mkdir()
+    # The driver's working directory holds the unpacked environment, as on EMR Serverless (and YARN or
+    # Kubernetes in cluster mode), where spark.archives are unpacked for the driver too. The Python data
+    # source's planning runs in a Python worker on the driver started with spark.pyspark.python
+    # (./environment/bin/python), not spark.pyspark.driver.python.
+    (run_dir / "environment").symlink_to(_driver_environment(package), target_is_directory=True)
     command = [
         str(SPARK_HOME / "bin" / "spark-submit"),
         "--master", cluster.master_url,
         "--py-files", str(package / layout.SPARK_CODE_ARCHIVE),
         "--archives", f"{package / layout.SPARK_ENVIRONMENT_ARCHIVE}#environment",
         "--conf", "spark.pyspark.python=./environment/bin/python",
-        "--conf", f"spark.pyspark.driver.python={_driver_python(package)}",
+        "--conf", "spark.pyspark.driver.python=./environment/bin/python",
         "--conf", "spark.executor.memory=512m",
         "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2",
@@ -180,17 +185,20 @@ def submit(cluster: Cluster, package: Path, script: Path, *args: str) -> list[di
         *args,
     ]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=run_dir, capture_output=True, text=True, timeout=600)
+    (run_dir / "stdout.log").write_text(result.stdout)
+    (run_dir / "stderr.log").write_text(result.stderr)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
+        errors = [line for line in result.stdout.splitlines() if "Error" in line or "error" in line]
         raise AssertionError(
-            f"spark-submit {args[:1]} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
-            f"stderr:\n{result.stderr[-6000:]}"
+            f"spark-submit {args[0][:40]!r} exited {result.returncode}; full output in {run_dir}\n"
+            f"errors on stdout:\n" + "\n".join(errors[:20]) + f"\nstderr:\n{result.stderr[-4000:]}"
         )
     return [json.loads(line) for line in lines]
 
 
-def _driver_python(package: Path) -> str:
-    """The unpacked environment's python: the driver runs from the package too."""
+def _driver_environment(package: Path) -> Path:
+    """The package's environment unpacked for the driver: it runs from the package too."""
     unpacked = package.parent / "spark-driver-environment"
     marker = unpacked / ".archive-sha256"
     digest = json.loads((package / "spark-package.json").read_text())["files"][
@@ -201,7 +209,7 @@ def _driver_python(package: Path) -> str:
         with tarfile.open(package / layout.SPARK_ENVIRONMENT_ARCHIVE) as tar:
             tar.extractall(unpacked, filter="tar")
         marker.write_text(digest["sha256"])
-    return str(unpacked / "bin" / "python")
+    return unpacked
 
 
 # One application for the jobs after the first (each application starts its own executors, which is most
@@ -268,7 +276,9 @@ def _read_output(data: DataStore, prefix: str) -> list[tuple[Any, ...]]:
     from pyarrow import fs as pafs
 
     files = [
-        i.path for i in fs.get_file_info(pafs.FileSelector(data.path(prefix), recursive=True)) if i.is_file
+        i.path
+        for i in fs.get_file_info(pafs.FileSelector(data.path(prefix), recursive=True))
+        if i.is_file and i.path.endswith(".parquet")  # not Spark's _SUCCESS or .crc files
     ]
     tables = [pq.read_table(f, filesystem=fs) for f in files]
     return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
@@ -322,7 +332,7 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_t
             "dynamodbEndpoint": runtime.dynamodb_endpoint_url,
             "awsRegion": runtime.region,
         },
-        "copy": f"{out}/source-region",
+        "copy": str(tmp_path / "source-region"),  # Spark writes locally: no s3a connector offline
         "append": str(local_input / "batch-3"),
     }
     (local_input / "batch-3").mkdir()
@@ -356,6 +366,5 @@ def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_t
     # The data source, on the executors: a region read (planned on the driver, read in the tasks), then an
     # append of batch 3 committed as ONE more transaction.
     assert through_source == {"source": "done"}
-    source_region = f"{layout.SPARK_OUTPUT_PREFIX}{table.table_id}/source-region"
-    assert _read_output(bucket, source_region) == expected_region
+    assert _read_output(DataStore.local(tmp_path), "source-region") == expected_region
     assert sum(r.number_of_rows for r in state.file_references()) == 11_000
