@@ -304,6 +304,31 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     assert {f["filename"] for f in cli("files", "orders")} == {"a.parquet", "b.parquet", "c.parquet"}
     assert [p["leaf"] for p in cli("partitions", "orders", "--leaves")] == [True]
     assert cli("log", "orders")
+    # The reports, the job model and the orphan listing read state, log, snapshots and the data prefix.
+    assert cli("report", "gc", "orders")["total"] == 0
+    assert cli("report", "files", "orders")
+    assert cli("report", "references", "orders")
+    assert cli("report", "partitions", "orders", "--split-threshold", "1")
+    assert cli("jobs", "orders") == []
+    assert cli("files", "orders", "--orphans") == []
+
+    # A request the committer cannot read is dead-lettered; the admin lists it, redrives it (it comes back,
+    # still unreadable) and purges it.
+    instance.commit_queue.sqs.send_message(
+        QueueUrl=instance.commit_queue.queue_url,
+        MessageBody="not a commit request",
+        MessageGroupId="garbage",
+        MessageDeduplicationId="garbage-1",
+    )
+    instance.apply_commits()
+    [letter] = cli("dead-letters", "list")
+    assert letter["request_id"] is None and letter["body"] == "not a commit request"
+    assert cli("dead-letters", "show", letter["message_id"])["reason"] == letter["reason"]
+    assert cli("dead-letters", "redrive", "--all")["redriven"][0]["group_id"] == "garbage"
+    instance.apply_commits()
+    [again] = cli("dead-letters", "list")
+    assert cli("dead-letters", "purge", again["message_id"])["purged"] == [again["message_id"]]
+    assert cli("dead-letters", "list") == []
     report = cli("cleanup", "orders", "--log-min-snapshot-age", "0", "--snapshot-retention", "0")
     assert report["errors"] == {} and report["tables"][0]["snapshots_deleted"] == 1
     cli("tables", "rename", "orders", "orders2")
