@@ -6,6 +6,10 @@ commit was rejected, or the job died (or did not wait for an outcome) before it 
 file is found by listing the data prefix and subtracting every filename the state holds; only files older
 than ``min_age_ms`` are candidates, because a running job's files are legitimately not in the state yet.
 Choose an age longer than any job runs plus the commit queue's delay (the default is a day).
+
+The scheduled cleanup sweeps the orphans of the instance's bucket by itself, after the GC delay
+(:mod:`statestore.orphans`). These functions are for data stores the cleanup does not see (a local
+directory, another bucket) and for sweeping by hand.
 """
 
 from __future__ import annotations
