@@ -6,9 +6,10 @@ Grants are made here, where the pieces meet, and each function gets only what it
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack, Token
 from constructs import Construct
 
 from infra import data_bucket as objects
@@ -17,7 +18,7 @@ from infra.asset import require_asset
 from infra.commit_queue import CommitQueue
 from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
 from infra.config import InstanceConfig
-from infra.data_bucket import DataBucket
+from infra.data_bucket import DataBucket, check_bucket_name_length
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction
 from infra.spark_jobs import SparkJobs
@@ -36,6 +37,9 @@ class StatestoreStack(Stack):
         require_asset(config.lambda_asset)
         names = config.resource_names
         self.names = names
+        # An environment-agnostic stack deploys to the region the CLI passes as CDK_DEFAULT_REGION.
+        region = None if Token.is_unresolved(self.region) else self.region
+        check_bucket_name_length(config.instance_id, region or os.environ.get("CDK_DEFAULT_REGION"))
 
         self.state = StateTables(self, "State", names=names, deletion_protection=config.deletion_protection)
         self.data = DataBucket(

@@ -493,7 +493,7 @@ def test_cleanup_deletes_log_entries_snapshots_and_data_files_and_commits_throug
     assert "dynamodb:DeleteItem" in actions_on(template, CLEANUP, table_id(template, NAMES.snapshots_table))
     bucket = bucket_id(template)
     for kind in ("data", "snapshots", "log", "requests"):
-        assert "s3:DeleteObject*" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
+        assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
     assert "s3:PutObject" not in actions_on(template, CLEANUP, bucket, "/tables/*/data/*")
 
 
