@@ -65,6 +65,7 @@ class StatestoreStack(Stack):
             "Committer",
             queue=self.commits.queue,
             memory_mb=config.committer_memory_mb,
+            max_concurrency=config.committer_max_concurrency,
             reserved_concurrency=config.committer_reserved_concurrency,
             **function_settings,
         )
@@ -76,6 +77,7 @@ class StatestoreStack(Stack):
             rate_minutes=config.snapshot_rate_minutes,
             timeout=SNAPSHOT_TIMEOUT,
             memory_mb=config.snapshot_memory_mb,
+            exclusive=config.exclusive_scheduled_runs,
             **function_settings,
         )
         self.cleanup = ScheduledFunction(
@@ -86,6 +88,7 @@ class StatestoreStack(Stack):
             rate_minutes=config.cleanup_rate_minutes,
             timeout=CLEANUP_TIMEOUT,
             memory_mb=config.cleanup_memory_mb,
+            exclusive=config.exclusive_scheduled_runs,
             **function_settings,
         )
         self.grants = StateStoreGrants(self.state, self.data, self.commits)
