@@ -21,6 +21,12 @@
 - ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
   false makes the instance disposable. The buckets are always retained.
 - ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
+- ``retries_alarm_per_5_minutes`` (5): alarm when this many commit requests in 5 minutes go back to the
+  queue to be retried (the committer's ``RequestsRetry``); each blocks its table for the visibility timeout.
+- ``throttles_alarm_per_5_minutes`` (10): alarm when DynamoDB throttles this many reads and writes in 5
+  minutes over the instance's tables (on-demand tables throttle on hot partitions or sudden growth).
+- ``memory_alarm_percent`` (90): alarm when an invocation of a function used this share of its memory
+  size (50 to 100): the state a function loads grows with the table.
 - ``gc_delay_minutes`` (720 = 12 hours): how long a data file that left the state (compacted away) is kept
   before garbage collection deletes it. A query reads the file list it planned with, so this must be longer
   than the longest query (EMR Serverless stops a job after 12 hours by default); a table's own
@@ -111,6 +117,9 @@ class InstanceConfig:
     log_retention_days: int = 30
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300
+    retries_alarm_per_5_minutes: int = 5
+    throttles_alarm_per_5_minutes: int = 10
+    memory_alarm_percent: int = 90
     alarm_email: str | None = None
     emr_serverless: bool = True
     emr_idle_timeout_minutes: int = 15
@@ -139,6 +148,9 @@ class InstanceConfig:
                     "least as many, or lower committer_max_concurrency"
                 )
         _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
+        for key in ("retries_alarm_per_5_minutes", "throttles_alarm_per_5_minutes"):
+            _check_range(key, getattr(self, key), 1, 1_000_000)
+        _check_range("memory_alarm_percent", self.memory_alarm_percent, 50, 100)
         _check_range("emr_idle_timeout_minutes", self.emr_idle_timeout_minutes, 1, 7 * 24 * 60)
         _check_range("emr_max_vcpu", self.emr_max_vcpu, 2, 10_000)
         _check_range("emr_max_memory_gb", self.emr_max_memory_gb, 4, 100_000)

@@ -91,6 +91,11 @@ class StatestoreStack(Stack):
             exclusive=config.exclusive_scheduled_runs,
             **function_settings,
         )
+        self.functions = {
+            "committer": self.committer.lambda_,
+            "snapshot": self.snapshot.lambda_,
+            "cleanup": self.cleanup.lambda_,
+        }
         self.grants = StateStoreGrants(self.state, self.data, self.commits)
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
@@ -117,9 +122,12 @@ class StatestoreStack(Stack):
             instance_id=config.instance_id,
             commit_queue=self.commits.queue,
             dead_letter_queue=self.commits.dead_letter_queue,
-            committer=self.committer.function,
-            scheduled={"snapshot": self.snapshot.function, "cleanup": self.cleanup.function},
+            functions=self.functions,
+            tables=self.state.all_tables,
             oldest_message_seconds=config.oldest_message_alarm_seconds,
+            retries_per_5_minutes=config.retries_alarm_per_5_minutes,
+            throttles_per_5_minutes=config.throttles_alarm_per_5_minutes,
+            memory_percent=config.memory_alarm_percent,
             alarm_email=config.alarm_email,
         )
         self._outputs()
