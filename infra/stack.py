@@ -16,8 +16,9 @@ from infra import data_bucket as objects
 from infra.alarms import Alarms
 from infra.asset import require_asset
 from infra.commit_queue import CommitQueue
-from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
+from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, COMMITTER_TIMEOUT, Committer
 from infra.config import InstanceConfig
+from infra.dashboard import Dashboard
 from infra.data_bucket import DataBucket, check_bucket_name_length
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction
@@ -130,6 +131,21 @@ class StatestoreStack(Stack):
             memory_percent=config.memory_alarm_percent,
             alarm_email=config.alarm_email,
         )
+        self.dashboard = Dashboard(
+            self,
+            "Dashboard",
+            instance_id=config.instance_id,
+            functions=self.functions,
+            timeouts={
+                "committer": COMMITTER_TIMEOUT,
+                "snapshot": SNAPSHOT_TIMEOUT,
+                "cleanup": CLEANUP_TIMEOUT,
+            },
+            commit_queue=self.commits.queue,
+            dead_letter_queue=self.commits.dead_letter_queue,
+            tables=self.state.all_tables,
+            alarms=self.alarms.alarms,
+        )
         self._outputs()
 
     def _grant(self) -> None:
@@ -189,6 +205,7 @@ class StatestoreStack(Stack):
             "CommitQueueUrl": (self.commits.queue.queue_url, "send commit requests here"),
             "DeadLetterQueueUrl": (self.commits.dead_letter_queue.queue_url, "failed commit requests"),
             "AlarmTopicArn": (self.alarms.topic.topic_arn, "subscribe to be told of alarms"),
+            "DashboardName": (self.dashboard.dashboard.dashboard_name, "the instance's CloudWatch dashboard"),
             "RequestBodyTag": (
                 f"{objects.REQUEST_BODY_TAG_KEY}={objects.REQUEST_BODY_TAG_VALUE}",
                 "tag request bodies with this so they expire",
