@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.functions import StatestoreFunction
 from infra.nag import acknowledge
+from infra.observability import function_metric, table_throttles
 
 
 class Alarms(Construct):
-    """Alarms named ``statestore-<instance>-<what>``; subscribe to ``topic`` (or pass ``alarm_email``)."""
+    """Alarms named ``statestore-<instance>-<what>``; subscribe to ``topic`` (or pass ``alarm_email``).
+
+    ``functions`` maps ``committer``, ``snapshot`` and ``cleanup`` to their functions. Rates are counts per
+    five minutes; ``memory_percent`` is of each function's memory size.
+    """
 
     def __init__(
         self,
@@ -25,9 +33,12 @@ class Alarms(Construct):
         instance_id: str,
         commit_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
-        committer: lambda_.IFunction,
-        scheduled: dict[str, lambda_.IFunction],
+        functions: dict[str, StatestoreFunction],
+        tables: Sequence[dynamodb.Table],
         oldest_message_seconds: int,
+        retries_per_5_minutes: int,
+        throttles_per_5_minutes: int,
+        memory_percent: int,
         alarm_email: str | None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -79,7 +90,7 @@ class Alarms(Construct):
             "CommitterErrors",
             "committer-errors",
             "The committer Lambda failed whole invocations (not single rejected requests): see its logs.",
-            committer.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            functions["committer"].function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
             1,
         )
         alarm(
@@ -90,11 +101,38 @@ class Alarms(Construct):
             oldest_message_seconds,
             evaluation_periods=3,
         )
-        for name, function in scheduled.items():
+        for name in ("snapshot", "cleanup"):
             alarm(
                 f"{name.title()}Errors",
                 f"{name}-errors",
                 f"The scheduled {name} Lambda failed: see its logs.",
-                function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+                functions[name].function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                 1,
+            )
+        alarm(
+            "CommitRetries",
+            "commit-retries",
+            f"At least {retries_per_5_minutes} commit requests in 5 minutes went back to the queue to be "
+            "retried: each blocks its table for the visibility timeout. See the committer's logs.",
+            function_metric(functions["committer"], "RequestsRetry"),
+            retries_per_5_minutes,
+        )
+        alarm(
+            "DynamoDbThrottles",
+            "dynamodb-throttles",
+            f"DynamoDB throttled at least {throttles_per_5_minutes} requests in 5 minutes on the instance's "
+            "tables: commits and loads slow down and retry. See the tables' throttle metrics.",
+            table_throttles(tables),
+            throttles_per_5_minutes,
+        )
+        for name, function in functions.items():
+            # The state a function loads grows with the table; near its memory size it is killed.
+            limit = function.memory_mb * memory_percent // 100
+            alarm(
+                f"{name.title()}Memory",
+                f"{name}-memory",
+                f"The {name} Lambda used {limit} MB or more, {memory_percent}% of its "
+                f"{function.memory_mb} MB: raise {name}_memory_mb before it runs out.",
+                function.max_memory_used,
+                limit,
             )

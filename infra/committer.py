@@ -21,7 +21,12 @@ BATCH_SIZE = 10
 
 
 class Committer(Construct):
-    """``lambdas.committer.handler`` consuming ``queue``; its event source grants it the consume actions."""
+    """``lambdas.committer.handler`` consuming ``queue``; its event source grants it the consume actions.
+
+    ``max_concurrency`` caps the concurrent invocations the event source makes. ``reserved_concurrency``
+    (optional) still has one role: it keeps that much of the account's concurrency for the committer, so
+    other functions cannot starve it; it must then be at least ``max_concurrency`` (the config checks).
+    """
 
     def __init__(
         self,
@@ -32,6 +37,7 @@ class Committer(Construct):
         asset_dir: Path,
         names: ResourceNames,
         memory_mb: int,
+        max_concurrency: int,
         reserved_concurrency: int | None,
         log_retention_days: int,
     ) -> None:
@@ -50,5 +56,15 @@ class Committer(Construct):
         )
         self.function = self.lambda_.function
         self.function.add_event_source(
-            event_sources.SqsEventSource(queue, batch_size=BATCH_SIZE, report_batch_item_failures=True)
+            event_sources.SqsEventSource(
+                queue,
+                batch_size=BATCH_SIZE,
+                report_batch_item_failures=True,
+                # The event source's own cap, as AWS recommends for SQS: its pollers stop taking batches at
+                # the cap, so messages wait in the queue. Capping with reserved concurrency alone throttles
+                # invocations instead, and each throttled batch goes back to the queue as a receive that
+                # counts towards the dead-letter queue. A FIFO queue is also bounded by its message groups
+                # (one table is processed by at most one invocation at a time).
+                max_concurrency=max_concurrency,
+            )
         )

@@ -5,13 +5,28 @@
 - ``snapshot_rate_minutes`` (15), ``cleanup_rate_minutes`` (60): how often the scheduled Lambdas run.
 - ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (2048), ``cleanup_memory_mb`` (1024): Lambda
   memory; CPU scales with it.
-- ``committer_reserved_concurrency`` (unset): reserve concurrency for the committer. Unset by default:
-  a new account's concurrency quota can be too small to reserve any, and FIFO groups bound it anyway.
+- ``committer_max_concurrency`` (10): the most committer invocations the commit queue's event source runs
+  at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
+  being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per
+  table) bound it too: a table is never processed by two invocations at once.
+- ``committer_reserved_concurrency`` (unset): reserve concurrency for the committer, so other functions of
+  the account cannot take it all; at least ``committer_max_concurrency`` when set. Unset by default: a new
+  account's concurrency quota can be too small to reserve any.
+- ``exclusive_scheduled_runs`` (true): reserve a concurrency of 1 for the snapshot and cleanup functions so
+  two runs of one never overlap. Reserving needs an account concurrency quota above 100 (new accounts may
+  have 10: ask for an increase, or set false and accept that a run longer than its period overlaps the
+  next, which is safe but duplicates work).
 - ``dlq_max_receive_count`` (5): receives before a commit request moves to the dead-letter queue.
 - ``log_retention_days`` (30): retention of the Lambdas' log groups (a value CloudWatch accepts).
 - ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
   false makes the instance disposable. The buckets are always retained.
 - ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
+- ``retries_alarm_per_5_minutes`` (5): alarm when this many commit requests in 5 minutes go back to the
+  queue to be retried (the committer's ``RequestsRetry``); each blocks its table for the visibility timeout.
+- ``throttles_alarm_per_5_minutes`` (10): alarm when DynamoDB throttles this many reads and writes in 5
+  minutes over the instance's tables (on-demand tables throttle on hot partitions or sudden growth).
+- ``memory_alarm_percent`` (90): alarm when an invocation of a function used this share of its memory
+  size (50 to 100): the state a function loads grows with the table.
 - ``gc_delay_minutes`` (720 = 12 hours): how long a data file that left the state (compacted away) is kept
   before garbage collection deletes it. A query reads the file list it planned with, so this must be longer
   than the longest query (EMR Serverless stops a job after 12 hours by default); a table's own
@@ -95,11 +110,16 @@ class InstanceConfig:
     committer_memory_mb: int = 1024
     snapshot_memory_mb: int = 2048
     cleanup_memory_mb: int = 1024
+    committer_max_concurrency: int = 10
     committer_reserved_concurrency: int | None = None
+    exclusive_scheduled_runs: bool = True
     dlq_max_receive_count: int = 5
     log_retention_days: int = 30
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300
+    retries_alarm_per_5_minutes: int = 5
+    throttles_alarm_per_5_minutes: int = 10
+    memory_alarm_percent: int = 90
     alarm_email: str | None = None
     emr_serverless: bool = True
     emr_idle_timeout_minutes: int = 15
@@ -117,9 +137,20 @@ class InstanceConfig:
             _check_range(key, getattr(self, key), 1, 1000 if key == "dlq_max_receive_count" else 7 * 24 * 60)
         for key in ("committer_memory_mb", "snapshot_memory_mb", "cleanup_memory_mb"):
             _check_range(key, getattr(self, key), 128, 10240)
+        _check_range("committer_max_concurrency", self.committer_max_concurrency, 2, 1000)
         if self.committer_reserved_concurrency is not None:
             _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 10000)
+            if self.committer_reserved_concurrency < self.committer_max_concurrency:
+                raise ValueError(
+                    f"context key committer_reserved_concurrency={self.committer_reserved_concurrency} is "
+                    f"below committer_max_concurrency={self.committer_max_concurrency}: the event source "
+                    "would start invocations that are throttled and sent back to the queue; reserve at "
+                    "least as many, or lower committer_max_concurrency"
+                )
         _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
+        for key in ("retries_alarm_per_5_minutes", "throttles_alarm_per_5_minutes"):
+            _check_range(key, getattr(self, key), 1, 1_000_000)
+        _check_range("memory_alarm_percent", self.memory_alarm_percent, 50, 100)
         _check_range("emr_idle_timeout_minutes", self.emr_idle_timeout_minutes, 1, 7 * 24 * 60)
         _check_range("emr_max_vcpu", self.emr_max_vcpu, 2, 10_000)
         _check_range("emr_max_memory_gb", self.emr_max_memory_gb, 4, 100_000)

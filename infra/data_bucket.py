@@ -10,6 +10,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.nag import acknowledge
+from infra.state import POINT_IN_TIME_RECOVERY_DAYS
 from statestore import layout
 
 # The cleanup Lambda deletes stale commit-request bodies (``tables/<id>/requests/``) by the time in their
@@ -21,6 +22,11 @@ REQUEST_BODY_TAG_VALUE = layout.REQUEST_BODY_TAG_VALUE
 # Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.
 REQUEST_BODY_EXPIRY = Duration.days(15)
 ACCESS_LOG_EXPIRY = Duration.days(90)
+# The bucket is versioned: a delete (cleanup's, a lifecycle expiry's) only adds a delete marker, and the
+# object's last version is kept this long. The tables can be restored to any point of their last 35 days
+# (point-in-time recovery), and a restored log names the objects it referenced then: they must still exist.
+NONCURRENT_VERSION_EXPIRY = Duration.days(POINT_IN_TIME_RECOVERY_DAYS)
+S3_BUCKET_NAME_LIMIT = 63
 
 # Object key patterns for IAM, from the layout every adapter uses (any table id).
 _ANY_TABLE = "*"
@@ -42,6 +48,12 @@ class DataBucket(Construct):
     Both buckets are retained when the stack is destroyed: they hold the tables' data. Objects expire only
     by the rules below: tagged request bodies, and Spark job logs after ``spark_log_expiry``; the Spark
     artifacts and input (``spark/artifacts/``, ``spark/input/``) and everything else are kept.
+
+    The data bucket is versioned. Deleting an object (cleanup, an expiry rule) leaves a delete marker: reads
+    and listings no longer see it, and its last version is removed for good ``NONCURRENT_VERSION_EXPIRY``
+    later, with the marker. So an expiry rule frees the space that much later, and a table restored from
+    point-in-time recovery still finds the files its log names (restore them by deleting the markers, or
+    copying the previous versions back). Nothing here may delete a version (``s3:DeleteObjectVersion``).
     """
 
     def __init__(
@@ -72,7 +84,13 @@ class DataBucket(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="data-bucket/",
+            versioned=True,
             lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-noncurrent-versions",
+                    noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRY,
+                    expired_object_delete_marker=True,  # a marker left with no version behind it
+                ),
                 s3.LifecycleRule(
                     id="expire-commit-request-bodies",
                     prefix=TABLES_PREFIX,
@@ -103,10 +121,15 @@ class DataBucket(Construct):
         self._acknowledge(grantee, patterns, "s3:Abort*")
 
     def grant_delete(self, grantee: iam.IGrantable, *patterns: str) -> None:
-        """Delete objects under ``patterns``."""
-        for pattern in patterns:
-            self.bucket.grant_delete(grantee, pattern)
-        self._acknowledge(grantee, patterns, "s3:DeleteObject*")
+        """Delete objects under ``patterns``: ``s3:DeleteObject`` only, which on this versioned bucket adds a
+        delete marker (DeleteObjects needs the same). CDK's grant_delete gives ``s3:DeleteObject*``, whose
+        ``s3:DeleteObjectVersion`` would destroy the versions kept for point-in-time recovery."""
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:DeleteObject"],
+            resource_arns=[self.bucket.arn_for_objects(pattern) for pattern in patterns],
+        )
+        self._acknowledge(grantee, patterns)
 
     def _acknowledge(self, grantee: iam.IGrantable, patterns: tuple[str, ...], *action_families: str) -> None:
         # The findings are on the principal's policy (a function's role), or on the grantee itself when it is
@@ -124,4 +147,24 @@ class DataBucket(Construct):
             "any table id where the pattern has one, with CDK's grant_* action families on those keys only.",
             *(f"AwsSolutions-IAM5[Resource::{bucket_arn}/{pattern}]" for pattern in patterns),
             *(f"AwsSolutions-IAM5[Action::{family}]" for family in action_families),
+        )
+
+
+def check_bucket_name_length(instance_id: str, region: str | None) -> None:
+    """Raise ``ValueError`` if the data bucket's name (``statestore-<id>-data-<account>-<region>``) would
+    exceed S3's 63 characters. The name stays as deployed instances have it; this only refuses an instance
+    id that cannot fit. ``region`` None (not known at synth) checks against the longest region CDK knows."""
+    from aws_cdk.region_info import RegionInfo
+
+    regions = [region] if region else [r.name for r in RegionInfo.regions]
+    longest = max(regions, key=len)
+    name = f"statestore-{instance_id}-data-123456789012-{longest}"  # every account id has 12 digits
+    if len(name) > S3_BUCKET_NAME_LIMIT:
+        where = f"region {region}" if region else f"an unknown region (up to {longest})"
+        raise ValueError(
+            f"context key instance_id={instance_id!r} makes the data bucket name {name!r} (with your "
+            f"12-digit account id) {len(name)} characters long in {where}, over S3's limit of "
+            f"{S3_BUCKET_NAME_LIMIT}: use an instance id of at most "
+            f"{len(instance_id) - (len(name) - S3_BUCKET_NAME_LIMIT)} characters"
+            + ("" if region else ", or synthesise with the target region set (AWS_REGION or --profile)")
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -28,6 +29,10 @@ class StatestoreFunction(Construct):
 
     Grants are added by whoever wires the function to what it uses; IAM wildcard findings that come from
     object-key patterns and X-Ray are suppressed here, once, with the reason.
+
+    ``service`` (``statestore-<instance>-<handler module>``) is its ``POWERTOOLS_SERVICE_NAME``, the
+    ``service`` dimension of the metrics it emits; the instance is in it so that two instances in one
+    account keep their metrics apart. ``max_memory_used`` is the most memory an invocation used (MB).
     """
 
     def __init__(
@@ -58,7 +63,8 @@ class StatestoreFunction(Construct):
             description=f"statestore {names.instance_id}: {description}",
         )
         self.log_group.grant_write(self.role)
-        service = handler.split(".")[1]
+        self.service = f"statestore-{names.instance_id}-{handler.split('.')[1]}"
+        self.memory_mb = memory_mb
         self.function = lambda_.Function(
             self,
             "Function",
@@ -76,9 +82,31 @@ class StatestoreFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             environment={
                 "STATESTORE_RESOURCES": names.to_json(),
-                "POWERTOOLS_SERVICE_NAME": f"statestore-{service}",
+                "POWERTOOLS_SERVICE_NAME": self.service,
                 "POWERTOOLS_METRICS_NAMESPACE": POWERTOOLS_NAMESPACE,
             },
+        )
+        # Max memory used comes from the report Lambda writes after each invocation (the REPORT line; with the
+        # JSON log format, a "platform.report" event). A metric filter makes it a metric, which an alarm can
+        # watch; a Logs Insights widget could only be looked at. No Lambda Insights extension is needed. A
+        # filter's dimensions can only come from the log event, so the service is in the metric's name.
+        memory_metric_name = f"{self.service}-MaxMemoryUsedMB"
+        logs.MetricFilter(
+            self,
+            "MaxMemoryUsed",
+            log_group=self.log_group,
+            filter_pattern=logs.FilterPattern.string_value("$.type", "=", "platform.report"),
+            metric_namespace=POWERTOOLS_NAMESPACE,
+            metric_name=memory_metric_name,
+            metric_value="$.record.metrics.maxMemoryUsedMB",
+            unit=cloudwatch.Unit.MEGABYTES,
+        )
+        self.max_memory_used = cloudwatch.Metric(
+            namespace=POWERTOOLS_NAMESPACE,
+            metric_name=memory_metric_name,
+            statistic="Maximum",
+            period=Duration.minutes(5),
+            label=f"{self.service} max memory used (MB)",
         )
         acknowledge(
             self.role,

@@ -6,18 +6,20 @@ Grants are made here, where the pieces meet, and each function gets only what it
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack, Token
 from constructs import Construct
 
 from infra import data_bucket as objects
 from infra.alarms import Alarms
 from infra.asset import require_asset
 from infra.commit_queue import CommitQueue
-from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, Committer
+from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, COMMITTER_TIMEOUT, Committer
 from infra.config import InstanceConfig
-from infra.data_bucket import DataBucket
+from infra.dashboard import Dashboard
+from infra.data_bucket import DataBucket, check_bucket_name_length
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction
 from infra.spark_jobs import SparkJobs
@@ -36,6 +38,9 @@ class StatestoreStack(Stack):
         require_asset(config.lambda_asset)
         names = config.resource_names
         self.names = names
+        # An environment-agnostic stack deploys to the region the CLI passes as CDK_DEFAULT_REGION.
+        region = None if Token.is_unresolved(self.region) else self.region
+        check_bucket_name_length(config.instance_id, region or os.environ.get("CDK_DEFAULT_REGION"))
 
         self.state = StateTables(self, "State", names=names, deletion_protection=config.deletion_protection)
         self.data = DataBucket(
@@ -61,6 +66,7 @@ class StatestoreStack(Stack):
             "Committer",
             queue=self.commits.queue,
             memory_mb=config.committer_memory_mb,
+            max_concurrency=config.committer_max_concurrency,
             reserved_concurrency=config.committer_reserved_concurrency,
             **function_settings,
         )
@@ -72,6 +78,7 @@ class StatestoreStack(Stack):
             rate_minutes=config.snapshot_rate_minutes,
             timeout=SNAPSHOT_TIMEOUT,
             memory_mb=config.snapshot_memory_mb,
+            exclusive=config.exclusive_scheduled_runs,
             **function_settings,
         )
         self.cleanup = ScheduledFunction(
@@ -82,8 +89,14 @@ class StatestoreStack(Stack):
             rate_minutes=config.cleanup_rate_minutes,
             timeout=CLEANUP_TIMEOUT,
             memory_mb=config.cleanup_memory_mb,
+            exclusive=config.exclusive_scheduled_runs,
             **function_settings,
         )
+        self.functions = {
+            "committer": self.committer.lambda_,
+            "snapshot": self.snapshot.lambda_,
+            "cleanup": self.cleanup.lambda_,
+        }
         self.grants = StateStoreGrants(self.state, self.data, self.commits)
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
@@ -110,10 +123,28 @@ class StatestoreStack(Stack):
             instance_id=config.instance_id,
             commit_queue=self.commits.queue,
             dead_letter_queue=self.commits.dead_letter_queue,
-            committer=self.committer.function,
-            scheduled={"snapshot": self.snapshot.function, "cleanup": self.cleanup.function},
+            functions=self.functions,
+            tables=self.state.all_tables,
             oldest_message_seconds=config.oldest_message_alarm_seconds,
+            retries_per_5_minutes=config.retries_alarm_per_5_minutes,
+            throttles_per_5_minutes=config.throttles_alarm_per_5_minutes,
+            memory_percent=config.memory_alarm_percent,
             alarm_email=config.alarm_email,
+        )
+        self.dashboard = Dashboard(
+            self,
+            "Dashboard",
+            instance_id=config.instance_id,
+            functions=self.functions,
+            timeouts={
+                "committer": COMMITTER_TIMEOUT,
+                "snapshot": SNAPSHOT_TIMEOUT,
+                "cleanup": CLEANUP_TIMEOUT,
+            },
+            commit_queue=self.commits.queue,
+            dead_letter_queue=self.commits.dead_letter_queue,
+            tables=self.state.all_tables,
+            alarms=self.alarms.alarms,
         )
         self._outputs()
 
@@ -174,6 +205,7 @@ class StatestoreStack(Stack):
             "CommitQueueUrl": (self.commits.queue.queue_url, "send commit requests here"),
             "DeadLetterQueueUrl": (self.commits.dead_letter_queue.queue_url, "failed commit requests"),
             "AlarmTopicArn": (self.alarms.topic.topic_arn, "subscribe to be told of alarms"),
+            "DashboardName": (self.dashboard.dashboard.dashboard_name, "the instance's CloudWatch dashboard"),
             "RequestBodyTag": (
                 f"{objects.REQUEST_BODY_TAG_KEY}={objects.REQUEST_BODY_TAG_VALUE}",
                 "tag request bodies with this so they expire",

@@ -18,6 +18,8 @@ _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeT
 PUT = ("dynamodb:PutItem",)
 UPDATE = ("dynamodb:UpdateItem",)
 DELETE = ("dynamodb:DeleteItem",)
+# The tables can be restored to any second of this many days back (point-in-time recovery; 35 is the most).
+POINT_IN_TIME_RECOVERY_DAYS = 35
 # BatchWriteItem (batch deletes of log entries and snapshot records) cannot be narrowed to puts or
 # deletes in IAM.
 BATCH_WRITE = ("dynamodb:BatchWriteItem",)
@@ -51,7 +53,7 @@ class StateTables(Construct):
                 ),
                 billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
                 point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True
+                    point_in_time_recovery_enabled=True, recovery_period_in_days=POINT_IN_TIME_RECOVERY_DAYS
                 ),
                 deletion_protection=deletion_protection,
                 time_to_live_attribute=ttl,

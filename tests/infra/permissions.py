@@ -29,7 +29,7 @@ OBJECT_PUT = (
     "s3:PutObjectTagging",
     "s3:PutObjectVersionTagging",
 )
-OBJECT_DELETE = ("s3:DeleteObject*",)
+OBJECT_DELETE = ("s3:DeleteObject",)  # not s3:DeleteObject*: no version may be deleted
 QUEUE_SEND = ("sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage")
 QUEUE_CONSUME = (
     "sqs:ChangeMessageVisibility",

@@ -233,13 +233,51 @@ def test_functions_run_python_312_on_x86_64_with_resource_names_and_tracing(
         assert name in joined
 
 
-def test_no_function_reserves_concurrency_unless_configured(synth_stack: SynthStack, template: Any) -> None:
+def test_the_committer_is_capped_by_its_event_source_and_reserves_concurrency_only_if_configured(
+    synth_stack: SynthStack, template: Any
+) -> None:
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping", {"ScalingConfig": {"MaximumConcurrency": 10}}
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": Match.absent()}
+    )
+    configured = assertions.Template.from_stack(
+        synth_stack(committer_max_concurrency="4", committer_reserved_concurrency="6")
+    )
+    configured.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping", {"ScalingConfig": {"MaximumConcurrency": 4}}
+    )
+    configured.has_resource_properties(
+        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": 6}
+    )
+
+
+@pytest.mark.parametrize("handler", [SNAPSHOT, CLEANUP])
+def test_a_scheduled_function_runs_once_at_a_time_and_drops_runs_it_cannot_start(
+    template: Any, handler: str
+) -> None:
+    template.has_resource_properties(
+        "AWS::Lambda::Function", {"Handler": handler, "ReservedConcurrentExecutions": 1}
+    )
+    function = only_id(template, "AWS::Lambda::Function", {"Handler": handler})
+    rate_minutes = 15 if handler == SNAPSHOT else 60
+    template.has_resource_properties(
+        "AWS::Lambda::EventInvokeConfig",
+        {
+            "FunctionName": {"Ref": function},
+            "MaximumRetryAttempts": 0,
+            "MaximumEventAgeInSeconds": rate_minutes * 60,
+        },
+    )
+
+
+def test_scheduled_runs_may_overlap_when_the_account_cannot_reserve_concurrency(
+    synth_stack: SynthStack,
+) -> None:
+    template = assertions.Template.from_stack(synth_stack(exclusive_scheduled_runs="false"))
     assert not template.find_resources(
         "AWS::Lambda::Function", {"Properties": {"ReservedConcurrentExecutions": Match.any_value()}}
-    )
-    configured = assertions.Template.from_stack(synth_stack(committer_reserved_concurrency="3"))
-    configured.has_resource_properties(
-        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": 3}
     )
 
 
@@ -493,7 +531,7 @@ def test_cleanup_deletes_log_entries_snapshots_and_data_files_and_commits_throug
     assert "dynamodb:DeleteItem" in actions_on(template, CLEANUP, table_id(template, NAMES.snapshots_table))
     bucket = bucket_id(template)
     for kind in ("data", "snapshots", "log", "requests"):
-        assert "s3:DeleteObject*" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
+        assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
     assert "s3:PutObject" not in actions_on(template, CLEANUP, bucket, "/tables/*/data/*")
 
 
@@ -531,6 +569,9 @@ def test_missing_asset_fails_synth_telling_to_run_make_lambda_asset(
         ("gc_delay_minutes", "0"),
         ("gc_delay_minutes", "12h"),
         ("claim_expiry_minutes", 43_201),
+        ("committer_max_concurrency", "1"),
+        ("committer_reserved_concurrency", "5"),  # below the default committer_max_concurrency of 10
+        ("exclusive_scheduled_runs", "sometimes"),
     ],
 )
 def test_bad_context_values_are_rejected_naming_the_key(

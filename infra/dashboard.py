@@ -1,0 +1,186 @@
+"""The instance's CloudWatch dashboard: the commit path, the state's size, the scheduled jobs, the functions
+and the tables, in that order, with the alarms' states on top."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Aws, Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.functions import StatestoreFunction
+from infra.observability import FIVE_MINUTES, function_metric, per_table_metric
+
+WIDTH = 8  # three graphs a row (the dashboard is 24 units wide)
+HEIGHT = 6
+COMMITTER_COUNTS = (
+    "RequestsCommitted",
+    "RequestsRejected",
+    "RequestsDuplicate",
+    "RequestsDeadLettered",
+    "RequestsRetry",
+)
+SNAPSHOT_COUNTS = ("SnapshotsWritten", "SnapshotTablesSkipped")
+CLEANUP_COUNTS = (
+    "LogEntriesDeleted",
+    "SnapshotsDeleted",
+    "DataFilesDeleted",
+    "RefusedFiles",
+    "ClaimsReleased",
+    "OrphanFilesDeleted",
+)
+
+
+def _graph(
+    title: str,
+    left: Sequence[cloudwatch.IMetric],
+    *,
+    right: Sequence[cloudwatch.IMetric] = (),
+    right_y_axis: cloudwatch.YAxisProps | None = None,
+    left_y_axis: cloudwatch.YAxisProps | None = None,
+    left_annotations: Sequence[cloudwatch.HorizontalAnnotation] = (),
+    period: Duration | None = None,
+) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(
+        title=title,
+        left=list(left),
+        right=list(right),
+        right_y_axis=right_y_axis,
+        left_y_axis=left_y_axis,
+        left_annotations=list(left_annotations),
+        period=period,
+        width=WIDTH,
+        height=HEIGHT,
+    )
+
+
+class Dashboard(Construct):
+    """Dashboard ``statestore-<instance>-<region>`` (dashboard names are global to the account).
+
+    ``functions`` maps ``committer``, ``snapshot`` and ``cleanup`` to their functions; ``timeouts`` gives
+    each one's timeout, drawn on its duration graph.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        instance_id: str,
+        functions: dict[str, StatestoreFunction],
+        timeouts: dict[str, Duration],
+        commit_queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        tables: Sequence[dynamodb.Table],
+        alarms: Sequence[cloudwatch.IAlarm],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        committer, snapshot, cleanup = functions["committer"], functions["snapshot"], functions["cleanup"]
+        minute = Duration.minutes(1)
+        self.dashboard = cloudwatch.Dashboard(
+            self, "Dashboard", dashboard_name=f"statestore-{instance_id}-{Aws.REGION}"
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24, height=3)
+        )
+        # The commit path: requests by outcome, batches, table loads, the queues.
+        self.dashboard.add_widgets(
+            _graph("Commit requests by outcome", [function_metric(committer, n) for n in COMMITTER_COUNTS]),
+            _graph(
+                "Committer batches",
+                [
+                    function_metric(committer, "BatchSize", "Average"),
+                    function_metric(committer, "BatchSize", "Maximum"),
+                ],
+                right=[function_metric(committer, "LogAppendConflicts")],
+            ),
+            _graph(
+                "Table loads (warm: from the cache; cold: read in full)",
+                [function_metric(committer, "TableLoadsWarm"), function_metric(committer, "TableLoadsCold")],
+                right=[
+                    function_metric(committer, "TableLoadTime", "Average"),
+                    function_metric(committer, "TableLoadTime", "Maximum"),
+                ],
+                right_y_axis=cloudwatch.YAxisProps(label="ms", show_units=False),
+            ),
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                "Commit queue: depth and oldest message",
+                [
+                    commit_queue.metric_approximate_number_of_messages_visible(
+                        period=minute, statistic="Maximum"
+                    ),
+                    commit_queue.metric_approximate_number_of_messages_not_visible(
+                        period=minute, statistic="Maximum"
+                    ),
+                ],
+                right=[
+                    commit_queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum")
+                ],
+                right_y_axis=cloudwatch.YAxisProps(label="seconds", show_units=False),
+            ),
+            _graph(
+                "Dead-letter queue depth",
+                [
+                    dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        period=minute, statistic="Maximum"
+                    )
+                ],
+            ),
+            _graph("DynamoDB throttle events", self._throttles(tables)),
+        )
+        # The state's size per table (table ids are known only at run time: a SEARCH finds them).
+        self.dashboard.add_widgets(
+            _graph("State: file references per table", [per_table_metric(committer, "StateReferences")]),
+            _graph("State: partitions per table", [per_table_metric(committer, "StatePartitions")]),
+            _graph(
+                "Snapshot and cleanup work",
+                [function_metric(snapshot, n) for n in SNAPSHOT_COUNTS]
+                + [function_metric(cleanup, n) for n in CLEANUP_COUNTS],
+                period=Duration.hours(1),
+            ),
+        )
+        # Each function: errors, duration against its timeout, max memory used against its memory size.
+        for name, function in functions.items():
+            timeout = timeouts[name]
+            self.dashboard.add_widgets(
+                _graph(
+                    f"{name}: errors and throttles",
+                    [
+                        function.function.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
+                        function.function.metric_throttles(period=FIVE_MINUTES, statistic="Sum"),
+                    ],
+                ),
+                _graph(
+                    f"{name}: duration (timeout {int(timeout.to_seconds())} s)",
+                    [
+                        function.function.metric_duration(period=FIVE_MINUTES, statistic="Average"),
+                        function.function.metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
+                    ],
+                    left_annotations=[
+                        cloudwatch.HorizontalAnnotation(value=timeout.to_milliseconds(), label="timeout")
+                    ],
+                ),
+                _graph(
+                    f"{name}: max memory used (MB) of {function.memory_mb}",
+                    [function.max_memory_used],
+                    left_annotations=[
+                        cloudwatch.HorizontalAnnotation(value=function.memory_mb, label="memory size")
+                    ],
+                    left_y_axis=cloudwatch.YAxisProps(min=0, max=function.memory_mb, show_units=False),
+                ),
+            )
+
+    @staticmethod
+    def _throttles(tables: Sequence[dynamodb.Table]) -> list[cloudwatch.IMetric]:
+        return [
+            table.metric(
+                f"{kind}ThrottleEvents", statistic="Sum", period=FIVE_MINUTES, label=f"{table.node.id} {kind}"
+            )
+            for table in tables
+            for kind in ("Read", "Write")
+        ]

@@ -1,0 +1,276 @@
+"""What an operator sees of a deployed instance: the functions' max-memory metrics, the alarms on real trouble
+(with their thresholds from the config) and the dashboard's widgets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import assertions
+
+from tests.infra.conftest import SynthStack
+
+Match = assertions.Match
+Capture = assertions.Capture
+
+pytestmark = pytest.mark.infra
+
+# name: (handler, memory MB, timeout s)
+FUNCTIONS = {
+    "committer": ("lambdas.committer.handler", 1024, 60),
+    "snapshot": ("lambdas.snapshot.handler", 2048, 300),
+    "cleanup": ("lambdas.cleanup.handler", 1024, 600),
+}
+# The metric contract the handlers emit (namespace statestore, dimension service).
+CONTRACT = {
+    "committer": (
+        "RequestsCommitted",
+        "RequestsRejected",
+        "RequestsDuplicate",
+        "RequestsDeadLettered",
+        "RequestsRetry",
+        "BatchSize",
+        "LogAppendConflicts",
+        "TableLoadsWarm",
+        "TableLoadsCold",
+        "TableLoadTime",
+    ),
+    "snapshot": ("SnapshotsWritten", "SnapshotTablesSkipped"),
+    "cleanup": (
+        "LogEntriesDeleted",
+        "SnapshotsDeleted",
+        "DataFilesDeleted",
+        "RefusedFiles",
+        "ClaimsReleased",
+        "OrphanFilesDeleted",
+    ),
+}
+
+
+def function_id(template: Any, handler: str) -> str:
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    assert len(found) == 1
+    return next(iter(found))
+
+
+def alarm(template: Any, name: str) -> dict[str, Any]:
+    found = template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": name}})
+    assert len(found) == 1, f"no alarm {name}"
+    properties: dict[str, Any] = next(iter(found.values()))["Properties"]
+    [action] = properties["AlarmActions"]
+    assert action == {"Ref": next(iter(template.find_resources("AWS::SNS::Topic")))}
+    return properties
+
+
+def watched_metrics(properties: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics (MetricStat.Metric) an alarm on a Metrics array reads."""
+    return [m["MetricStat"]["Metric"] for m in properties["Metrics"] if "MetricStat" in m]
+
+
+def dashboard_widgets(template: Any) -> list[dict[str, Any]]:
+    """The dashboard body's widgets, deploy-time values (queue names, function names) read as TOKEN."""
+    dashboards = template.find_resources("AWS::CloudWatch::Dashboard")
+    assert len(dashboards) == 1
+    body = next(iter(dashboards.values()))["Properties"]["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    text = "".join(part if isinstance(part, str) else "TOKEN" for part in parts)
+    widgets: list[dict[str, Any]] = json.loads(text)["widgets"]
+    return widgets
+
+
+def graph_metrics(widget: dict[str, Any]) -> list[list[Any]]:
+    return list(widget["properties"].get("metrics", []))
+
+
+def widget_titled(widgets: list[dict[str, Any]], start: str) -> dict[str, Any]:
+    found = [w for w in widgets if w["properties"].get("title", "").startswith(start)]
+    assert len(found) == 1, f"expected one widget titled {start!r}, found {len(found)}"
+    return found[0]
+
+
+# --- max memory used, from the functions' reports ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_each_function_turns_its_report_into_a_max_memory_metric(template: Any, name: str) -> None:
+    handler = FUNCTIONS[name][0]
+    function = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    properties = next(iter(function.values()))["Properties"]
+    log_group = properties["LoggingConfig"]["LogGroup"]["Ref"]
+    assert properties["LoggingConfig"]["LogFormat"] == "JSON"  # the report is a platform.report event
+    template.has_resource_properties(
+        "AWS::Logs::MetricFilter",
+        {
+            "LogGroupName": {"Ref": log_group},
+            "FilterPattern": '{ $.type = "platform.report" }',
+            "MetricTransformations": [
+                Match.object_like(
+                    {
+                        "MetricNamespace": "statestore",
+                        "MetricName": f"statestore-main-{name}-MaxMemoryUsedMB",
+                        "MetricValue": "$.record.metrics.maxMemoryUsedMB",
+                    }
+                )
+            ],
+        },
+    )
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_each_function_emits_metrics_as_a_service_named_for_the_instance(
+    synth_stack: SynthStack, template: Any, name: str
+) -> None:
+    handler = FUNCTIONS[name][0]
+    variables = Match.object_like({"POWERTOOLS_SERVICE_NAME": f"statestore-main-{name}"})
+    template.has_resource_properties(
+        "AWS::Lambda::Function", {"Handler": handler, "Environment": {"Variables": variables}}
+    )
+    dev = assertions.Template.from_stack(synth_stack(instance_id="dev"))
+    variables = Match.object_like({"POWERTOOLS_SERVICE_NAME": f"statestore-dev-{name}"})
+    dev.has_resource_properties(
+        "AWS::Lambda::Function", {"Handler": handler, "Environment": {"Variables": variables}}
+    )
+
+
+# --- alarms ------------------------------------------------------------------------------------------
+
+
+def test_retries_alarm_watches_the_committers_retried_requests(template: Any) -> None:
+    properties = alarm(template, "statestore-main-commit-retries")
+    assert properties["Threshold"] == 5
+    assert properties["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    [metric] = watched_metrics(properties)
+    assert metric == {
+        "Namespace": "statestore",
+        "MetricName": "RequestsRetry",
+        "Dimensions": [{"Name": "service", "Value": "statestore-main-committer"}],
+    }
+    [stat] = [m["MetricStat"] for m in properties["Metrics"]]
+    assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+
+
+def test_throttle_alarm_sums_read_and_write_throttles_of_every_table(template: Any) -> None:
+    properties = alarm(template, "statestore-main-dynamodb-throttles")
+    assert properties["Threshold"] == 10
+    [expression] = [m for m in properties["Metrics"] if "Expression" in m]
+    assert expression["ReturnData"] is True and "METRICS()" in expression["Expression"]
+    metrics = watched_metrics(properties)
+    assert len(metrics) <= 10  # CloudWatch's limit for an alarm on a math expression
+    tables = set(template.find_resources("AWS::DynamoDB::Table"))
+    for kind in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        watched = {m["Dimensions"][0]["Value"]["Ref"] for m in metrics if m["MetricName"] == kind}
+        assert watched == tables, kind
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_memory_alarm_fires_near_each_functions_memory_size(template: Any, name: str) -> None:
+    _, memory_mb, timeout_s = FUNCTIONS[name]
+    properties = alarm(template, f"statestore-main-{name}-memory")
+    assert properties["Threshold"] == memory_mb * 90 // 100
+    [metric] = watched_metrics(properties)
+    assert metric == {"Namespace": "statestore", "MetricName": f"statestore-main-{name}-MaxMemoryUsedMB"}
+    assert [m["MetricStat"]["Stat"] for m in properties["Metrics"]] == ["Maximum"]
+
+
+def test_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
+    template = assertions.Template.from_stack(
+        synth_stack(
+            retries_alarm_per_5_minutes="20",
+            throttles_alarm_per_5_minutes=3,
+            memory_alarm_percent="80",
+            committer_memory_mb="512",
+        )
+    )
+    assert alarm(template, "statestore-main-commit-retries")["Threshold"] == 20
+    assert alarm(template, "statestore-main-dynamodb-throttles")["Threshold"] == 3
+    assert alarm(template, "statestore-main-committer-memory")["Threshold"] == 409  # 80% of 512, rounded down
+    assert alarm(template, "statestore-main-snapshot-memory")["Threshold"] == 1638
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("retries_alarm_per_5_minutes", "0"),
+        ("throttles_alarm_per_5_minutes", "many"),
+        ("memory_alarm_percent", "40"),
+        ("memory_alarm_percent", "101"),
+    ],
+)
+def test_bad_alarm_thresholds_are_rejected_naming_the_key(
+    synth_stack: SynthStack, key: str, value: str
+) -> None:
+    with pytest.raises(ValueError, match=f"context key {key}="):
+        synth_stack(**{key: value})
+
+
+# --- the dashboard -----------------------------------------------------------------------------------
+
+
+def test_the_dashboard_is_named_for_instance_and_region_and_is_an_output(template: Any) -> None:
+    name = Capture()
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": name})
+    joined = json.dumps(name.as_object())
+    assert "statestore-main-" in joined and "AWS::Region" in joined
+    assert "DashboardName" in template.find_outputs("*")
+
+
+def test_the_dashboard_shows_the_state_of_every_alarm(template: Any) -> None:
+    [status] = [w for w in dashboard_widgets(template) if w["type"] == "alarm"]
+    assert len(status["properties"]["alarms"]) == len(template.find_resources("AWS::CloudWatch::Alarm"))
+
+
+@pytest.mark.parametrize("name", list(CONTRACT))
+def test_the_dashboard_graphs_every_metric_of_the_contract(template: Any, name: str) -> None:
+    graphed = {
+        tuple(m[:4])
+        for w in dashboard_widgets(template)
+        for m in graph_metrics(w)
+        if m[0] == "statestore" and all(isinstance(part, str) for part in m[:4])
+    }
+    for metric in CONTRACT[name]:
+        assert ("statestore", metric, "service", f"statestore-main-{name}") in graphed, metric
+
+
+@pytest.mark.parametrize("name", ["StateReferences", "StatePartitions"])
+def test_per_table_state_size_is_found_by_a_search_over_table_ids(template: Any, name: str) -> None:
+    expressions = [
+        m[0]["expression"]
+        for w in dashboard_widgets(template)
+        for m in graph_metrics(w)
+        if isinstance(m[0], dict) and "expression" in m[0]
+    ]
+    [search] = [e for e in expressions if f'MetricName="{name}"' in e]
+    assert search.startswith("SEARCH('{statestore,TableId,service}")
+    assert 'service="statestore-main-committer"' in search
+
+
+def test_the_dashboard_shows_queue_depth_oldest_message_and_dead_letters(template: Any) -> None:
+    widgets = dashboard_widgets(template)
+    queue = [m[1] for m in graph_metrics(widget_titled(widgets, "Commit queue")) if m[0] == "AWS/SQS"]
+    assert {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"} <= set(queue)
+    dead = graph_metrics(widget_titled(widgets, "Dead-letter queue"))
+    assert [m[:2] for m in dead] == [["AWS/SQS", "ApproximateNumberOfMessagesVisible"]]
+
+
+def test_the_dashboard_shows_throttles_of_every_table(template: Any) -> None:
+    metrics = graph_metrics(widget_titled(dashboard_widgets(template), "DynamoDB throttle"))
+    tables = len(template.find_resources("AWS::DynamoDB::Table"))
+    assert sorted(m[1] for m in metrics) == ["ReadThrottleEvents"] * tables + ["WriteThrottleEvents"] * tables
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_each_function_has_errors_duration_and_memory_against_its_limit(template: Any, name: str) -> None:
+    _, memory_mb, timeout_s = FUNCTIONS[name]
+    widgets = dashboard_widgets(template)
+    errors = graph_metrics(widget_titled(widgets, f"{name}: errors"))
+    assert {m[1] for m in errors} == {"Errors", "Throttles"}
+    duration = widget_titled(widgets, f"{name}: duration")
+    assert {m[1] for m in graph_metrics(duration)} == {"Duration"}
+    [timeout] = duration["properties"]["annotations"]["horizontal"]
+    assert (timeout["label"], timeout["value"]) == ("timeout", timeout_s * 1000)
+    memory = widget_titled(widgets, f"{name}: max memory used")
+    assert [m[:2] for m in graph_metrics(memory)] == [
+        ["statestore", f"statestore-main-{name}-MaxMemoryUsedMB"]
+    ]
+    assert memory["properties"]["annotations"]["horizontal"][0]["value"] == memory_mb
