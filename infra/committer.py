@@ -47,8 +47,12 @@ class Committer(Construct):
             timeout=COMMITTER_TIMEOUT,
             log_retention_days=log_retention_days,
             reserved_concurrency=reserved_concurrency,
+            # Named, so the CLI finds it (and its event source mapping) from the resources JSON alone.
+            function_name=names.committer_function,
         )
         self.function = self.lambda_.function
-        self.function.add_event_source(
-            event_sources.SqsEventSource(queue, batch_size=BATCH_SIZE, report_batch_item_failures=True)
+        # Kept: `statestore committer pause|resume` disables and enables this mapping (the admin grant).
+        self.event_source = event_sources.SqsEventSource(
+            queue, batch_size=BATCH_SIZE, report_batch_item_failures=True
         )
+        self.function.add_event_source(self.event_source)

@@ -84,7 +84,12 @@ class StatestoreStack(Stack):
             memory_mb=config.cleanup_memory_mb,
             **function_settings,
         )
-        self.grants = StateStoreGrants(self.state, self.data, self.commits)
+        self.grants = StateStoreGrants(
+            self.state,
+            self.data,
+            self.commits,
+            committer_mapping_arn=self.committer.event_source.event_source_mapping_arn,
+        )
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
         self._grant()
