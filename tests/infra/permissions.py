@@ -1,7 +1,8 @@
 """IAM statements of a synthesised template as a set of ``(action, resource)`` pairs with readable resources.
 
 A resource reads ``table:<name>``, ``queue:<name>``, ``bucket`` (the data bucket), ``bucket/<key pattern>``
-or ``event-source-mapping:<function name>``, so a test can state exactly what a policy allows, however CDK groups the statements.
+or ``event-source-mapping:<function name>``, so a test can state exactly what a policy allows, however CDK
+groups the statements.
 """
 
 from __future__ import annotations
