@@ -53,18 +53,20 @@ class Committer(Construct):
             timeout=COMMITTER_TIMEOUT,
             log_retention_days=log_retention_days,
             reserved_concurrency=reserved_concurrency,
+            # Named, so the CLI finds it (and its event source mapping) from the resources JSON alone.
+            function_name=names.committer_function,
         )
         self.function = self.lambda_.function
-        self.function.add_event_source(
-            event_sources.SqsEventSource(
-                queue,
-                batch_size=BATCH_SIZE,
-                report_batch_item_failures=True,
-                # The event source's own cap, as AWS recommends for SQS: its pollers stop taking batches at
-                # the cap, so messages wait in the queue. Capping with reserved concurrency alone throttles
-                # invocations instead, and each throttled batch goes back to the queue as a receive that
-                # counts towards the dead-letter queue. A FIFO queue is also bounded by its message groups
-                # (one table is processed by at most one invocation at a time).
-                max_concurrency=max_concurrency,
-            )
+        # Kept: `statestore committer pause|resume` disables and enables this mapping (the admin grant).
+        self.event_source = event_sources.SqsEventSource(
+            queue,
+            batch_size=BATCH_SIZE,
+            report_batch_item_failures=True,
+            # The event source's own cap, as AWS recommends for SQS: its pollers stop taking batches at the
+            # cap, so messages wait in the queue. Capping with reserved concurrency alone throttles
+            # invocations instead, and each throttled batch goes back to the queue as a receive that counts
+            # towards the dead-letter queue. A FIFO queue is also bounded by its message groups (one table
+            # is processed by at most one invocation at a time).
+            max_concurrency=max_concurrency,
         )
+        self.function.add_event_source(self.event_source)

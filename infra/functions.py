@@ -48,6 +48,7 @@ class StatestoreFunction(Construct):
         timeout: Duration,
         log_retention_days: int,
         reserved_concurrency: int | None = None,
+        function_name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(
@@ -69,6 +70,7 @@ class StatestoreFunction(Construct):
             self,
             "Function",
             description=f"statestore {names.instance_id}: {description}",
+            function_name=function_name,
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             code=lambda_.Code.from_asset(str(asset_dir)),

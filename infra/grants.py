@@ -24,16 +24,26 @@ from constructs import Construct
 from infra import data_bucket as objects
 from infra.commit_queue import CommitQueue
 from infra.data_bucket import DataBucket
+from infra.nag import acknowledge
 from infra.state import BATCH_WRITE, DELETE, PUT, UPDATE, StateTables
 
 
 class StateStoreGrants:
     """Grants on one instance's tables, bucket and commit queue."""
 
-    def __init__(self, state: StateTables, data: DataBucket, commits: CommitQueue) -> None:
+    def __init__(
+        self,
+        state: StateTables,
+        data: DataBucket,
+        commits: CommitQueue,
+        *,
+        committer_mapping_arn: str | None = None,
+    ) -> None:
+        """``committer_mapping_arn``: the committer's event source mapping, which the admin may switch."""
         self.state = state
         self.data = data
         self.commits = commits
+        self.committer_mapping_arn = committer_mapping_arn
 
     def grant_read_state(self, grantee: iam.IGrantable) -> None:
         """Find tables by name or id, and load a table's state: the latest snapshot (its record and its two
@@ -73,7 +83,10 @@ class StateStoreGrants:
         - ``cleanup``: delete old log entries and snapshots, garbage data files and stale request bodies,
           committing DeleteFiles straight to the log; ``files --orphans`` lists the data prefix;
         - ``dead-letters``: receive, release (ChangeMessageVisibility) and delete the dead-letter queue's
-          messages; redrive sends them to the commit queue, as a commit does.
+          messages; redrive sends them to the commit queue, as a commit does;
+        - ``committer pause|resume|status``: find the committer's event source mapping
+          (ListEventSourceMappings, which supports no resource-level permissions), switch it
+          (UpdateEventSourceMapping, on that mapping only) and read the commit queue's depth.
 
         It reads no data files and writes none, and never writes commit statuses (only the committer does).
         """
@@ -87,6 +100,15 @@ class StateStoreGrants:
         data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
         data.grant_delete(grantee, objects.TABLE_OBJECTS)
         self.commits.dead_letter_queue.grant_consume_messages(grantee)
+        if self.committer_mapping_arn is not None:
+            grantee.grant_principal.add_to_principal_policy(
+                iam.PolicyStatement(actions=["lambda:ListEventSourceMappings"], resources=["*"])
+            )
+            grantee.grant_principal.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["lambda:UpdateEventSourceMapping"], resources=[self.committer_mapping_arn]
+                )
+            )
 
 
 class ManagedPolicies(Construct):
@@ -125,6 +147,12 @@ class ManagedPolicies(Construct):
             "admin",
             "everything the statestore CLI does: tables, commits, reads, snapshots, cleanup",
             grants.grant_admin,
+        )
+        acknowledge(
+            self.admin,
+            "lambda:ListEventSourceMappings supports no resource-level permissions; the CLI lists the "
+            "committer function's mappings to find the one it pauses (UpdateEventSourceMapping is scoped).",
+            "AwsSolutions-IAM5[Resource::*]",
         )
 
     @property

@@ -97,7 +97,12 @@ class StatestoreStack(Stack):
             "snapshot": self.snapshot.lambda_,
             "cleanup": self.cleanup.lambda_,
         }
-        self.grants = StateStoreGrants(self.state, self.data, self.commits)
+        self.grants = StateStoreGrants(
+            self.state,
+            self.data,
+            self.commits,
+            committer_mapping_arn=self.committer.event_source.event_source_mapping_arn,
+        )
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
         self._grant()

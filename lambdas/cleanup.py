@@ -35,6 +35,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "data_files_deleted": sum(r.data_files_deleted for r in reports),
         "refused_files": sum(len(r.refused_files) for r in reports),
         "claims_released": sum(r.claims_released for r in reports),
+        "orphan_files_deleted": sum(r.orphan_files_deleted for r in reports),
     }
     for name, value in totals.items():
         metrics.add_metric(

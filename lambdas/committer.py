@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from lambdas._runtime import runtime
 from statestore.committer import Committer, MessageOutcome, MessageResult, ReceivedMessage
+from statestore.committer_stats import BatchStats
 
 logger = Logger()
 tracer = Tracer()
@@ -60,17 +61,36 @@ def partial_response(
         return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    results = run_committer(event, runtime().committer())
+def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> None:
+    """Add a batch's metrics to the invocation's metric set, and emit each table's state size on its own
+    (with a ``TableId`` dimension, so the invocation's set keeps only ``service``)."""
     for outcome in MessageOutcome:
         count = sum(1 for r in results if r.outcome is outcome)
         if count:
             metrics.add_metric(
                 name=f"Requests{outcome.value.title().replace('_', '')}", unit=MetricUnit.Count, value=count
             )
+    metrics.add_metric(name="BatchSize", unit=MetricUnit.Count, value=batch.messages)
+    metrics.add_metric(name="LogAppendConflicts", unit=MetricUnit.Count, value=batch.log_append_conflicts)
+    metrics.add_metric(name="TableLoadsWarm", unit=MetricUnit.Count, value=batch.warm_loads)
+    metrics.add_metric(name="TableLoadsCold", unit=MetricUnit.Count, value=batch.cold_loads)
+    for millis in batch.cold_load_ms:
+        metrics.add_metric(name="TableLoadTime", unit=MetricUnit.Milliseconds, value=millis)
+    for size in batch.table_sizes:
+        table_metrics = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
+        table_metrics.add_dimension(name="TableId", value=size.table_id)
+        table_metrics.add_metric(name="StateReferences", unit=MetricUnit.Count, value=size.references)
+        table_metrics.add_metric(name="StatePartitions", unit=MetricUnit.Count, value=size.partitions)
+        table_metrics.flush_metrics()
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    committer = runtime().committer()
+    results = run_committer(event, committer)
+    add_batch_metrics(results, committer.last_batch)
     for r in results:
         if r.outcome in (MessageOutcome.DEAD_LETTERED, MessageOutcome.RETRY):
             logger.warning(

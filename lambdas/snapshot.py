@@ -34,8 +34,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     )
     written = {o.table_id: o.snapshot.transaction_number for o in outcomes if o.snapshot is not None}
     errors = {o.table_id: o.error for o in outcomes if o.error is not None}
+    skipped = sum(1 for o in outcomes if o.skipped)
     metrics.add_metric(name="SnapshotsWritten", unit=MetricUnit.Count, value=len(written))
-    summary = {"written": written, "skipped": sum(1 for o in outcomes if o.skipped), "errors": errors}
+    metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=skipped)
+    summary = {"written": written, "skipped": skipped, "errors": errors}
     logger.info("snapshots", extra=summary)
     if errors:
         raise TablesFailedError(f"could not snapshot {len(errors)} table(s): {errors}")

@@ -23,8 +23,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
+from statestore import cli_committer, cli_ops
 from statestore import cli_format as fmt
-from statestore import cli_ops
 from statestore.catalog import TableInfo
 from statestore.errors import (
     CodecError,
@@ -1179,6 +1179,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="receives before the queue moves a message to the dead-letter queue (default 5)",
     )
     cli_ops.register(commands, command)
+    cli_committer.register(commands, command)
     return parser
 
 

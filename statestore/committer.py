@@ -33,6 +33,7 @@ from typing import Any
 from statestore.catalog import TableIndex, TableInfo
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import RequestEnvelope, parse_request
+from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.engine import GroupMember, RetryPolicy, TransactionLogStateStore, now_millis
 from statestore.errors import CodecError, StateStoreError, TableNotFoundError
 from statestore.ports import (
@@ -233,6 +234,11 @@ class Committer:
     # A redelivered request is looked for in at most this many log entries before those followed.
     max_log_scan_entries: int = 10_000
     stats: CommitterStats = field(default_factory=CommitterStats)
+    # Seconds from an arbitrary origin, to time cold table loads.
+    timer: Callable[[], float] = time.perf_counter
+    # What the latest call of :meth:`process` did (for metrics).
+    last_batch: BatchStats = field(default_factory=BatchStats, init=False)
+    _batch: BatchStatsBuilder = field(default_factory=BatchStatsBuilder, init=False, repr=False)
     _tables: dict[str, _Table] = field(default_factory=dict, init=False, repr=False)
 
     # --- the batch ------------------------------------------------------------------------------
@@ -243,6 +249,13 @@ class Committer:
         Never raises for a message's content or a store's failure: those become DEAD_LETTERED or RETRY
         results. Messages of one group are retried all together, keeping their order.
         """
+        self._batch = BatchStatsBuilder(messages=len(messages))
+        try:
+            return self._process(messages)
+        finally:
+            self.last_batch = self._batch.build()
+
+    def _process(self, messages: Sequence[ReceivedMessage]) -> list[MessageResult]:
         pending = [self._parse(m) for m in messages]
         self.stats.messages += len(pending)
         groups: dict[str, list[_Pending]] = {}
@@ -322,6 +335,7 @@ class Committer:
                     p, f"{e}; create the table (or fix the request's table id), then redrive the message"
                 )
             return
+        self._load(table)
 
         first_of: dict[str, _Pending] = {}
         fresh: list[_Pending] = []
@@ -356,6 +370,9 @@ class Committer:
             fresh = [p for p in fresh if p.result is None]
 
         self._commit(table, fresh)
+        state = table.store.loaded_state
+        if state is not None:
+            self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
         for p in live:
             if p.copy_of is not None:
                 first = p.copy_of.result
@@ -401,7 +418,9 @@ class Committer:
         try:
             outcome = table.store.commit_group(members, already_committed=table.followed.number_of)
         finally:
-            self.stats.log_append_conflicts += table.store.retries - conflicts_before
+            conflicts = table.store.retries - conflicts_before
+            self.stats.log_append_conflicts += conflicts
+            self._batch.log_append_conflicts += conflicts
         now = self.clock()
         for request_id, number in outcome.found.items():
             self._found_in_log(by_request[request_id], number)
@@ -463,6 +482,15 @@ class Committer:
                 reached_since = True
             high = low - 1
         return set() if reached_since else missing
+
+    def _load(self, table: _Table) -> None:
+        """Make sure the table's state is loaded, counting a warm (kept) or cold (read) load."""
+        if table.store.loaded_state is not None:
+            self._batch.warm_loads += 1
+            return
+        started = self.timer()
+        table.store.cached_state()
+        self._batch.cold_load_ms.append((self.timer() - started) * 1000)
 
     def _table(self, table_id: str) -> _Table:
         now = self.clock()

@@ -144,6 +144,11 @@ class TransactionLogStateStore:
             self._state = self._catch_up(self._state)
         return self._state
 
+    @property
+    def loaded_state(self) -> TableState | None:
+        """The state as last seen, or None if it was never loaded; reads nothing. Treat it as read-only."""
+        return self._state
+
     def cached_state(self) -> TableState:
         """The state as last seen, without reading the log (loads it the first time).
 

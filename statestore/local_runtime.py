@@ -15,7 +15,9 @@ handlers AWS would:
   the messages not reported in ``batchItemFailures`` and leaves those for redelivery. The queue's redrive
   policy (honoured by moto and by SQS) moves a message received ``max_receive_count`` times to the
   dead-letter queue. Unlike the real mapping, which lets a failed message wait out the queue's visibility
-  timeout (two minutes), the poller makes it visible again after ``retry_delay`` seconds;
+  timeout (two minutes), the poller makes it visible again after ``retry_delay`` seconds. It stops
+  receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
+  process: see :mod:`statestore.aws.committer_switch`);
 - a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
   seconds, as the EventBridge schedules do.
 
@@ -58,6 +60,7 @@ from types import TracebackType
 from typing import Any
 
 from statestore.aws.clients import DEFAULT_REGION, AwsCaller, make_client
+from statestore.aws.committer_switch import LocalCommitterSwitch, is_paused_locally
 from statestore.aws.sqs_queue import MAX_RECEIVE_COUNT, SqsCommitQueue, provision_queues
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
@@ -75,6 +78,7 @@ DEFAULT_PORT = 4566
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300.0
+PAUSED_CHECK_SECONDS = 1.0  # how often a paused poller looks whether it was resumed
 
 # Settings for the Powertools-based handlers when they run here: no CloudWatch metrics or X-Ray, and only
 # warnings in the log (a local endpoint needs no per-invocation INFO lines). Set only where unset.
@@ -465,6 +469,10 @@ class LocalRuntime:
             attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
         )
 
+    def committer_switch(self) -> LocalCommitterSwitch:
+        """Pauses and resumes the poller (the committer), as ``statestore committer pause`` does."""
+        return LocalCommitterSwitch(self._sqs, self.resources.commit_queue, self.queue.call)
+
     def take_dead_letters(self, wait_seconds: int = 0) -> list[DeadLetter]:
         """Receive and delete every message on the dead-letter queue (waiting up to ``wait_seconds`` for the
         first), with the committer's reason where it gave one."""
@@ -519,6 +527,10 @@ class LocalRuntime:
         failures = 0
         while not self._stop.is_set():
             try:
+                if is_paused_locally(self._sqs, self.queue.queue_url, self.queue.call):
+                    # `statestore committer pause` tagged the queue: leave the messages on it.
+                    self._stop.wait(PAUSED_CHECK_SECONDS)
+                    continue
                 event = self.queue.receive_event(10, self.poll_wait_seconds)
                 if event["Records"]:
                     self._busy.set()

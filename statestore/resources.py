@@ -56,6 +56,8 @@ class ResourceNames:
     bucket: str
     commit_queue: str
     dead_letter_queue: str
+    # The committer Lambda's name; None in resources JSON written before it was added (redeploy the stack).
+    committer_function: str | None = None
 
     @classmethod
     def for_instance(cls, instance_id: str, bucket: str | None = None) -> ResourceNames:
@@ -76,6 +78,7 @@ class ResourceNames:
             bucket=bucket or f"{prefix}-data",
             commit_queue=f"{prefix}-commits.fifo",
             dead_letter_queue=f"{prefix}-commits-dlq.fifo",
+            committer_function=f"{prefix}-committer",
         )
 
     def to_json(self) -> str:
@@ -83,7 +86,7 @@ class ResourceNames:
 
     @classmethod
     def from_json(cls, text: str) -> ResourceNames:
-        data = json.loads(text)
+        data = json.loads(text)  # JSON without a newer field (committer_function) gets its default
         return cls(**data)
 
     @classmethod

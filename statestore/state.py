@@ -67,6 +67,10 @@ class TableState:
         for table_file in self.files_by_name.values():
             yield from table_file.references
 
+    def reference_count(self) -> int:
+        """How many file references the state holds (one pass over the files)."""
+        return sum(len(table_file.references) for table_file in self.files_by_name.values())
+
     def references_with_no_job(self) -> list[FileReference]:
         return [r for r in self.file_references() if r.job_id is None]
 

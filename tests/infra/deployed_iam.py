@@ -15,6 +15,9 @@ makes moto check what AWS checks:
   AWS checks instead of an action of their own.
 * SQS: moto checks GetQueueUrl against ``*`` (here: the named queue's ARN), and a batch request by an action
   of its own, sqs:SendMessageBatch say, that IAM does not have (here: by its single-message action, as AWS).
+* Lambda: moto checks every request against ``*``; here UpdateEventSourceMapping is checked against the
+  mapping's ARN, as AWS does (a Ref to the stack's mapping resolves to the one moto holds for its function).
+  moto also fails the signature of a GET with query parameters (it hashes them as a body): fixed here.
 * S3 DeleteObjects: moto checks s3:DeleteObject on the bucket's ARN; AWS checks it on each object's key.
   Here each key is checked (a denied key denies the whole request). A PutObject with tags also needs
   s3:PutObjectTagging, as in AWS.
@@ -33,6 +36,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+from moto.awslambda.models import lambda_backends
+from moto.awslambda.responses import LambdaResponse
 from moto.core.authorization import enable_iam_authentication
 from moto.dynamodb.responses import DynamoHandler
 from moto.iam.access_control import IAMRequest, S3IAMRequest
@@ -159,6 +164,13 @@ def _ref(template: dict[str, Any], name: str) -> str:
         return str(resolve(template, properties["BucketName"]))
     if kind == "AWS::SQS::Queue":
         return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT_ID}/{resolve(template, properties['QueueName'])}"
+    if kind == "AWS::Lambda::EventSourceMapping":  # its UUID: moto's mapping for the same function
+        function = template["Resources"][properties["FunctionName"]["Ref"]]["Properties"]["FunctionName"]
+        mappings = list(lambda_backends[ACCOUNT_ID][REGION].list_event_source_mappings("", function))
+        if len(mappings) > 1:
+            raise ValueError(f"{len(mappings)} event source mappings of {function} in moto; expected one")
+        # A test that created none gets an id no mapping has: the statement then allows nothing.
+        return str(mappings[0].uuid) if mappings else f"{name}-not-created-in-moto"
     raise ValueError(f"cannot resolve Ref to {kind} {name}")
 
 
@@ -218,6 +230,7 @@ def iam_enforced() -> Iterator[None]:
             (DynamoHandler, "_authenticate_and_authorize_normal_action", _authorize_dynamodb),
             (SQSResponse, "_authenticate_and_authorize_normal_action", _authorize_sqs),
             (S3Response, "_authenticate_and_authorize_s3_action", _authorize_s3),
+            (LambdaResponse, "_authenticate_and_authorize_normal_action", _authorize_lambda),
         ):
             stack.enter_context(_patched(cls, name, replacement))
         stack.enter_context(enable_iam_authentication())
@@ -302,6 +315,25 @@ def _authorize_sqs(_original: Any, handler: Any, resource: str = "*") -> None:
         except QueueDoesNotExist:
             resource = "*"
     _authorize(handler, IAMRequest, _SQS_BATCH_ACTIONS.get(action, action), resource)
+
+
+def _authorize_lambda(_original: Any, handler: Any, resource: str = "*") -> None:
+    action = handler._get_action()
+    if action == "UpdateEventSourceMapping":
+        uuid = handler.path.rstrip("/").split("/")[-1]
+        resource = f"arn:aws:lambda:{handler.region}:{handler.current_account}:event-source-mapping:{uuid}"
+    if handler.method == "GET":
+        # moto signs a GET's query parameters again as a form body; botocore signed an empty body.
+        query = urlparse(handler.uri).query
+        request = IAMRequest(
+            account_id=handler.current_account, method="GET",
+            path=handler.raw_path + (f"?{query}" if query else ""), data={}, body=b"",
+            headers=handler.headers, action=action,
+        )  # fmt: skip
+        request.check_signature()
+        request.check_action_permitted(resource)
+        return
+    _authorize(handler, IAMRequest, action, resource)
 
 
 def _authorize_s3(

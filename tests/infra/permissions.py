@@ -1,7 +1,8 @@
 """IAM statements of a synthesised template as a set of ``(action, resource)`` pairs with readable resources.
 
-A resource reads ``table:<name>``, ``queue:<name>``, ``bucket`` (the data bucket) or ``bucket/<key pattern>``,
-so a test can state exactly what a policy allows, however CDK groups the statements.
+A resource reads ``table:<name>``, ``queue:<name>``, ``bucket`` (the data bucket), ``bucket/<key pattern>``
+or ``event-source-mapping:<function name>``, so a test can state exactly what a policy allows, however CDK
+groups the statements.
 """
 
 from __future__ import annotations
@@ -82,12 +83,28 @@ def describe(template: dict[str, Any], resource: Any) -> str:
         return "*"
     if isinstance(resource, dict) and "Fn::GetAtt" in resource:
         logical_id, attribute = resource["Fn::GetAtt"]
-        assert attribute == "Arn", resource
+        assert attribute in ("Arn", "EventSourceMappingArn"), resource
         return _name(template, logical_id)
     if isinstance(resource, dict) and "Fn::Join" in resource:
         separator, parts = resource["Fn::Join"]
+        mapping = _event_source_mapping_arn(template, separator, parts)
+        if mapping is not None:
+            return mapping
         return separator.join(p if isinstance(p, str) else describe(template, p) for p in parts)
     raise AssertionError(f"teach tests/infra/permissions.py to describe {resource}")
+
+
+def _event_source_mapping_arn(template: dict[str, Any], separator: str, parts: list[Any]) -> str | None:
+    """The name of the mapping whose ARN CDK joins as ``arn:<partition>:lambda:<region>:<account>:
+    event-source-mapping:<Ref mapping>``, or None if ``parts`` are something else."""
+    last = parts[-1]
+    if separator != "" or not isinstance(last, dict) or "Ref" not in last:
+        return None
+    target = template["Resources"].get(last["Ref"], {})
+    if target.get("Type") != "AWS::Lambda::EventSourceMapping":
+        return None
+    assert isinstance(parts[-2], str) and parts[-2].endswith(":event-source-mapping:"), parts
+    return _name(template, last["Ref"])
 
 
 def _name(template: dict[str, Any], logical_id: str) -> str:
@@ -100,6 +117,9 @@ def _name(template: dict[str, Any], logical_id: str) -> str:
         return f"queue:{properties['QueueName']}"
     if kind == "AWS::S3::Bucket" and "BucketName" in properties:
         return "bucket"
+    if kind == "AWS::Lambda::EventSourceMapping":  # named by the function it feeds
+        function = template["Resources"][properties["FunctionName"]["Ref"]]
+        return f"event-source-mapping:{function['Properties']['FunctionName']}"
     if kind == "AWS::Logs::LogGroup":  # a Lambda's own, named by CloudFormation
         return f"log-group:{logical_id}"
     raise AssertionError(f"teach tests/infra/permissions.py to name {kind} {logical_id}")

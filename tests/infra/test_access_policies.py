@@ -71,6 +71,9 @@ ADMIN = (
     )
     | allows(OBJECT_DELETE, objects("tables/"))  # every object of every table
     | allows(QUEUE_CONSUME, f"queue:{NAMES.dead_letter_queue}")  # dead-letters list/redrive/purge
+    # committer pause|resume|status: listing supports no resource-level permissions; switching is scoped
+    | allows(("lambda:ListEventSourceMappings",), "*")
+    | allows(("lambda:UpdateEventSourceMapping",), f"event-source-mapping:{NAMES.committer_function}")
 )
 EXPECTED = {"read-state": READ_STATE, "commit": COMMIT, "data": DATA, "admin": ADMIN}
 OUTPUTS = {

@@ -6,7 +6,9 @@ allowed; what is another's is denied, and changes nothing.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,3 +340,61 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     assert cli("tables", "list") == []
     assert instance.backend.blobs.list(layout.table_prefix(table_id)) == []
     assert list(instance.admin.log.read(table_id, 1, 100)) == []
+
+
+def committer_function_with_its_mapping(instance: Instance) -> None:
+    """The committer Lambda, as the stack names it, fed by the commit queue (moto runs no code for it here:
+    no message is sent after the mapping exists)."""
+    iam, lambda_client = instance.iam, make_client("lambda")
+    role = iam.create_role(
+        RoleName="committer", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as z:
+        z.writestr("handler.py", "def handler(event, context):\n    return {}\n")
+    lambda_client.create_function(
+        FunctionName=instance.names.committer_function, Runtime="python3.12", Role=role,
+        Handler="handler.handler", Code={"ZipFile": code.getvalue()},
+    )  # fmt: skip
+    queue_arn = instance.commit_queue.sqs.get_queue_attributes(
+        QueueUrl=instance.commit_queue.queue_url, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    lambda_client.create_event_source_mapping(
+        EventSourceArn=queue_arn, FunctionName=instance.names.committer_function, BatchSize=10
+    )
+
+
+def test_the_admin_policy_pauses_and_resumes_the_committer_and_nothing_else_may(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    instance.commit_queue.sqs.send_message(
+        QueueUrl=instance.commit_queue.queue_url,
+        MessageBody="waiting",
+        MessageGroupId="t",
+        MessageDeduplicationId="waiting-1",
+    )
+    committer_function_with_its_mapping(instance)
+    admin_keys = create_user(instance.iam, "cli-admin", policy(instance, "admin"))
+    sender_keys = create_user(instance.iam, "sender", policy(instance, "commit"))
+    monkeypatch.setenv("STATESTORE_RESOURCES", instance.names.to_json())
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+
+    def cli(keys: dict[str, str], *args: str) -> tuple[int, Any]:
+        for name, value in keys.items():
+            monkeypatch.setenv(name, value)
+        capsys.readouterr()
+        with iam_enforced():
+            code = main(["--json", "--quiet", "committer", *args])
+        out, err = capsys.readouterr()
+        return code, (json.loads(out) if code == 0 else err)
+
+    code, status = cli(admin_keys, "status")
+    assert code == 0, status
+    assert status["paused"] is False and status["queue"]["waiting"] == 1
+    code, paused = cli(admin_keys, "pause")
+    assert code == 0 and paused["paused"] is True and paused["state"] == "Disabled"
+    code, error = cli(sender_keys, "resume")  # the commit policy may not switch the committer
+    assert code != 0 and "AccessDenied" in error
+    assert cli(admin_keys, "status")[1]["paused"] is True
+    code, resumed = cli(admin_keys, "resume")
+    assert code == 0 and resumed["paused"] is False and resumed["state"] == "Enabled"

@@ -212,6 +212,21 @@ def test_committer_consumes_the_commit_queue_ten_at_a_time_reporting_partial_fai
     assert mentions(source.as_object(), queue_id(template, NAMES.commit_queue))
 
 
+def test_the_committer_function_has_the_name_the_resources_json_gives_it(template: Any) -> None:
+    # `statestore committer pause` finds the function, and so its event source mapping, by this name.
+    resources = Capture()
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": COMMITTER,
+            "FunctionName": "statestore-main-committer",
+            "Environment": {"Variables": Match.object_like({"STATESTORE_RESOURCES": resources})},
+        },
+    )
+    assert NAMES.committer_function == "statestore-main-committer"
+    assert "committer_function" in json.dumps(resources.as_object())  # the CLI reads it from there
+
+
 @pytest.mark.parametrize("handler", [COMMITTER, SNAPSHOT, CLEANUP])
 def test_functions_run_python_312_on_x86_64_with_resource_names_and_tracing(
     template: Any, handler: str

@@ -1,0 +1,254 @@
+"""The metrics each handler emits: CloudWatch embedded metric format documents printed to stdout.
+
+Every document is read back from what the handler printed and checked for the names, units, values and
+dimensions the dashboard and alarms are built on (namespace ``statestore``, dimension ``service``, and
+``TableId`` only on the per-table state size).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aws_lambda_powertools import Metrics
+
+from lambdas import cleanup as cleanup_lambda
+from lambdas import committer as committer_lambda
+from lambdas import snapshot as snapshot_lambda
+from lambdas._runtime import Runtime, use_runtime
+from statestore import layout
+from statestore.catalog import TableInfo
+from statestore.commit_requests import CommitRequest
+from statestore.engine import TransactionLogStateStore
+from statestore.memory import InMemoryBlobStore
+from statestore.transactions import (
+    AddFiles,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
+from tests.builders import INT_SCHEMA, ref, tree
+from tests.lambdas.events import LambdaContext, sqs_event, sqs_record
+from tests.lambdas.test_committer_handler import FlakyLog
+
+SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+PARTITIONS = len(tree(INT_SCHEMA))
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    values: tuple[float, ...]
+    dimensions: dict[str, str]
+    namespace: str
+
+
+def emitted(capsys: pytest.CaptureFixture[str]) -> list[Metric]:
+    """Every metric in the EMF documents printed since the last call (log lines are skipped)."""
+    found = []
+    for line in capsys.readouterr().out.splitlines():
+        try:
+            doc: dict[str, Any] = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict) or "_aws" not in doc:
+            continue
+        for directive in doc["_aws"]["CloudWatchMetrics"]:
+            (dimension_names,) = directive["Dimensions"]
+            dimensions = {name: doc[name] for name in dimension_names}
+            for definition in directive["Metrics"]:
+                value = doc[definition["Name"]]
+                values = tuple(value) if isinstance(value, list) else (value,)
+                found.append(
+                    Metric(definition["Name"], definition["Unit"], values, dimensions, directive["Namespace"])
+                )
+    return found
+
+
+def by_name(metrics: list[Metric], service: str) -> dict[str, Metric]:
+    """The invocation's metrics by name, checking each is in namespace ``statestore`` with only ``service``
+    as a dimension."""
+    result = {}
+    for m in metrics:
+        if "TableId" in m.dimensions:
+            continue
+        assert m.namespace == "statestore", m
+        assert m.dimensions == {"service": service}, m
+        assert m.name not in result, f"{m.name} emitted twice"
+        result[m.name] = m
+    return result
+
+
+def counts(metrics: dict[str, Metric]) -> dict[str, float]:
+    assert all(m.unit == "Count" for m in metrics.values() if m.name != "TableLoadTime")
+    return {name: sum(m.values) for name, m in metrics.items() if m.name != "TableLoadTime"}
+
+
+@pytest.fixture
+def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
+    # The deployed functions get POWERTOOLS_SERVICE_NAME; the modules were imported without it.
+    for module in (committer_lambda, snapshot_lambda, cleanup_lambda):
+        handler_metrics: Metrics = module.metrics
+        monkeypatch.setattr(handler_metrics, "service", f"statestore-{module.__name__.split('.')[-1]}")
+    runtime = Runtime.in_memory()
+    runtime.log = FlakyLog()
+    use_runtime(runtime)
+    yield runtime
+    use_runtime(None)
+
+
+def create_table(rt: Runtime, name: str) -> TransactionLogStateStore:
+    info = TableInfo.new(name, INT_SCHEMA)
+    rt.tables.create(info)
+    store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
+    store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+    return store
+
+
+def add(table_id: str, *names: str) -> CommitRequest:
+    return CommitRequest.new(table_id, AddFiles(tuple(ref(n) for n in names)))
+
+
+def commit(*records: dict[str, Any]) -> dict[str, Any]:
+    return committer_lambda.handler(sqs_event(*records), LambdaContext())
+
+
+def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = create_table(rt, "t").table_id
+    duplicated = add(table, "a", "b")
+    compaction = CommitRequest.new(
+        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("x",), ref("out")),))
+    )
+    capsys.readouterr()
+
+    commit(
+        sqs_record(duplicated),
+        sqs_record(duplicated),  # the same request twice: one commit, one duplicate
+        sqs_record(compaction),  # names a file the table does not have: rejected
+        sqs_record("not json", table),  # dead-lettered
+    )
+
+    metrics = emitted(capsys)
+    invocation = by_name(metrics, "statestore-committer")
+    assert counts(invocation) == {
+        "RequestsCommitted": 1,
+        "RequestsDuplicate": 1,
+        "RequestsRejected": 1,
+        "RequestsDeadLettered": 1,
+        "BatchSize": 4,
+        "LogAppendConflicts": 0,
+        "TableLoadsWarm": 0,
+        "TableLoadsCold": 1,
+    }
+    load_time = invocation["TableLoadTime"]
+    assert load_time.unit == "Milliseconds" and len(load_time.values) == 1 and load_time.values[0] >= 0
+    per_table = {(m.name, m.dimensions["TableId"]): m for m in metrics if "TableId" in m.dimensions}
+    assert per_table.keys() == {("StateReferences", table), ("StatePartitions", table)}
+    for m in per_table.values():
+        assert m.unit == "Count" and m.namespace == "statestore"
+        assert m.dimensions == {"service": "statestore-committer", "TableId": table}
+    assert per_table["StateReferences", table].values == (2,)
+    assert per_table["StatePartitions", table].values == (PARTITIONS,)
+
+
+def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = create_table(rt, "t").table_id
+    commit(sqs_record(add(table, "a")))
+    capsys.readouterr()
+
+    commit(sqs_record(add(table, "b", "c")))
+
+    metrics = emitted(capsys)
+    invocation = by_name(metrics, "statestore-committer")
+    assert counts(invocation) == {
+        "RequestsCommitted": 1,
+        "BatchSize": 1,
+        "LogAppendConflicts": 0,
+        "TableLoadsWarm": 1,
+        "TableLoadsCold": 0,
+    }
+    assert "TableLoadTime" not in invocation
+    references = [m for m in metrics if m.name == "StateReferences"]
+    assert [(m.dimensions["TableId"], m.values) for m in references] == [(table, (3,))]
+
+
+def test_a_lost_race_for_the_next_log_number_is_counted_as_a_conflict(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other_writer = create_table(rt, "t")
+    table = other_writer.table_id
+    commit(sqs_record(add(table, "a")))  # the committer now holds the table warm
+    other_writer.commit(AddFiles((ref("elsewhere"),)))  # and its cached state is one entry behind
+    capsys.readouterr()
+
+    commit(sqs_record(add(table, "b")))
+
+    invocation = by_name(emitted(capsys), "statestore-committer")
+    assert counts(invocation)["LogAppendConflicts"] == 1
+    assert counts(invocation)["RequestsCommitted"] == 1
+
+
+def test_messages_left_for_a_retry_are_counted(rt: Runtime, capsys: pytest.CaptureFixture[str]) -> None:
+    table = create_table(rt, "t").table_id
+    assert isinstance(rt.log, FlakyLog)
+    rt.log.failing.add(table)
+    capsys.readouterr()
+
+    response = commit(sqs_record(add(table, "a")), sqs_record(add(table, "b")))
+
+    assert len(response["batchItemFailures"]) == 2
+    invocation = by_name(emitted(capsys), "statestore-committer")
+    assert counts(invocation)["RequestsRetry"] == 2
+    assert "RequestsCommitted" not in invocation
+
+
+def test_the_snapshot_function_counts_tables_written_and_tables_that_did_not_move(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    moved, still = create_table(rt, "moved"), create_table(rt, "still")
+    moved.create_snapshot()
+    still.create_snapshot()
+    moved.commit(AddFiles((ref("new"),)))
+    capsys.readouterr()
+
+    snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+
+    assert counts(by_name(emitted(capsys), "statestore-snapshot")) == {
+        "SnapshotsWritten": 1,
+        "SnapshotTablesSkipped": 1,
+    }
+
+
+def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
+    rt: Runtime, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = create_table(rt, "t")
+    for i in range(3):
+        store.commit(AddFiles((ref(f"f{i}"),)))
+    store.create_snapshot()
+    assert isinstance(rt.blobs, InMemoryBlobStore)
+    monkeypatch.setattr(rt.blobs, "_clock", lambda: 0)  # written long ago, named by nothing
+    rt.blobs.put(f"{layout.data_prefix(store.table_id)}root/orphan.parquet", b"x")
+    monkeypatch.setenv("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES", "0")
+    capsys.readouterr()
+
+    cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+
+    assert counts(by_name(emitted(capsys), "statestore-cleanup")) == {
+        "LogEntriesDeleted": 3,  # entries 1-3 of 4 are covered by the snapshot at 4
+        "SnapshotsDeleted": 0,
+        "DataFilesDeleted": 0,
+        "RefusedFiles": 0,
+        "ClaimsReleased": 0,
+        "OrphanFilesDeleted": 1,
+    }
