@@ -6,7 +6,6 @@ Registered by :func:`statestore.cli.build_parser` through :func:`add_commands`.
 from __future__ import annotations
 
 import argparse
-import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,29 +41,11 @@ def add_commands(commands: Any, command: Command) -> None:
     p.add_argument("job_id", metavar="JOB_ID")
 
 
-def parse_time(value: str, option: str) -> int:
-    """Epoch ms from ``value`` (epoch ms, or ISO 8601; a time without a zone is UTC)."""
-    from statestore.cli import EXIT_USAGE, CliError
-
-    if value.isdigit():
-        return int(value)
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(
-            f"{option} {value!r} is not a time; give ISO 8601 (2024-05-01T12:00:00Z) or epoch milliseconds",
-            EXIT_USAGE,
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
-
-
 def cmd_jobs(s: Session) -> int:
     from statestore.cli import EXIT_OK, EXIT_USAGE, CliError
 
-    since = parse_time(s.args.since, "--since") if s.args.since else None
-    until = parse_time(s.args.until, "--until") if s.args.until else None
+    since = fmt.parse_time(s.args.since, "--since") if s.args.since else None
+    until = fmt.parse_time(s.args.until, "--until") if s.args.until else None
     if since is not None and until is not None and until <= since:
         raise CliError(f"--until ({s.args.until}) must be after --since ({s.args.since})", EXIT_USAGE)
     table = s.table(s.args.table)

@@ -9,7 +9,6 @@ and ``claim`` (whether a compaction job still holds its input files). The figure
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,23 +68,9 @@ def _limit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help=help_)
 
 
-def parse_time(value: str | None) -> int:
-    """``--before``: epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise); now if unset."""
-    if value is None:
-        return int(time.time() * 1000)
-    if value.lstrip("-").isdigit():
-        return int(value)
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(
-            f"--before must be epoch milliseconds or an ISO 8601 time such as 2024-05-01T12:00:00Z, "
-            f"got {value!r}",
-            EXIT_USAGE,
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+def _before(value: str | None) -> int:
+    """``--before``: epoch milliseconds or ISO 8601 (UTC unless it says otherwise); now if unset."""
+    return int(time.time() * 1000) if value is None else fmt.parse_time(value, "--before")
 
 
 def _more_text(shown: int, total: int, what: str) -> str:
@@ -94,7 +79,7 @@ def _more_text(shown: int, total: int, what: str) -> str:
 
 def cmd_gc(s: Session) -> int:
     table = s.table(s.args.table)
-    before = parse_time(s.args.before)
+    before = _before(s.args.before)
     ready = reports.files_ready_for_gc(s.client.state(table.table_id), before, s.args.limit)
 
     def human() -> str:

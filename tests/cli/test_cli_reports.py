@@ -135,7 +135,7 @@ def test_a_cleared_table_reports_nothing_and_can_be_initialised_again(
         (
             ["report", "gc", "{table}", "--before", "yesterday"],
             EXIT_USAGE,
-            "--before must be epoch milliseconds",
+            "--before 'yesterday' is not a time",
         ),
         (["report", "files", "{table}", "--limit", "0"], EXIT_USAGE, "--limit must be 1 or more"),
         (
