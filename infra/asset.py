@@ -51,7 +51,7 @@ RUNTIME_PROVIDED = frozenset(
 )
 CODE_PACKAGES = ("statestore", "lambdas")
 
-_LOCK_FILE = REPO_ROOT / "requirements.lock"
+LOCK_FILE = REPO_ROOT / "requirements.lock"
 _SONAME = re.compile(r"^(?P<stem>.+)\.so\.\d+$")
 _PYARROW_UNUSED = (
     "include",  # C++ headers, for building extensions
@@ -122,7 +122,7 @@ def dependencies_key() -> str:
             [LAMBDA_PYTHON_VERSION, LAMBDA_PLATFORMS, BUNDLED_REQUIREMENTS, sorted(RUNTIME_PROVIDED)]
         ).encode()
     )
-    hash_files([_LOCK_FILE, Path(__file__).resolve()], digest)
+    hash_files([LOCK_FILE, Path(__file__).resolve()], digest)
     return digest.hexdigest()
 
 
@@ -133,8 +133,11 @@ def asset_key() -> str:
     return digest.hexdigest()
 
 
-def _install_dependencies(target: Path) -> int:
-    """Install into ``target``; return its size before trimming (without the runtime's boto3 stack)."""
+def install_wheels(
+    target: Path, python_version: str, platforms: Iterable[str], requirements: Iterable[str]
+) -> subprocess.CompletedProcess[str]:
+    """pip-install ``requirements`` into ``target`` from binary wheels for another interpreter and platform
+    (CPython ``python_version`` on ``platforms``), pinned by the lock file. The caller checks the result."""
     command = [
         sys.executable,
         "-m",
@@ -147,15 +150,20 @@ def _install_dependencies(target: Path) -> int:
         "--implementation",
         "cp",
         "--python-version",
-        LAMBDA_PYTHON_VERSION,
-        *(arg for platform in LAMBDA_PLATFORMS for arg in ("--platform", platform)),
+        python_version,
+        *(arg for platform in platforms for arg in ("--platform", platform)),
         "--target",
         str(target),
         "--constraint",
-        str(_LOCK_FILE),
-        *BUNDLED_REQUIREMENTS,
+        str(LOCK_FILE),
+        *requirements,
     ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def _install_dependencies(target: Path) -> int:
+    """Install into ``target``; return its size before trimming (without the runtime's boto3 stack)."""
+    result = install_wheels(target, LAMBDA_PYTHON_VERSION, LAMBDA_PLATFORMS, BUNDLED_REQUIREMENTS)
     if result.returncode != 0:
         raise AssetError(
             "pip could not install the Lambda dependencies (it needs to reach PyPI):\n"

@@ -34,7 +34,6 @@ import io
 import json
 import shutil
 import stat
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -42,7 +41,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.asset import REPO_ROOT, hash_files, is_code_file, replace_dir, staging_dir, trim_pyarrow
+from infra.asset import (
+    LOCK_FILE,
+    REPO_ROOT,
+    hash_files,
+    install_wheels,
+    is_code_file,
+    replace_dir,
+    staging_dir,
+    trim_pyarrow,
+)
 from statestore import layout
 
 DEFAULT_OUT_DIR = REPO_ROOT / "build" / "spark"
@@ -60,7 +68,6 @@ SUPPORTED_PYTHON_VERSIONS = ("3.11", "3.12")  # emr-spark-8.0.0's
 # Archive members' time: zip cannot store anything before 1980.
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _FIXED_EPOCH = 315532800
-_LOCK_FILE = REPO_ROOT / "requirements.lock"
 
 ENTRY_POINT_SOURCE = '''"""Entry point of the statestore Spark jobs (spark-submit; EMR Serverless)."""
 
@@ -143,32 +150,14 @@ def write_code_archive(path: Path) -> None:
 def dependencies_key(target: Target) -> str:
     digest = hashlib.sha256(json.dumps([target.python_version, target.architecture]).encode())
     digest.update(json.dumps([PLATFORMS[target.architecture], RUNTIME_REQUIREMENTS]).encode())
-    hash_files([_LOCK_FILE, Path(__file__).resolve()], digest)
+    # This module and the one whose pip command installs them (install_wheels).
+    hash_files([LOCK_FILE, Path(__file__).resolve(), Path(install_wheels.__code__.co_filename)], digest)
     return digest.hexdigest()
 
 
 def _install_dependencies(target: Target, site_packages: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-        "--only-binary=:all:",
-        "--implementation",
-        "cp",
-        "--python-version",
-        target.python_version,
-        *(arg for platform in PLATFORMS[target.architecture] for arg in ("--platform", platform)),
-        "--target",
-        str(site_packages),
-        "--constraint",
-        str(_LOCK_FILE),
-        *RUNTIME_REQUIREMENTS,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    platforms = PLATFORMS[target.architecture]
+    result = install_wheels(site_packages, target.python_version, platforms, RUNTIME_REQUIREMENTS)
     if result.returncode != 0:
         raise PackageError(
             "pip could not install the jobs' dependencies (it needs to reach PyPI):\n" + result.stderr.strip()
