@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from statestore.codec.transaction_json import decode_entry, encode_transaction
@@ -97,6 +97,25 @@ class CommitResult:
     update_time: int
     attempts: int = 1
     rejected_parts: tuple[tuple[str, str], ...] = field(default=())
+
+
+def entries_after(
+    log: TransactionLogStore, table_id: str, after: int, to_number: int | None, covered_by: str
+) -> Iterator[LogEntry]:
+    """The log entries numbered ``after + 1`` to ``to_number`` (to the end if None), with no gap.
+
+    A gap means cleanup deleted entries a reader still needed: raises TransactionNotRetainedError saying no
+    ``covered_by`` (a snapshot, a saved model) covers them.
+    """
+    expected = after + 1
+    for entry in log.read(table_id, expected, to_number):
+        if entry.transaction_number != expected:
+            raise TransactionNotRetainedError(
+                f"table {table_id!r}: log entries {expected}..{entry.transaction_number - 1} were deleted "
+                f"and no {covered_by} covers them"
+            )
+        yield entry
+        expected += 1
 
 
 class TransactionLogStateStore:
@@ -201,21 +220,15 @@ class TransactionLogStateStore:
             return fresh
 
     def _follow(self, state: TableState, to_number: int | None) -> None:
-        expected = state.transaction_number + 1
-        if to_number is not None and to_number < expected:
+        if to_number is not None and to_number <= state.transaction_number:
             return
-        for entry in self.log.read(self.table_id, expected, to_number):
-            if entry.transaction_number != expected:
-                raise TransactionNotRetainedError(
-                    f"table {self.table_id!r}: log entries {expected}..{entry.transaction_number - 1} were "
-                    "deleted and no snapshot covers them"
-                )
+        entries = entries_after(self.log, self.table_id, state.transaction_number, to_number, "snapshot")
+        for entry in entries:
             transaction = decode_entry(entry)
             transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
             if self._on_follow is not None:
                 self._on_follow(entry, transaction)
-            expected += 1
         if to_number is None:
             # Read to the end. The log never deletes its latest entry, so an empty read means the state
             # is current, not that cleanup removed everything after it.

@@ -20,7 +20,7 @@ import logging
 
 from statestore import layout
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TransactionLogStateStore, entries_after
 from statestore.errors import BlobNotFoundError, CodecError, StateStoreError, TransactionNotRetainedError
 from statestore.jobs_model import JobsModel, fold, model_from_json, model_to_json, seeded_from
 from statestore.ports import TransactionLogStore
@@ -152,18 +152,12 @@ class JobStatusReader:
 
     def _follow(self, model: JobsModel, state: TableState, to_number: int | None) -> None:
         """Fold the entries after ``model``'s position (up to ``to_number``) into it and ``state``."""
-        expected = model.transaction_number + 1
-        if to_number is not None and to_number < expected:
+        if to_number is not None and to_number <= model.transaction_number:
             return
-        for entry in self.log.read(self.table_id, expected, to_number):
-            if entry.transaction_number != expected:
-                raise TransactionNotRetainedError(
-                    f"table {self.table_id!r}: log entries {expected}..{entry.transaction_number - 1} were "
-                    "deleted and no saved job model covers them"
-                )
+        after = model.transaction_number
+        for entry in entries_after(self.log, self.table_id, after, to_number, "saved job model"):
             fold(model, state, entry.transaction_number, entry.update_time, decode_entry(entry))
             self.entries_folded += 1
-            expected += 1
         if to_number is not None and model.transaction_number < to_number:
             raise StateStoreError(
                 f"table {self.table_id!r} has no transaction {to_number} (the job model reached "
