@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import Any
 
 from statestore.aws.clients import AwsCaller
+from statestore.aws.sqs_queue import delete_messages
 from statestore.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -62,16 +63,7 @@ class SqsDeadLetterQueue(DeadLetterQueue):
         received = self._receive_all()
         doomed = [m for m in received if m["MessageId"] in wanted]
         try:
-            for start in range(0, len(doomed), _BATCH):
-                chunk = doomed[start : start + _BATCH]
-                self.call(
-                    f"delete {len(chunk)} message(s) from {self.queue_url}",
-                    self.sqs.delete_message_batch,
-                    QueueUrl=self.queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
-                    ],
-                )
+            delete_messages(self.call, self.sqs, self.queue_url, [m["ReceiptHandle"] for m in doomed])
         finally:
             self._release([m["ReceiptHandle"] for m in received if m["MessageId"] not in wanted])
         return [m["MessageId"] for m in doomed]

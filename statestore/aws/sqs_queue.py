@@ -80,14 +80,19 @@ class SqsCommitQueue(CommitQueue):
 
     def delete(self, receipt_handles: Sequence[str]) -> None:
         """Delete received messages (acknowledge them)."""
-        for start in range(0, len(receipt_handles), _BATCH):
-            chunk = receipt_handles[start : start + _BATCH]
-            self.call(
-                f"delete {len(chunk)} message(s) from {self.queue_url}",
-                self.sqs.delete_message_batch,
-                QueueUrl=self.queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
-            )
+        delete_messages(self.call, self.sqs, self.queue_url, receipt_handles)
+
+
+def delete_messages(call: AwsCaller, sqs: Any, queue_url: str, receipt_handles: Sequence[str]) -> None:
+    """Delete received messages from ``queue_url``, in batches of SQS's limit."""
+    for start in range(0, len(receipt_handles), _BATCH):
+        chunk = receipt_handles[start : start + _BATCH]
+        call(
+            f"delete {len(chunk)} message(s) from {queue_url}",
+            sqs.delete_message_batch,
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
+        )
 
 
 def _entry(entry_id: str, message: QueueMessage) -> dict[str, Any]:
