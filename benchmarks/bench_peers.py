@@ -5,7 +5,7 @@ each measured case in a fresh child process (so memory is the case's own and no 
 
 - **commits/s** with 1 and 8 concurrent writers (20 commits by the one, 5 by each of the 8), each commit
   adding 3 files to a table that starts with 10,000 (``--initial-files``: delta-rs's CPU per commit grows
-  with the table's file count, about 0.12 s at 10,000 files here). statestore: synchronous commits
+  with the table's file count, about 0.2 s at 10,000 files here). statestore: synchronous commits
   through the client facade (``state_store(table).commit``), one client per writer. Delta: metadata-only
   commits of add actions (``DeltaTable.create_write_transaction``), one ``DeltaTable`` per writer.
   Iceberg: pyiceberg's SQL catalog on sqlite, a fast append of ``DataFile``s built directly (no data file
