@@ -13,7 +13,7 @@ export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv venv-spark-latest node demo test test-spark-latest lint bench soak synth lambda-asset spark-package clean
+.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint bench bench-peers soak synth lambda-asset spark-package clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
@@ -36,6 +36,17 @@ $(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock
 	mkdir -p build && grep -v '^pyspark==' requirements.lock > build/constraints-spark-latest.txt
 	$(SPARK_LATEST_PY) -m pip install --quiet -c build/constraints-spark-latest.txt \
 		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local]' pytest hypothesis
+	touch $@
+
+# The peers of benchmarks/bench_peers.py (Delta Lake's delta-rs, Apache Iceberg's pyiceberg): the `bench`
+# extra, pinned in pyproject.toml, on the same lock, in a venv of its own so the main one never needs them.
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+venv-bench: $(BENCH_VENV)/.installed
+$(BENCH_VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --upgrade pip==25.3
+	$(BENCH_PY) -m pip install --quiet -c requirements.lock -e '.[bench]'
 	touch $@
 
 node: $(NODE_STAMP)
@@ -67,6 +78,10 @@ bench: venv
 	$(PY) benchmarks/bench_compaction_memory.py
 	$(PY) benchmarks/bench_datasource.py
 
+# statestore side by side with Delta Lake and Iceberg (README: Benchmarks). DynamoDB Local needs node.
+bench-peers: venv-bench node
+	$(BENCH_PY) benchmarks/bench_peers.py
+
 # The commit-path simulation over many more seeds than make test runs (README: Correctness under faults).
 SOAK_SEEDS ?= 0:4000
 SOAK_STEPS ?= 250
@@ -89,4 +104,4 @@ synth: venv node lambda-asset
 	PATH="$(abspath $(VENV)/bin):$$PATH" cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) $(SPARK_LATEST_VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPARK_LATEST_VENV) $(BENCH_VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
