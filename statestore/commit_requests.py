@@ -81,21 +81,29 @@ class RequestEnvelope:
     transaction_json: dict[str, Any] | None = None
     body_key: str | None = None
 
-    def transaction(self, blobs: BlobStore) -> Transaction:
-        """The request's transaction, fetching its body from ``blobs`` if it was stored aside.
+    def read_body(self, blobs: BlobStore) -> bytes:
+        """The bytes of the body stored aside at ``body_key``.
+
+        Raises CodecError if it is not in the bucket; StateStoreError if the blob store fails.
+        """
+        assert self.body_key is not None, "an inline request has no body stored aside"
+        try:
+            return blobs.get(self.body_key)
+        except BlobNotFoundError as e:
+            raise CodecError(
+                f"commit request {self.request_id!r}: its body {self.body_key!r} is not in the bucket"
+            ) from e
+
+    def transaction(self, blobs: BlobStore, body: bytes | None = None) -> Transaction:
+        """The request's transaction, fetching its body from ``blobs`` if it was stored aside (unless the
+        caller already read it with :meth:`read_body` and passes it as ``body``).
 
         Raises CodecError if the body is malformed, missing or of another type than the envelope says;
         StateStoreError (e.g. StoreUnavailableError) if the blob store fails.
         """
         data = self.transaction_json
         if data is None:
-            assert self.body_key is not None
-            try:
-                raw = blobs.get(self.body_key)
-            except BlobNotFoundError as e:
-                raise CodecError(
-                    f"commit request {self.request_id!r}: its body {self.body_key!r} is not in the bucket"
-                ) from e
+            raw = body if body is not None else self.read_body(blobs)
             try:
                 data = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as e:
