@@ -17,6 +17,8 @@ from statestore import layout
 # key. As a backstop for bodies no cleanup reaches (a deleted table's, say), the bucket also expires them
 # itself. S3 lifecycle prefixes cannot wildcard the table id, so it finds them by tag: whoever puts a request
 # body tags it with ``layout.REQUEST_BODY_TAGS`` (``Tagging=`` on PutObject), as ``CommitSender`` does.
+# A committed request's body lives on as an untagged server-side copy under the log prefix, which its log
+# entry points at: this rule never expires a body a log entry needs (cleanup deletes it with the entry).
 REQUEST_BODY_TAG_KEY = layout.REQUEST_BODY_TAG_KEY
 REQUEST_BODY_TAG_VALUE = layout.REQUEST_BODY_TAG_VALUE
 # Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.

@@ -74,7 +74,7 @@ class Runtime:
         blobs = InMemoryBlobStore()
         return cls(
             tables=InMemoryTableIndex(),
-            log=InMemoryTransactionLog(),
+            log=InMemoryTransactionLog(blobs),
             snapshots=SnapshotStore(InMemorySnapshotMetadataStore(), blobs),
             blobs=blobs,
             statuses=InMemoryCommitStatusStore(),

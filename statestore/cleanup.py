@@ -18,6 +18,12 @@ What cleanup may delete, per table:
   latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified more than
   the garbage collection delay ago (see :mod:`statestore.orphans`). Only their objects are deleted.
 - **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
+  A committed one lives on as a copy under the log prefix (its log entry points at it), deleted with the
+  entry.
+- **orphan log bodies**: objects under the log prefix that no log entry holds, older than
+  ``orphan_log_body_age_ms`` (a day: far beyond any commit in flight). A crash between a body's upload (or
+  a request body's copy) and the entry's put leaves one, as does one between an entry's deletion and its
+  bodies'.
 
 The delay and the expiry are per instance (``gc_delay_minutes`` and ``claim_expiry_minutes`` in the CDK
 config, which reach the cleanup Lambda as :data:`GC_DELAY_ENV` and :data:`CLAIM_EXPIRY_ENV`). Both default to
@@ -79,9 +85,18 @@ class CleanupPolicy:
     request_body_max_age_ms: int = 15 * _DAY_MS  # SQS keeps a message at most 14 days
     gc_delay_ms: int = DEFAULT_GC_DELAY_MS
     claim_expiry_ms: int = DEFAULT_CLAIM_EXPIRY_MS
+    # A commit holds an uploaded body or a request body's copy for seconds before its entry is put; a day is
+    # far beyond the longest commit (a Lambda runs 15 minutes at most).
+    orphan_log_body_age_ms: int = _DAY_MS
 
     def __post_init__(self) -> None:
-        if min(self.log_min_snapshot_age_ms, self.snapshot_retention_ms, self.request_body_max_age_ms) < 0:
+        ages = (
+            self.log_min_snapshot_age_ms,
+            self.snapshot_retention_ms,
+            self.request_body_max_age_ms,
+            self.orphan_log_body_age_ms,
+        )
+        if min(ages) < 0:
             raise ValueError(f"cleanup ages must not be negative: {self}")
         if self.delete_files_batch_size < 1:
             raise ValueError(f"delete_files_batch_size must be at least 1: {self}")
@@ -144,6 +159,7 @@ class CleanupReport:
     claims_released: int = 0  # references whose expired claims were released
     released_jobs: tuple[str, ...] = ()  # the jobs that held them, presumed dead
     orphan_files_deleted: int = 0  # data objects nothing named, older than the GC delay
+    orphan_log_bodies_deleted: int = 0  # objects under the log prefix no log entry holds
 
 
 def gc_delay_ms(table: TableInfo, default_ms: int = DEFAULT_GC_DELAY_MS) -> int:
@@ -245,6 +261,19 @@ def cleanup_table(
     ]
     blobs.delete(old_bodies)
 
+    # Log bodies no entry holds. Listed before the entries are read, so one whose entry is put in between is
+    # seen as held; only old ones are candidates, so no commit can still be about to put an entry naming one.
+    stale = [
+        key
+        for key, modified in blobs.list_modified(layout.log_body_prefix(table_id))
+        if modified <= now - policy.orphan_log_body_age_ms
+    ]
+    orphan_bodies = []
+    if stale:
+        held = log.stored_body_keys(table_id)
+        orphan_bodies = [key for key in stale if key not in held]
+        blobs.delete(orphan_bodies)
+
     return CleanupReport(
         table_id=table_id,
         log_entries_deleted=log_deleted,
@@ -257,6 +286,7 @@ def cleanup_table(
         claims_released=claims_released,
         released_jobs=released_jobs,
         orphan_files_deleted=len(orphans),
+        orphan_log_bodies_deleted=len(orphan_bodies),
     )
 
 

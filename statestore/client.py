@@ -51,12 +51,9 @@ class StateStoreClient:
     @classmethod
     def in_memory(cls) -> StateStoreClient:
         """Everything in this process: for tests, examples and the in-memory demo."""
-        return cls(
-            InMemoryTableIndex(),
-            InMemoryTransactionLog(),
-            InMemorySnapshotMetadataStore(),
-            InMemoryBlobStore(),
-        )
+        blobs = InMemoryBlobStore()
+        log = InMemoryTransactionLog(blobs)
+        return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs)
 
     @classmethod
     def for_aws(

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statestore import layout
 from statestore.catalog import TableIndex, TableInfo
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import RequestEnvelope, parse_request
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.engine import GroupMember, RetryPolicy, TransactionLogStateStore, now_millis
-from statestore.errors import CodecError, StateStoreError, TableNotFoundError
+from statestore.errors import BlobNotFoundError, CodecError, StateStoreError, TableNotFoundError
 from statestore.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -207,6 +208,7 @@ class _Pending:
     status: CommitStatus | None = None  # to record
     dead_reason: str | None = None  # to send to the dead-letter queue with
     transaction: Transaction | None = None
+    body: bytes | None = None  # the body stored aside, as read from the bucket
     copy_of: _Pending | None = None  # the same request earlier in this batch
 
 
@@ -406,7 +408,9 @@ class Committer:
                 continue
             try:
                 if p.transaction is None:
-                    p.transaction = p.envelope.transaction(self.blobs)
+                    if p.envelope.body_key is not None:
+                        p.body = p.envelope.read_body(self.blobs)
+                    p.transaction = p.envelope.transaction(self.blobs, p.body)
             except CodecError as e:
                 self._dead(p, f"malformed commit request: {e}")
                 continue
@@ -414,6 +418,7 @@ class Committer:
             by_request[request_id] = p
         if not members:
             return
+        members = self._attach_stored_bodies(table_id, members, by_request)
         conflicts_before = table.store.retries
         try:
             outcome = table.store.commit_group(members, already_committed=table.followed.number_of)
@@ -421,6 +426,16 @@ class Committer:
             conflicts = table.store.retries - conflicts_before
             self.stats.log_append_conflicts += conflicts
             self._batch.log_append_conflicts += conflicts
+        # Copies the entry does not point at (members rejected, or found in the log). Had the commit raised,
+        # the entry might point at any of them: they are left to the cleanup's sweep of the log prefix.
+        unused = [
+            m.stored_body[0] for m in members if m.stored_body is not None and m.key not in outcome.committed
+        ]
+        if unused:
+            try:
+                self.blobs.delete(unused)
+            except StateStoreError as e:  # the outcome stands; the sweep collects them later
+                logger.warning("could not delete %d unused request body copies: %s", len(unused), e)
         now = self.clock()
         for request_id, number in outcome.found.items():
             self._found_in_log(by_request[request_id], number)
@@ -443,6 +458,29 @@ class Committer:
                 p.message.message_id, MessageOutcome.COMMITTED, request_id, table_id, number, note
             )
             p.status = _status(p, CommitOutcome.COMMITTED, outcome.update_time, number, note)
+
+    def _attach_stored_bodies(
+        self, table_id: str, members: list[GroupMember], by_request: dict[str, _Pending]
+    ) -> list[GroupMember]:
+        """Members whose request body is in the bucket, pointing at a server-side copy of it under the log
+        prefix: the log entry then names that copy instead of holding the transaction again, so a big
+        request is uploaded once. The copy outlives the request body's lifecycle rule and is deleted with
+        its entry."""
+        out = []
+        for member in members:
+            p = by_request[member.key]
+            assert p.envelope is not None
+            if p.envelope.body_key is None or p.body is None:
+                out.append(member)
+                continue
+            copy_key = layout.log_attachment_key(table_id, member.key)
+            try:
+                self.blobs.copy(p.envelope.body_key, copy_key)
+            except BlobNotFoundError:
+                out.append(member)  # gone since it was read (expired): the entry holds the transaction itself
+                continue
+            out.append(GroupMember(member.key, member.transaction, (copy_key, p.body)))
+        return out
 
     def _found_in_log(self, p: _Pending, number: int) -> None:
         p.result = _duplicate(p, number, "found in the log")

@@ -54,10 +54,15 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class GroupMember:
-    """One request of a group commit: ``key`` (the commit request id) names it in the log entry."""
+    """One request of a group commit: ``key`` (the commit request id) names it in the log entry.
+
+    ``stored_body`` is ``(blob key, bytes)`` of an object under the table's log body prefix that already
+    holds the transaction's JSON: the entry then points at it (as an attachment) instead of holding it.
+    """
 
     key: str
     transaction: Transaction
+    stored_body: tuple[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,13 @@ class GroupCommitResult:
 @dataclass(frozen=True)
 class _Draft:
     """What one attempt would append: the transaction, the state after it (None: apply it on success to the
-    state it was validated on) and its encoded body."""
+    state it was validated on), its encoded body and the bodies that body points at."""
 
     transaction: Transaction
     work: TableState | None
     encoded: tuple[bytes, bool]
     rejected_parts: tuple[tuple[str, str], ...]
+    attachments: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -311,6 +317,7 @@ class TransactionLogStateStore:
             # working copy, each validated against the state as the ones before it changed it.
             work = state if len(todo) <= 1 else state.copy()
             items = []
+            attachments = []
             for member in todo:
                 try:
                     member.transaction.validate(work)
@@ -322,11 +329,16 @@ class TransactionLogStateStore:
                 )
                 if work is not state:
                     member.transaction.apply(work, update_time)
-                items.append(BatchItem(member.key, member.transaction))
+                if member.stored_body is None:
+                    items.append(BatchItem(member.key, member.transaction))
+                else:
+                    items.append(BatchItem(member.key, member.transaction, member.stored_body[0]))
+                    attachments.append(member.stored_body)
             if not items:
                 return None
             batch = TransactionBatch(tuple(items))
-            return _Draft(batch, None if work is state else work, encode_transaction(batch), ())
+            work_after = None if work is state else work
+            return _Draft(batch, work_after, encode_transaction(batch), (), tuple(attachments))
 
         appended = self._append(
             draft, optimistic=True, what=f"group of {len(members)}", recheck=lambda: bool(rejected)
@@ -373,7 +385,15 @@ class TransactionLogStateStore:
                 return None
             number = state.transaction_number + 1
             body, compressed = made.encoded
-            entry = LogEntry(number, update_time, made.transaction.TYPE, body, compressed, uuid.uuid4().hex)
+            entry = LogEntry(
+                number,
+                update_time,
+                made.transaction.TYPE,
+                body,
+                compressed,
+                uuid.uuid4().hex,
+                made.attachments,
+            )
             if self._put(entry):
                 if made.work is None:
                     made.transaction.apply(state, update_time)

@@ -3,6 +3,7 @@ and table deletion can never touch another table's objects."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 
@@ -30,6 +31,13 @@ def log_body_prefix(table_id: str) -> str:
 
 def log_body_key(table_id: str, transaction_number: int) -> str:
     return f"{log_body_prefix(table_id)}{transaction_number:012d}-{uuid.uuid4().hex[:12]}.body"
+
+
+def log_attachment_key(table_id: str, request_id: str) -> str:
+    """A fresh key for a commit request's body copied under the log prefix, where its log entry points at
+    it; a random token keeps racing committers apart."""
+    safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", request_id)
+    return f"{log_body_prefix(table_id)}requests/{safe_id}-{uuid.uuid4().hex[:12]}.json"
 
 
 # A commit request body is temporary: the bucket's lifecycle rule expires objects with this tag (lifecycle

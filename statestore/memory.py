@@ -6,6 +6,7 @@ Thread-safe, so concurrency tests can race several writers on one log.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ from statestore.errors import (
     BlobNotFoundError,
     StaleSnapshotError,
     StateStoreError,
+    TransactionNotRetainedError,
     TransactionNumberTakenError,
 )
 from statestore.ports import (
@@ -36,10 +38,14 @@ from statestore.ports import (
 
 
 class InMemoryTransactionLog(TransactionLogStore):
-    def __init__(self) -> None:
+    """Entries in a dict. Given the ``blobs`` an entry's attachments live in, it reads them from there and
+    deletes them with the entry, as the DynamoDB log does; without, it keeps the bytes it was given."""
+
+    def __init__(self, blobs: BlobStore | None = None) -> None:
         self._entries: dict[str, dict[int, LogEntry]] = {}
         self._latest: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.blobs = blobs
 
     def append(self, table_id: str, entry: LogEntry) -> None:
         with self._lock:
@@ -54,7 +60,20 @@ class InMemoryTransactionLog(TransactionLogStore):
             entries = self._entries.get(table_id, {})
             numbers = sorted(n for n in entries if n >= from_number and (to_number is None or n <= to_number))
             found = [entries[n] for n in numbers]
-        yield from found
+        for entry in found:
+            yield self._with_attachments(table_id, entry)
+
+    def _with_attachments(self, table_id: str, entry: LogEntry) -> LogEntry:
+        if self.blobs is None or not entry.attachments:
+            return entry
+        try:
+            attachments = tuple((key, self.blobs.get(key)) for key, _ in entry.attachments)
+        except BlobNotFoundError as e:
+            raise TransactionNotRetainedError(
+                f"table {table_id!r}: transaction {entry.transaction_number} was deleted by cleanup while "
+                "being read"
+            ) from e
+        return dataclasses.replace(entry, attachments=attachments)
 
     def latest_number(self, table_id: str) -> int:
         with self._lock:
@@ -64,15 +83,25 @@ class InMemoryTransactionLog(TransactionLogStore):
         with self._lock:
             entries = self._entries.get(table_id, {})
             keep_from = min(transaction_number + 1, self._latest.get(table_id, 0))
-            doomed = [n for n in entries if n < keep_from]
-            for n in doomed:
-                del entries[n]
-            return len(doomed)
+            doomed = [entries.pop(n) for n in list(entries) if n < keep_from]
+        self._delete_attachments(doomed)
+        return len(doomed)
 
     def delete_table(self, table_id: str) -> None:
         with self._lock:
-            self._entries.pop(table_id, None)
+            doomed = list(self._entries.pop(table_id, {}).values())
             self._latest.pop(table_id, None)
+        self._delete_attachments(doomed)
+
+    def _delete_attachments(self, entries: list[LogEntry]) -> None:
+        keys = [key for entry in entries for key, _ in entry.attachments]
+        if self.blobs is not None and keys:
+            self.blobs.delete(keys)
+
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        with self._lock:
+            entries = list(self._entries.get(table_id, {}).values())
+        return {key for entry in entries for key, _ in entry.attachments}
 
 
 class InMemorySnapshotMetadataStore(SnapshotMetadataStore):
@@ -139,6 +168,10 @@ class InMemoryBlobStore(BlobStore):
                 return self._objects[key]
             except KeyError:
                 raise BlobNotFoundError(key) from None
+
+    def copy(self, source: str, destination: str) -> None:
+        data = self.get(source)
+        self.put(destination, data)
 
     def delete(self, keys: list[str]) -> None:
         with self._lock:

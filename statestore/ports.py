@@ -19,6 +19,11 @@ class LogEntry:
     ``writer_token`` is unique to the append that wrote the entry: a writer whose put failed ambiguously (the
     response was lost, or a retry of a put that had landed failed its condition) reads the entry back and
     recognises its own by it. Empty on entries written before tokens existed.
+
+    ``attachments`` are ``(key, bytes)`` of bodies the entry's ``body`` names by key instead of holding them
+    (a group commit member whose request body was in the bucket): objects under the table's
+    ``layout.log_body_prefix`` that belong to the entry. On append they must already be in the blob store
+    (the log records their keys and deletes them with the entry); on read the log gives their bytes.
     """
 
     transaction_number: int
@@ -27,6 +32,7 @@ class LogEntry:
     body: bytes
     compressed: bool = False
     writer_token: str = ""
+    attachments: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,11 @@ class TransactionLogStore(ABC):
     def delete_table(self, table_id: str) -> None:
         """Delete every entry of a table."""
 
+    @abstractmethod
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        """The blob keys the table's entries hold (bodies stored aside and attachments), without reading
+        them: what the orphan sweep of the log prefix must keep."""
+
 
 class SnapshotMetadataStore(ABC):
     """Records of snapshots and each table's "latest" pointer."""
@@ -110,6 +121,11 @@ class BlobStore(ABC):
     @abstractmethod
     def get(self, key: str) -> bytes:
         """The object's bytes; raises BlobNotFoundError if absent."""
+
+    @abstractmethod
+    def copy(self, source: str, destination: str) -> None:
+        """Copy object ``source`` to ``destination`` inside the store (S3: server-side, no download), without
+        its tags. Raises BlobNotFoundError if ``source`` is absent."""
 
     @abstractmethod
     def delete(self, keys: list[str]) -> None:

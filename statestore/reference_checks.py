@@ -48,6 +48,20 @@ def check_reference_fields(ref: FileReference) -> None:
     Snapshots hold row counts and update times as int64; JSON writes a bool or a float as it is and then
     cannot read it back as an integer field, nor an int back as a flag.
     """
+    # The common case in one expression (a bulk commit checks 100,000s of references); the checks below
+    # find and name whatever is wrong with the others.
+    rows, update_time, job_id = ref.number_of_rows, ref.last_update_time, ref.job_id
+    if (
+        type(rows) is int
+        and 0 <= rows <= INT64_MAX
+        and type(update_time) is int
+        and INT64_MIN <= update_time <= INT64_MAX
+        and type(ref.partition_id) is str
+        and type(ref.count_approximate) is bool
+        and type(ref.only_contains_data_for_this_partition) is bool
+        and (job_id is None or type(job_id) is str)
+    ):
+        return
     where = f"file {ref.filename!r} in partition {ref.partition_id!r}"
     rows = ref.number_of_rows
     if isinstance(rows, int) and rows < 0:

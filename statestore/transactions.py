@@ -499,10 +499,15 @@ class ClearTable(Transaction):
 
 @dataclass(frozen=True)
 class BatchItem:
-    """One commit request inside a :class:`TransactionBatch`."""
+    """One commit request inside a :class:`TransactionBatch`.
+
+    ``body_key`` names the object (an attachment of the log entry) that holds the transaction's JSON when
+    the entry points at it instead of holding it: a request whose body was in the bucket.
+    """
 
     request_id: str
     transaction: Transaction
+    body_key: str | None = None
 
 
 @dataclass(frozen=True)

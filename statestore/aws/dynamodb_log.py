@@ -24,6 +24,7 @@ _UPDATE_TIME = "update_time"
 _TYPE = "transaction_type"
 _BODY = "body"  # inline body: S when uncompressed (readable in the console), B when compressed
 _BODY_KEY = "body_key"  # S3 key of a body too large for an item
+_ATTACHMENTS = "attachments"  # S3 keys of member bodies the body names instead of holding (list of S)
 _COMPRESSED = "compressed"
 _WRITER = "writer"  # the entry's writer token
 
@@ -71,6 +72,8 @@ class DynamoDBTransactionLog(TransactionLogStore):
         }
         if entry.writer_token:
             item[_WRITER] = {"S": entry.writer_token}
+        if entry.attachments:
+            item[_ATTACHMENTS] = {"L": [{"S": key} for key, _ in entry.attachments]}
         body_key: str | None = None
         size = len(entry.body)
         if size > self.max_blob_bytes:
@@ -169,6 +172,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         if projection is not None:
             kwargs["ProjectionExpression"] = projection
             names["#k"] = _BODY_KEY
+            names["#a"] = _ATTACHMENTS
         if self.page_size is not None:
             kwargs["Limit"] = self.page_size
         while True:
@@ -182,17 +186,19 @@ class DynamoDBTransactionLog(TransactionLogStore):
     def _entry(self, table_id: str, item: dict[str, Any]) -> LogEntry:
         number = int(item[_NUMBER]["N"])
         compressed = bool(item.get(_COMPRESSED, {}).get("BOOL", False))
-        if _BODY_KEY in item:
-            try:
+        attachment_keys = [value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", [])]
+        try:
+            if _BODY_KEY in item:
                 body = self.blobs.get(item[_BODY_KEY]["S"])
-            except BlobNotFoundError as e:
-                # Cleanup deletes the item before the body, so the entry was deleted after we read it.
-                raise TransactionNotRetainedError(
-                    f"table {table_id!r}: transaction {number} was deleted by cleanup while being read"
-                ) from e
-        else:
-            value = item[_BODY]
-            body = value["B"] if "B" in value else value["S"].encode("utf-8")
+            else:
+                value = item[_BODY]
+                body = value["B"] if "B" in value else value["S"].encode("utf-8")
+            attachments = tuple((key, self.blobs.get(key)) for key in attachment_keys)
+        except BlobNotFoundError as e:
+            # Cleanup deletes the item before its objects, so the entry was deleted after we read it.
+            raise TransactionNotRetainedError(
+                f"table {table_id!r}: transaction {number} was deleted by cleanup while being read"
+            ) from e
         return LogEntry(
             number,
             int(item[_UPDATE_TIME]["N"]),
@@ -200,6 +206,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             bytes(body),
             compressed,
             str(item.get(_WRITER, {}).get("S", "")),
+            attachments,
         )
 
     # --- deleting -------------------------------------------------------------------------------
@@ -209,7 +216,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             transaction_number = min(transaction_number, self.latest_number(table_id) - 1)
         deleted = 0
         batch: list[dict[str, Any]] = []
-        for item in self._query(table_id, 0, transaction_number, projection="#n, #k"):
+        for item in self._query(table_id, 0, transaction_number, projection="#n, #k, #a"):
             batch.append(item)
             if len(batch) == _DELETE_CHUNK:
                 deleted += self._delete_items(table_id, batch)
@@ -224,15 +231,27 @@ class DynamoDBTransactionLog(TransactionLogStore):
         batch_delete_items(
             self.call, self.dynamodb, self.table_name, keys, f"delete log entries of table {table_id!r}"
         )
-        body_keys = [item[_BODY_KEY]["S"] for item in items if _BODY_KEY in item]
+        body_keys = [key for item in items for key in _object_keys(item)]
         if body_keys:
             self.blobs.delete(body_keys)
         return len(items)
+
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        return {
+            key for item in self._query(table_id, 0, None, projection="#k, #a") for key in _object_keys(item)
+        }
 
     def delete_table(self, table_id: str) -> None:
         self.delete_up_to(table_id, 2**63 - 1, keep_latest=False)
         # Bodies orphaned by a crash between an upload and its put, or between an item and its body delete.
         self.blobs.delete(self.blobs.list(layout.log_body_prefix(table_id)))
+
+
+def _object_keys(item: dict[str, Any]) -> list[str]:
+    """The S3 keys an item holds: its body's, if stored aside, and its attachments'."""
+    keys = [item[_BODY_KEY]["S"]] if _BODY_KEY in item else []
+    keys.extend(value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", []))
+    return keys
 
 
 def _body_value(body: bytes, compressed: bool) -> dict[str, Any]:

@@ -50,6 +50,23 @@ class S3BlobStore(BlobStore):
         finally:
             body.close()
 
+    def copy(self, source: str, destination: str) -> None:
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return BlobNotFoundError(source) if code in ("NoSuchKey", "404", "NotFound") else None
+
+        # Server-side (up to S3's 5 GB single-copy limit, the same as a single PUT's); REPLACE with no tags so
+        # a lifecycle rule keyed on the source's tags does not follow the copy.
+        self.call(
+            f"copy s3://{self.bucket}/{source} to {destination}",
+            self.s3.copy_object,
+            missing,
+            Bucket=self.bucket,
+            Key=destination,
+            CopySource={"Bucket": self.bucket, "Key": source},
+            TaggingDirective="REPLACE",
+            Tagging="",
+        )
+
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), _DELETE_BATCH):
             batch = keys[start : start + _DELETE_BATCH]

@@ -35,11 +35,12 @@ def _aws_ports(name: str, backend: AwsBackend) -> Ports:
 def open_ports(kind: str, request: pytest.FixtureRequest) -> Iterator[Ports]:
     """``kind`` is memory, moto (in-process) or dynamodb_local (with S3 on a moto server)."""
     if kind == "memory":
+        blobs = InMemoryBlobStore()
         yield Ports(
             "memory",
-            InMemoryTransactionLog(),
+            InMemoryTransactionLog(blobs),
             InMemorySnapshotMetadataStore(),
-            InMemoryBlobStore(),
+            blobs,
             InMemoryTableIndex(),
         )
     elif kind == "moto":

@@ -13,8 +13,11 @@ from statestore.errors import (
     StateStoreError,
     TableAlreadyExistsError,
     TableNotFoundError,
+    TransactionNotRetainedError,
     TransactionNumberTakenError,
 )
+from statestore.layout import REQUEST_BODY_TAGS
+from statestore.memory import InMemoryBlobStore
 from statestore.ports import LogEntry, SnapshotInfo
 from statestore.resources import MAX_INLINE_BODY_BYTES
 from statestore.schema import Schema
@@ -104,6 +107,53 @@ def test_delete_table_empties_one_tables_log(ports: Ports) -> None:
     assert len(list(ports.log.read("t2", 1))) == 1
 
 
+def attached(number: int, attachments: dict[str, bytes]) -> LogEntry:
+    return LogEntry(
+        number,
+        1_700_000_000_000,
+        "Batch",
+        b'{"points": "at attachments"}',
+        False,
+        "w",
+        tuple(attachments.items()),
+    )
+
+
+def test_an_entrys_attachments_read_back_from_the_blob_store_and_go_with_the_entry(ports: Ports) -> None:
+    bodies = {"tables/t1/log/requests/r1.json": b'{"r": 1}', "tables/t1/log/requests/r2.json": b"\x00big"}
+    for key, body in bodies.items():
+        ports.blobs.put(key, body)
+    ports.log.append("t1", attached(1, bodies))
+    ports.log.append("t1", entry(2))
+
+    (first,) = ports.log.read("t1", 1, 1)
+    assert dict(first.attachments) == bodies
+    assert ports.log.stored_body_keys("t1") == set(bodies)
+
+    ports.log.delete_up_to("t1", 1)
+
+    assert ports.blobs.list("tables/t1/log/") == []
+    assert ports.log.stored_body_keys("t1") == set()
+
+
+def test_an_entry_whose_attachment_is_gone_reads_as_not_retained(ports: Ports) -> None:
+    ports.log.append("t1", attached(1, {"tables/t1/log/requests/r1.json": b"{}"}))
+
+    with pytest.raises(TransactionNotRetainedError, match="transaction 1"):
+        list(ports.log.read("t1", 1))
+
+
+def test_stored_body_keys_names_bodies_stored_aside_too(ports: Ports) -> None:
+    ports.log.append("t1", entry(1, b"x" * (MAX_INLINE_BODY_BYTES + 1)))
+    ports.log.append("t1", entry(2))
+
+    if ports.name == "memory":  # the in-memory log holds every body itself
+        assert ports.log.stored_body_keys("t1") == set()
+    else:
+        (key,) = ports.log.stored_body_keys("t1")
+        assert key.startswith("tables/t1/log/") and ports.blobs.list("tables/t1/log/") == [key]
+
+
 # --- snapshot metadata --------------------------------------------------------------------------
 
 
@@ -177,6 +227,27 @@ def test_blobs_read_back_and_a_missing_one_is_a_named_error(ports: Ports) -> Non
     with pytest.raises(BlobNotFoundError) as raised:
         ports.blobs.get("tables/t1/missing")
     assert raised.value.key == "tables/t1/missing"
+
+
+def tags_of(ports: Ports, key: str) -> dict[str, str]:
+    if ports.backend is None:
+        assert isinstance(ports.blobs, InMemoryBlobStore)
+        return ports.blobs.tags[key]
+    response = ports.backend.s3.get_object_tagging(Bucket=ports.backend.resources.bucket, Key=key)
+    return {tag["Key"]: tag["Value"] for tag in response["TagSet"]}
+
+
+def test_a_copied_blob_reads_back_the_same_without_the_sources_tags(ports: Ports) -> None:
+    ports.blobs.put("tables/t1/requests/r1.json", b"\x00body", tags=REQUEST_BODY_TAGS)
+
+    ports.blobs.copy("tables/t1/requests/r1.json", "tables/t1/log/requests/r1.json")
+
+    assert ports.blobs.get("tables/t1/log/requests/r1.json") == b"\x00body"
+    assert tags_of(ports, "tables/t1/requests/r1.json") == REQUEST_BODY_TAGS
+    assert tags_of(ports, "tables/t1/log/requests/r1.json") == {}
+    with pytest.raises(BlobNotFoundError) as raised:
+        ports.blobs.copy("tables/t1/requests/missing", "tables/t1/log/x")
+    assert raised.value.key == "tables/t1/requests/missing"
 
 
 def test_blobs_list_by_prefix_sorted_and_delete_ignores_absent_keys(ports: Ports) -> None:

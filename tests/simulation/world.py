@@ -199,6 +199,9 @@ class FaultyLog(TransactionLogStore):
     def delete_table(self, table_id: str) -> None:
         self.faults.call(lambda: self.inner.delete_table(table_id), write=True)
 
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        return self.faults.call(lambda: self.inner.stored_body_keys(table_id), write=False)
+
 
 class FaultySnapshotMetadata(SnapshotMetadataStore):
     def __init__(self, inner: InMemorySnapshotMetadataStore, faults: Faults) -> None:
@@ -229,6 +232,9 @@ class FaultyBlobs(BlobStore):
 
     def get(self, key: str) -> bytes:
         return self.faults.call(lambda: self.inner.get(key), write=False)
+
+    def copy(self, source: str, destination: str) -> None:
+        self.faults.call(lambda: self.inner.copy(source, destination), write=True)
 
     def delete(self, keys: list[str]) -> None:
         self.faults.call(lambda: self.inner.delete(keys), write=True)
@@ -653,9 +659,9 @@ class World:
         self._ids = 0
         self.violations: list[str] = []
         self.faults = Faults(self, rates or FaultRates())
-        self.raw_log = InMemoryTransactionLog()
-        self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
         self.raw_blobs = InMemoryBlobStore()
+        self.raw_log = InMemoryTransactionLog(self.raw_blobs)
+        self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
         self.raw_statuses = InMemoryCommitStatusStore()
         self.log = FaultyLog(self.raw_log, self.faults, self)
         self.blobs = FaultyBlobs(self.raw_blobs, self.faults)
