@@ -510,7 +510,8 @@ class TransactionBatch(Transaction):
     """Several independently validated requests written as one log entry (the committer's group commit).
 
     Each item was validated against the state as changed by the items before it, so applying them in order
-    is valid. ``validate`` checks exactly that, on a copy.
+    is valid. ``validate`` checks exactly that, applying each item to the state and undoing them all after
+    (the state is left as it was, whatever happens).
     """
 
     TYPE: ClassVar[str] = "Batch"
@@ -526,12 +527,16 @@ class TransactionBatch(Transaction):
                 )
         if len({item.request_id for item in self.items}) != len(self.items):
             raise InvalidTransactionError("a batch lists a request id more than once")
-        work = state.copy()
-        for item in self.items:
-            if isinstance(item.transaction, TransactionBatch):
-                raise InvalidTransactionError("batches cannot be nested")
-            item.transaction.validate(work)
-            item.transaction.apply(work, 0)
+        # Tried on the state itself and undone after, so validating costs what the batch changes.
+        mark = state.begin_changes()
+        try:
+            for item in self.items:
+                if isinstance(item.transaction, TransactionBatch):
+                    raise InvalidTransactionError("batches cannot be nested")
+                item.transaction.validate(state)
+                item.transaction.apply(state, 0)
+        finally:
+            state.undo_changes(mark)
 
     def apply(self, state: TableState, update_time: int) -> None:
         for item in self.items:
