@@ -170,6 +170,20 @@ class TableState:
         files[table_file.filename] = table_file
         self._reference_count += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
 
+    def put_files(self, table_files: Iterable[TableFile]) -> None:
+        """:meth:`put_file` of each, in order (one call for a big AddFiles)."""
+        files, undo = self._files_by_name, self._undo
+        added = 0
+        try:
+            for table_file in table_files:
+                old = files.get(table_file.filename, _ABSENT)
+                if undo is not None:
+                    undo.append(("file", table_file.filename, old))
+                files[table_file.filename] = table_file
+                added += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
+        finally:
+            self._reference_count += added
+
     def remove_file(self, filename: str) -> None:
         old = self._files_by_name.pop(filename)
         if self._undo is not None:
