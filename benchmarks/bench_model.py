@@ -87,6 +87,16 @@ def current_rss_mb() -> float:
     return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
+def peak_rss_of_this_program_mb() -> float:
+    """The resident-set high-water mark since this program started (``VmHWM``, Linux). Unlike ``ru_maxrss``,
+    which a spawned child inherits from the process it was forked from, it restarts at ``exec``."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _load_in_child(paths: tuple[str, str], transaction_number: int, out: multiprocessing.Queue) -> None:
     """Child process body: load the snapshot in ``paths`` and put its figures on ``out`` (MB and seconds).
 
@@ -125,7 +135,7 @@ def _load_in_child(paths: tuple[str, str], transaction_number: int, out: multipr
             "retained_mb": retained,
             "partitions_mb": before + retained - after_partitions,
             "files_mb": after_partitions - after_files,
-            "peak_mb": peak_rss_mb(),
+            "peak_mb": peak_rss_of_this_program_mb(),
         }
     )
 
