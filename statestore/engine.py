@@ -85,11 +85,12 @@ class GroupCommitResult:
 
 @dataclass(frozen=True)
 class _Draft:
-    """What one attempt would append: the transaction, the state after it (None: apply it on success to the
-    state it was validated on), its encoded body and the bodies that body points at."""
+    """What one attempt would append: the transaction, the undo mark it was applied under (None: not applied
+    yet, apply it on success to the state it was validated on), its encoded body and the bodies that body
+    points at."""
 
     transaction: Transaction
-    work: TableState | None
+    undo_mark: int | None
     encoded: tuple[bytes, bool]
     rejected_parts: tuple[tuple[str, str], ...]
     attachments: tuple[tuple[str, bytes], ...] = ()
@@ -313,32 +314,39 @@ class TransactionLogStateStore:
                     found[member.key] = number
                 else:
                     todo.append(member)
-            # One member is validated on the state itself and applied after the append; several need a
-            # working copy, each validated against the state as the ones before it changed it.
-            work = state if len(todo) <= 1 else state.copy()
-            items = []
-            attachments = []
-            for member in todo:
-                try:
-                    member.transaction.validate(work)
-                except TransactionValidationError as e:
-                    rejected[member.key] = e
-                    continue
-                skipped[member.key] = tuple(
-                    (part, str(error)) for part, error in member.transaction.rejected_parts(work)
-                )
-                if work is not state:
-                    member.transaction.apply(work, update_time)
-                if member.stored_body is None:
-                    items.append(BatchItem(member.key, member.transaction))
-                else:
-                    items.append(BatchItem(member.key, member.transaction, member.stored_body[0]))
-                    attachments.append(member.stored_body)
-            if not items:
-                return None
-            batch = TransactionBatch(tuple(items))
-            work_after = None if work is state else work
-            return _Draft(batch, work_after, encode_transaction(batch), (), tuple(attachments))
+            # One member is validated on the state and applied after the append. Several are each validated
+            # against the state as the ones before it changed it: applied to the state itself under an undo
+            # mark, kept if the append succeeds and undone otherwise, so a group costs what it changes.
+            mark = state.begin_changes() if len(todo) > 1 else None
+            try:
+                items = []
+                attachments = []
+                for member in todo:
+                    try:
+                        member.transaction.validate(state)
+                    except TransactionValidationError as e:
+                        rejected[member.key] = e
+                        continue
+                    skipped[member.key] = tuple(
+                        (part, str(error)) for part, error in member.transaction.rejected_parts(state)
+                    )
+                    if mark is not None:
+                        member.transaction.apply(state, update_time)
+                    if member.stored_body is None:
+                        items.append(BatchItem(member.key, member.transaction))
+                    else:
+                        items.append(BatchItem(member.key, member.transaction, member.stored_body[0]))
+                        attachments.append(member.stored_body)
+                if not items:
+                    if mark is not None:
+                        state.undo_changes(mark)
+                    return None
+                batch = TransactionBatch(tuple(items))
+                return _Draft(batch, mark, encode_transaction(batch), (), tuple(attachments))
+            except BaseException:
+                if mark is not None:
+                    state.undo_changes(mark)
+                raise
 
         appended = self._append(
             draft, optimistic=True, what=f"group of {len(members)}", recheck=lambda: bool(rejected)
@@ -394,15 +402,22 @@ class TransactionLogStateStore:
                 uuid.uuid4().hex,
                 made.attachments,
             )
-            if self._put(entry):
-                if made.work is None:
+            try:
+                appended = self._put(entry)
+            except BaseException:
+                if made.undo_mark is not None:
+                    state.undo_changes(made.undo_mark)  # the cached state stays as the log was last read
+                raise
+            if appended:
+                if made.undo_mark is None:
                     made.transaction.apply(state, update_time)
-                    new_state = state
                 else:
-                    new_state = made.work
-                new_state.transaction_number = number
-                self._state = new_state
+                    state.keep_changes(made.undo_mark)
+                state.transaction_number = number
+                self._state = state
                 return number, update_time, attempt + 1, made
+            if made.undo_mark is not None:
+                state.undo_changes(made.undo_mark)
             self.retries += 1
             attempt += 1
             if attempt == self.retry.max_attempts:

@@ -31,6 +31,24 @@ def reference_in(state: TableState, filename: str, partition_id: str) -> FileRef
 
 def check_new_reference(state: TableState, ref: FileReference) -> None:
     """Check a reference a transaction adds: a filename, storable fields, no job, a partition that exists."""
+    # Fast path for the shape every well-formed new reference has (exact types: a subclass, such as a bool
+    # for an int, takes the precise checks below); a big AddFiles checks a hundred thousand of these.
+    filename, partition_id, rows, approximate, whole_file, job_id, update_time = ref
+    if (
+        type(filename) is str
+        and filename
+        and job_id is None
+        and type(rows) is int
+        and 0 <= rows <= INT64_MAX
+        and type(update_time) is int
+        and INT64_MIN <= update_time <= INT64_MAX
+        and type(partition_id) is str
+        and type(approximate) is bool
+        and type(whole_file) is bool
+    ):
+        if partition_id not in state.partitions_by_id:
+            raise PartitionNotFoundError(partition_id)
+        return
     if not isinstance(ref.filename, str) or not ref.filename:
         raise InvalidTransactionError(
             f"a file reference needs a non-empty filename (a string), got {ref.filename!r}"

@@ -3,12 +3,18 @@
 The state is changed only by :meth:`statestore.transactions.Transaction.apply`, always after the
 transaction's ``validate`` passed, so a rejected transaction never leaves a trace. Every value held is
 immutable, which makes :meth:`TableState.copy` a pair of dictionary copies.
+
+To try changes without copying the whole state (the committer's group commit, a batch's validation), open
+an undo journal with :meth:`TableState.begin_changes`: every mutator then records what it replaced, and
+:meth:`TableState.undo_changes` puts it back, so trying a batch costs in proportion to the batch, not to
+the table. Undoing puts back every value; the iteration order of files may differ (it carries no meaning,
+like the order of a file's references).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 from statestore.errors import (
     FileNotFoundInStateError,
@@ -21,15 +27,43 @@ from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
+_ABSENT: Any = object()  # in an undo record: the key was not there before
 
-@dataclass(eq=False)
+
 class TableState:
-    """Partitions + files + the number of the last transaction applied (0 = none)."""
+    """Partitions + files + the number of the last transaction applied (0 = none).
 
-    schema: Schema
-    partitions_by_id: dict[str, Partition] = field(default_factory=dict)
-    files_by_name: dict[str, TableFile] = field(default_factory=dict)
-    transaction_number: int = 0
+    ``files_by_name`` and ``partitions_by_id`` are for reading; change them through the mutators, which
+    keep the reference count and the undo journal. Assigning ``files_by_name`` whole is allowed (outside a
+    journal): it recounts the references.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        partitions_by_id: dict[str, Partition] | None = None,
+        files_by_name: dict[str, TableFile] | None = None,
+        transaction_number: int = 0,
+    ) -> None:
+        self.schema = schema
+        self.partitions_by_id: dict[str, Partition] = {} if partitions_by_id is None else partitions_by_id
+        self._files_by_name: dict[str, TableFile] = {}
+        self._reference_count = 0
+        # Undo records, newest last, while a journal is open (None: changes are not recorded).
+        self._undo: list[tuple[Any, ...]] | None = None
+        self.files_by_name = {} if files_by_name is None else files_by_name
+        self.transaction_number = transaction_number
+
+    @property
+    def files_by_name(self) -> dict[str, TableFile]:
+        return self._files_by_name
+
+    @files_by_name.setter
+    def files_by_name(self, files: dict[str, TableFile]) -> None:
+        if self._undo is not None:
+            raise RuntimeError("files_by_name cannot be replaced while an undo journal is open")
+        self._files_by_name = files
+        self._reference_count = sum(len(f.references) for f in files.values())
 
     # --- partitions -----------------------------------------------------------------------------
 
@@ -68,8 +102,8 @@ class TableState:
             yield from table_file.references
 
     def reference_count(self) -> int:
-        """How many file references the state holds (one pass over the files)."""
-        return sum(len(table_file.references) for table_file in self.files_by_name.values())
+        """How many file references the state holds (kept up to date by the mutators)."""
+        return self._reference_count
 
     def references_with_no_job(self) -> list[FileReference]:
         return [r for r in self.file_references() if r.job_id is None]
@@ -129,20 +163,97 @@ class TableState:
     # --- used by transactions, and by snapshot loading ------------------------------------------
 
     def put_file(self, table_file: TableFile) -> None:
-        self.files_by_name[table_file.filename] = table_file
+        files = self._files_by_name
+        old = files.get(table_file.filename, _ABSENT)
+        if self._undo is not None:
+            self._undo.append(("file", table_file.filename, old))
+        files[table_file.filename] = table_file
+        self._reference_count += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
+
+    def put_files(self, table_files: Iterable[TableFile]) -> None:
+        """:meth:`put_file` of each, in order (one call for a big AddFiles)."""
+        files, undo = self._files_by_name, self._undo
+        added = 0
+        try:
+            for table_file in table_files:
+                old = files.get(table_file.filename, _ABSENT)
+                if undo is not None:
+                    undo.append(("file", table_file.filename, old))
+                files[table_file.filename] = table_file
+                added += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
+        finally:
+            self._reference_count += added
 
     def remove_file(self, filename: str) -> None:
-        del self.files_by_name[filename]
+        old = self._files_by_name.pop(filename)
+        if self._undo is not None:
+            self._undo.append(("file", filename, old))
+        self._reference_count -= len(old.references)
 
     def clear_files(self) -> None:
-        self.files_by_name = {}
+        if self._undo is not None:
+            self._undo.append(("files", self._files_by_name, self._reference_count))
+        self._files_by_name, self._reference_count = {}, 0
 
     def put_partitions(self, partitions: Iterable[Partition]) -> None:
+        by_id = self.partitions_by_id
         for p in partitions:
-            self.partitions_by_id[p.id] = p
+            if self._undo is not None:
+                self._undo.append(("partition", p.id, by_id.get(p.id, _ABSENT)))
+            by_id[p.id] = p
 
     def replace_partitions(self, partitions: Iterable[Partition]) -> None:
+        if self._undo is not None:
+            self._undo.append(("partitions", self.partitions_by_id))
         self.partitions_by_id = {p.id: p for p in partitions}
+
+    # --- trying changes -------------------------------------------------------------------------
+
+    def begin_changes(self) -> int:
+        """Start recording changes so they can be undone; returns a mark for :meth:`undo_changes` and
+        :meth:`keep_changes`. Journals nest: an inner mark is undone or kept inside the outer one."""
+        if self._undo is None:
+            self._undo = []
+        return len(self._undo)
+
+    def undo_changes(self, mark: int) -> None:
+        """Put back everything changed since ``mark`` (newest first); closes the journal at the outer mark."""
+        undo = self._undo
+        if undo is None or mark > len(undo):
+            raise RuntimeError(f"no open undo journal at mark {mark}")
+        files, by_id = self._files_by_name, self.partitions_by_id
+        while len(undo) > mark:
+            record = undo.pop()
+            kind = record[0]
+            if kind == "file":
+                _, filename, old = record
+                now = files.pop(filename, _ABSENT)
+                if now is not _ABSENT:
+                    self._reference_count -= len(now.references)
+                if old is not _ABSENT:
+                    files[filename] = old
+                    self._reference_count += len(old.references)
+            elif kind == "partition":
+                _, partition_id, old = record
+                if old is _ABSENT:
+                    del by_id[partition_id]
+                else:
+                    by_id[partition_id] = old
+            elif kind == "files":  # rebinds ``files``: older records belong to the restored dict
+                _, files, self._reference_count = record
+                self._files_by_name = files
+            else:
+                _, by_id = record
+                self.partitions_by_id = by_id
+        if mark == 0:
+            self._undo = None
+
+    def keep_changes(self, mark: int) -> None:
+        """Keep the changes made since ``mark``; at the outer mark this closes the journal (no undo)."""
+        if self._undo is None or mark > len(self._undo):
+            raise RuntimeError(f"no open undo journal at mark {mark}")
+        if mark == 0:
+            self._undo = None
 
     # --- whole-state ----------------------------------------------------------------------------
 
@@ -163,10 +274,10 @@ class TableState:
         )
 
     def __repr__(self) -> str:
-        refs = sum(len(f.references) for f in self.files_by_name.values())
         return (
             f"TableState(transaction_number={self.transaction_number}, "
-            f"partitions={len(self.partitions_by_id)}, files={len(self.files_by_name)}, references={refs})"
+            f"partitions={len(self.partitions_by_id)}, files={len(self.files_by_name)}, "
+            f"references={self.reference_count()})"
         )
 
 

@@ -9,9 +9,10 @@ when following a log whose entries were validated before they were written.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from functools import partial
+from typing import Any, ClassVar, cast
 
 from statestore.errors import (
     AllJobsRejectedError,
@@ -41,6 +42,9 @@ from statestore.partitions import (
 )
 from statestore.reference_checks import check_epoch_ms, check_new_reference, reference_in
 from statestore.state import TableState
+
+# Builds a FileReference from a tuple of all its fields, without ``_make``'s Python call per reference.
+_new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))
 
 
 class Transaction(ABC):
@@ -175,13 +179,17 @@ class AddFiles(Transaction):
             unreferenced.add(filename)
 
     def apply(self, state: TableState, update_time: int) -> None:
-        grouped: dict[str, list[FileReference]] = {}
-        for ref in self.references:
-            grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
-        for filename, refs in grouped.items():
-            state.put_file(TableFile(filename, tuple(refs), update_time))
-        for filename in self.unreferenced_files:
-            state.put_file(TableFile(filename, (), update_time))
+        # As ``ref._replace(last_update_time=update_time)``, without its keyword handling per reference.
+        stamped = [_new_file_reference((*ref[:6], update_time)) for ref in self.references]
+        if len({ref.filename for ref in stamped}) == len(stamped):  # the usual case: one reference per file
+            files = [TableFile(ref.filename, (ref,), update_time) for ref in stamped]
+        else:
+            grouped: dict[str, list[FileReference]] = {}
+            for ref in stamped:
+                grouped.setdefault(ref.filename, []).append(ref)
+            files = [TableFile(filename, tuple(refs), update_time) for filename, refs in grouped.items()]
+        files += (TableFile(filename, (), update_time) for filename in self.unreferenced_files)
+        state.put_files(files)
 
 
 @dataclass(frozen=True)
@@ -515,7 +523,8 @@ class TransactionBatch(Transaction):
     """Several independently validated requests written as one log entry (the committer's group commit).
 
     Each item was validated against the state as changed by the items before it, so applying them in order
-    is valid. ``validate`` checks exactly that, on a copy.
+    is valid. ``validate`` checks exactly that, applying each item to the state and undoing them all after
+    (the state is left as it was, whatever happens).
     """
 
     TYPE: ClassVar[str] = "Batch"
@@ -531,12 +540,16 @@ class TransactionBatch(Transaction):
                 )
         if len({item.request_id for item in self.items}) != len(self.items):
             raise InvalidTransactionError("a batch lists a request id more than once")
-        work = state.copy()
-        for item in self.items:
-            if isinstance(item.transaction, TransactionBatch):
-                raise InvalidTransactionError("batches cannot be nested")
-            item.transaction.validate(work)
-            item.transaction.apply(work, 0)
+        # Tried on the state itself and undone after, so validating costs what the batch changes.
+        mark = state.begin_changes()
+        try:
+            for item in self.items:
+                if isinstance(item.transaction, TransactionBatch):
+                    raise InvalidTransactionError("batches cannot be nested")
+                item.transaction.validate(state)
+                item.transaction.apply(state, 0)
+        finally:
+            state.undo_changes(mark)
 
     def apply(self, state: TableState, update_time: int) -> None:
         for item in self.items:

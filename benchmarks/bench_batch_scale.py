@@ -1,0 +1,182 @@
+"""Committer batches per second on a big table against an empty one: does a batch cost what it changes?
+
+Runs the committer (``Committer.process``) on in-memory stores, so the figures are the committer's own CPU,
+with no network: batches of 10 commit requests (what the SQS event source hands the Lambda), each an
+``AddFiles`` of 2 new files, first on an empty table (one root partition, no files), then on a table of
+1,000,000 file references over 100,000 leaf partitions (``bench_model.big_state``, loaded from a snapshot).
+The goal is the big table within 20% of the empty one: a batch must not cost in proportion to the table.
+
+Beside it, ``state.copy()`` of the big state is timed: what each group commit paid before a batch was tried
+on the live state with an undo journal. ``--profile`` prints where the big table's batches spend their time.
+
+    python benchmarks/bench_batch_scale.py [--batches 300] [--references 1000000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import random
+import sys
+import time
+
+from lambdas._runtime import Runtime
+from statestore.catalog import InMemoryTableIndex, TableInfo
+from statestore.commit_requests import CommitRequest, encode_request
+from statestore.committer import Committer, MessageOutcome, ReceivedMessage
+from statestore.engine import TransactionLogStateStore
+from statestore.files import FileReference
+from statestore.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitQueue,
+    InMemoryCommitStatusStore,
+    InMemorySnapshotMetadataStore,
+    InMemoryTransactionLog,
+)
+from statestore.partitions import root_partition
+from statestore.snapshots import SnapshotStore
+from statestore.transactions import AddFiles, InitialisePartitions
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench_model import SCHEMA, big_state  # noqa: E402
+
+BATCH = 10
+FILES_PER_REQUEST = 2
+TARGET_RATIO = 0.8  # big table's batches/s over the empty table's
+
+
+def in_memory_runtime() -> Runtime:
+    blobs = InMemoryBlobStore()
+    return Runtime(
+        tables=InMemoryTableIndex(),
+        log=InMemoryTransactionLog(),
+        snapshots=SnapshotStore(InMemorySnapshotMetadataStore(), blobs),
+        blobs=blobs,
+        statuses=InMemoryCommitStatusStore(),
+        dead_letters=InMemoryCommitQueue(),
+    )
+
+
+def empty_table(rt: Runtime) -> tuple[str, list[str]]:
+    info = TableInfo.new("empty", SCHEMA)
+    rt.tables.create(info)
+    root = root_partition(SCHEMA)
+    TransactionLogStateStore(info.table_id, SCHEMA, rt.log, rt.snapshots).commit(
+        InitialisePartitions((root,))
+    )
+    return info.table_id, [root.id]
+
+
+def big_table(rt: Runtime, references: int, leaves: int) -> tuple[str, list[str]]:
+    """A table whose log holds its partition tree (entry 1) and whose snapshot at 1 holds the files."""
+    info = TableInfo.new("big", SCHEMA)
+    rt.tables.create(info)
+    state = big_state(5, leaves, references)
+    store = TransactionLogStateStore(info.table_id, SCHEMA, rt.log, rt.snapshots)
+    store.commit(InitialisePartitions(tuple(state.partitions())))
+    assert state.transaction_number == 1
+    rt.snapshots.write(info.table_id, state, int(time.time() * 1000))
+    return info.table_id, [p.id for p in state.leaf_partitions()]
+
+
+def batches_of(table_id: str, leaf_ids: list[str], count: int, tag: str) -> list[list[ReceivedMessage]]:
+    rng = random.Random(7)
+    now = time.time_ns() // 1_000_000
+    out = []
+    for b in range(count):
+        batch = []
+        for i in range(BATCH):
+            refs = tuple(
+                FileReference(f"tables/{table_id}/data/{tag}-{b}-{i}-{f}.parquet", rng.choice(leaf_ids), 1000)
+                for f in range(FILES_PER_REQUEST)
+            )
+            request = CommitRequest.new(table_id, AddFiles(refs))
+            batch.append(ReceivedMessage(f"{tag}-{b}-{i}", encode_request(request), table_id, 1, now))
+        out.append(batch)
+    return out
+
+
+def drive(committer: Committer, batches: list[list[ReceivedMessage]]) -> None:
+    for batch in batches:
+        results = committer.process(batch)
+        bad = [r for r in results if r.outcome is not MessageOutcome.COMMITTED]
+        if bad:
+            raise RuntimeError(f"benchmark request not committed: {bad[0]}")
+
+
+def measure(
+    rt: Runtime, table_id: str, leaf_ids: list[str], batches: int, profile: bool
+) -> tuple[float, float]:
+    """Batches per second (wall clock, CPU of this process), after one warm-up batch that loads the state."""
+    committer = Committer(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
+    drive(committer, batches_of(table_id, leaf_ids, 1, "warm"))
+    plan = batches_of(table_id, leaf_ids, batches, "m")
+    gc.collect()
+    profiler = cProfile.Profile() if profile else None
+    start, cpu_start = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    drive(committer, plan)
+    if profiler is not None:
+        profiler.disable()
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    return batches / wall, batches / cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--references", type=int, default=1_000_000)
+    parser.add_argument("--leaves", type=int, default=100_000)
+    parser.add_argument("--profile", action="store_true", help="profile the big table's batches")
+    args = parser.parse_args(argv)
+
+    print(
+        f"Committer batches of {BATCH} AddFiles requests ({FILES_PER_REQUEST} files each), in-memory stores, "
+        f"{args.batches} batches per table, Python {sys.version.split()[0]}"
+    )
+    rt = in_memory_runtime()
+    empty_id, empty_leaves = empty_table(rt)
+    empty_wall, empty_cpu = measure(rt, empty_id, empty_leaves, args.batches, False)
+    print(f"  empty table                        {empty_wall:>9.1f} batches/s  (CPU: {empty_cpu:>9.1f} /s)")
+
+    start = time.perf_counter()
+    big_id, big_leaves = big_table(rt, args.references, args.leaves)
+    print(f"  built the big table in {time.perf_counter() - start:.1f} s (not judged)")
+    big_wall, big_cpu = measure(rt, big_id, big_leaves, args.batches, args.profile)
+    print(
+        f"  {args.references:,} references / {args.leaves:,} leaves  {big_wall:>9.1f} batches/s  "
+        f"(CPU: {big_cpu:>9.1f} /s)"
+    )
+
+    state = TransactionLogStateStore(big_id, SCHEMA, rt.log, rt.snapshots).state()
+    gc.collect()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    state.copy()
+    copy_wall, copy_cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    print(
+        f"  state.copy() of the big table (each group commit's cost before the undo journal): "
+        f"{copy_wall * 1000:.1f} ms (CPU {copy_cpu * 1000:.1f} ms), a ceiling of {1 / copy_cpu:.0f} batches/s"
+    )
+
+    if args.profile:
+        print("(profiled: the big table's figures include the profiler's cost, so nothing is judged)")
+        return 0
+    failed = False
+    for label, ratio in (("wall clock", big_wall / empty_wall), ("CPU", big_cpu / empty_cpu)):
+        ok = ratio >= TARGET_RATIO
+        failed |= label == "CPU" and not ok
+        print(
+            f"  big / empty batches/s ({label:<10})  {ratio:>6.2f}   target >= {TARGET_RATIO}  "
+            f"{'PASS' if ok else 'FAIL'}{'  (judged)' if label == 'CPU' else ''}"
+        )
+    print("ALL TARGETS MET" if not failed else "SOME TARGETS MISSED")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
