@@ -105,6 +105,15 @@ class UpkeepWork:
         return first_received_at - self.planned_at > self.period_ms
 
 
+# The schedule's period of each kind of upkeep, set by the stack from the instance's config (and by the local
+# runtime from its intervals): a plan's work is superseded by the next plan's after one period.
+UPKEEP_PERIOD_ENV = {
+    UpkeepKind.SNAPSHOT: "STATESTORE_SNAPSHOT_PERIOD_MINUTES",
+    UpkeepKind.CLEANUP: "STATESTORE_CLEANUP_PERIOD_MINUTES",
+}
+DEFAULT_UPKEEP_PERIOD_MINUTES = {UpkeepKind.SNAPSHOT: 15.0, UpkeepKind.CLEANUP: 60.0}
+
+
 def period_ms_from_minutes(minutes: float) -> int:
     if minutes <= 0:
         raise ValueError(f"an upkeep period must be positive, got {minutes} minutes")

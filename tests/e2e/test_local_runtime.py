@@ -286,3 +286,29 @@ def _dead_letters(runtime: LocalRuntime, count: int, timeout: float = 30) -> lis
     while len(letters) < count and time.monotonic() < deadline:
         letters += runtime.take_dead_letters(wait_seconds=1)
     return letters
+
+
+def test_a_scheduled_run_queues_one_message_per_moved_table_and_the_poller_works_each(
+    runtime: LocalRuntime,
+) -> None:
+    client, sender = runtime.client(), runtime.sender()
+    tables = [new_table(client, f"fan{i}") for i in range(3)]
+    for table_id, [leaf] in tables:
+        sender.send(table_id, add_file(table_id, leaf, "a.parquet"))
+    runtime.wait_idle()
+    still, _ = tables[2]
+    client.create_snapshot(still)
+
+    snapshots = runtime.run_snapshots()
+    cleanup = runtime.run_cleanup()
+
+    moved = {table_id for table_id, _ in tables[:2]}
+    assert set(snapshots["planned"]) == moved and snapshots["skipped"] == 1
+    assert snapshots["written"] == dict.fromkeys(moved, 2) and snapshots["errors"] == {}
+    for table_id in moved:
+        latest = client.snapshots.metadata.latest(table_id)
+        assert latest is not None and latest.transaction_number == 2
+    assert len(cleanup["planned"]) == 3 and cleanup["tables"] == 3 and cleanup["errors"] == {}
+    # Every table's work went through the queues, one invocation each.
+    assert runtime.stats.upkeep_work == 5 and runtime.stats.upkeep_errors == 0
+    assert runtime.run_snapshots() == {"planned": [], "written": {}, "skipped": 3, "errors": {}}
