@@ -231,6 +231,7 @@ class LocalRuntime:
         self.queue: SqsCommitQueue
         self.dead_letter_queue: SqsCommitQueue
         self.work_queues: dict[UpkeepKind, SqsCommitQueue] = {}
+        self.upkeep_dead_letter_queue: SqsCommitQueue
 
     # --- starting and stopping ------------------------------------------------------------------
 
@@ -362,6 +363,7 @@ class LocalRuntime:
         self.dead_letter_queue = SqsCommitQueue(self._sqs, dlq_url)
         work_urls = _provision_upkeep_queues(self.resources, self._sqs, self.max_receive_count)
         self.work_queues = {kind: SqsCommitQueue(self._sqs, work_urls[kind.value]) for kind in UpkeepKind}
+        self.upkeep_dead_letter_queue = SqsCommitQueue(self._sqs, work_urls["dead_letters"])
 
         # Imported here, after the environment is set: Powertools reads it when the modules load.
         from lambdas._runtime import Runtime, use_runtime
@@ -868,10 +870,11 @@ def _provision_upkeep_queues(resources: ResourceNames, sqs: Any, max_receive_cou
         if "QueueAlreadyExists" not in str(e):
             raise
     call = AwsCaller()
+    names = {kind.value: resources.upkeep_queue(kind.value) for kind in UpkeepKind}
+    names["dead_letters"] = str(resources.upkeep_dead_letter_queue)
     return {
-        kind.value: call(f"find the {kind.value} work queue", sqs.get_queue_url, QueueName=name)["QueueUrl"]
-        for kind in UpkeepKind
-        for name in [resources.upkeep_queue(kind.value)]
+        key: call(f"find the queue {name!r}", sqs.get_queue_url, QueueName=name)["QueueUrl"]
+        for key, name in names.items()
     }
 
 
