@@ -13,7 +13,9 @@ table once.
 A table whose work takes longer than the period: the next plan queues another message behind the one being
 worked on. A message that waited longer than a period before its first delivery has been *superseded* by
 a newer one for the same table, so the worker drops it without loading the table; work never piles up
-behind a slow table, and a slow table is worked on back to back.
+behind a slow table, and a slow table is worked on back to back. When all the tables' work together outlasts
+a period (too little ``upkeep_max_concurrency``), the messages at the back of the queue are the ones
+superseded: each plan queues the tables in a new random order, so that is not the same tables every time.
 
 Snapshots: the plan skips a table whose log has not moved enough since its latest snapshot without
 loading it (two reads), so an unmoved table costs no message; the worker checks again (another snapshot
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -142,6 +145,7 @@ def plan_snapshots(
     period_ms: int,
     min_transactions: int = 1,
     now: int | None = None,
+    rng: random.Random | None = None,
 ) -> UpkeepPlan:
     """Queue a snapshot of every table whose log moved at least ``min_transactions`` since its latest
     snapshot, checked without loading it. A table that cannot be checked is reported; the others go on.
@@ -158,22 +162,37 @@ def plan_snapshots(
             errors[table.table_id] = str(e)
             continue
         (planned if moved >= min_transactions else skipped).append(table.table_id)
-    _send(queue, UpkeepKind.SNAPSHOT, planned, now, period_ms)
+    _send(queue, UpkeepKind.SNAPSHOT, planned, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.SNAPSHOT, tuple(planned), tuple(skipped), errors)
 
 
 def plan_cleanup(
-    tables: TableIndex, queue: CommitQueue, *, period_ms: int, now: int | None = None
+    tables: TableIndex,
+    queue: CommitQueue,
+    *,
+    period_ms: int,
+    now: int | None = None,
+    rng: random.Random | None = None,
 ) -> UpkeepPlan:
     """Queue a cleanup of every table."""
     now = now_millis() if now is None else now
     planned = [table.table_id for table in tables.list()]
-    _send(queue, UpkeepKind.CLEANUP, planned, now, period_ms)
+    _send(queue, UpkeepKind.CLEANUP, planned, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned))
 
 
-def _send(queue: CommitQueue, kind: UpkeepKind, table_ids: list[str], now: int, period_ms: int) -> None:
-    queue.send([UpkeepWork(kind, table_id, now, period_ms).to_message() for table_id in table_ids])
+def _send(
+    queue: CommitQueue,
+    kind: UpkeepKind,
+    table_ids: list[str],
+    now: int,
+    period_ms: int,
+    rng: random.Random | None,
+) -> None:
+    """Send one message per table, in a random order (see the module's docstring)."""
+    ordered = list(table_ids)
+    (rng or random.Random()).shuffle(ordered)
+    queue.send([UpkeepWork(kind, table_id, now, period_ms).to_message() for table_id in ordered])
 
 
 # --- working -------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from statestore.catalog import InMemoryTableIndex, TableInfo
@@ -90,6 +92,22 @@ def test_a_thousand_tables_get_a_thousand_messages(instance: Instance) -> None:
 
     assert len(plan.planned) == 1000
     assert len({m.group_id for m in instance.queue.messages}) == 1000
+
+
+def test_each_plan_queues_the_tables_in_a_new_order_so_an_overrun_does_not_always_drop_the_same(
+    instance: Instance,
+) -> None:
+    for i in range(50):
+        instance.tables.create(TableInfo.new(f"t{i}", INT_SCHEMA))
+    orders = []
+    for seed, period in ((1, 1), (2, 2)):  # two periods, so neither plan's messages are duplicates
+        plan_cleanup(
+            instance.tables, instance.queue, period_ms=period * PERIOD, now=NOW, rng=random.Random(seed)
+        )
+        orders.append([m.group_id for m in instance.queue.take(1000)])
+
+    assert sorted(orders[0]) == sorted(orders[1]) == sorted(t.table_id for t in instance.tables.list())
+    assert orders[0] != orders[1]
 
 
 def test_the_worker_snapshots_the_table_of_its_message(instance: Instance) -> None:
