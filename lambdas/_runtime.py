@@ -2,8 +2,9 @@
 
 Every piece is built on first use, so each handler builds, and its role must allow, only what it uses:
 the snapshot and cleanup handlers look up only their own work queue, and only when they plan; only the
-committer's role may look up the dead-letter queue. Names come from ``ResourceNames.from_environment()``; endpoints from the standard AWS
-settings (``AWS_ENDPOINT_URL`` points every client at a local emulator). Tests and the local runner can
+committer's role may look up the dead-letter queue. Names come from
+``ResourceNames.from_environment()``; endpoints from the standard AWS settings (``AWS_ENDPOINT_URL`` points
+every client at a local emulator). Tests and the local runner can
 install their own :class:`Runtime` (e.g. :meth:`Runtime.in_memory`) with :func:`use_runtime`.
 """
 

@@ -90,6 +90,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300.0
 PAUSED_CHECK_SECONDS = 1.0  # how often a paused poller looks whether it was resumed
+UPKEEP_IDLE_POLL_SECONDS = 1.0  # how often the upkeep poller looks at empty work queues
 
 # Settings for the Powertools-based handlers when they run here: no CloudWatch metrics or X-Ray, and only
 # warnings in the log (a local endpoint needs no per-invocation INFO lines). Set only where unset.
@@ -700,7 +701,9 @@ class LocalRuntime:
                     self._upkeep_busy.clear()
                 failures = 0
                 if not delivered:
-                    self._stop.wait(0.2)
+                    # Idle: look again in a second. Polling moto's queues more often takes CPU from the
+                    # committer's poller and the server under load; work waits at most this long.
+                    self._stop.wait(UPKEEP_IDLE_POLL_SECONDS)
             except StateStoreError as e:
                 failures += 1
                 logger.warning("the upkeep poller could not reach its queues (will retry): %s", e)
