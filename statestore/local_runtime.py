@@ -224,6 +224,7 @@ class LocalRuntime:
         self._threads: list[threading.Thread] = []
         self._busy = threading.Event()  # set while the poller holds received messages
         self._upkeep_busy = threading.Event()  # set while the upkeep poller holds work messages
+        self._work_ready = threading.Event()  # set by a plan: the upkeep poller looks at once
         # What each work message's handler returned (or raised), in order: run_snapshots/run_cleanup read it.
         self._upkeep_results: list[tuple[UpkeepKind, str, dict[str, Any] | None, str | None]] = []
         self._crashes_to_simulate = 0
@@ -540,10 +541,8 @@ class LocalRuntime:
         queued table's snapshot as the upkeep poller delivers it. Returns ``planned`` (table ids), ``written``
         (table id: transaction number), ``skipped`` (tables that needed none, by the plan or on a second
         look) and ``errors`` (table id: the failure of its last attempt)."""
-        from lambdas import snapshot
-
         start = len(self._upkeep_results)
-        plan = snapshot.handler({"source": "statestore.local"}, self._context("snapshot"))
+        plan = self._plan(UpkeepKind.SNAPSHOT)
         works = self._wait_for_work(UpkeepKind.SNAPSHOT, start, timeout)
         return {
             "planned": plan["planned"],
@@ -556,10 +555,8 @@ class LocalRuntime:
         """Run the cleanup schedule now and wait for its work (see :meth:`run_snapshots`). Returns the tables
         ``planned``, how many were cleaned up (``tables``), the counts summed over them
         (``log_entries_deleted``, ...) and ``errors`` (table id: the failure of its last attempt)."""
-        from lambdas import cleanup
-
         start = len(self._upkeep_results)
-        plan = cleanup.handler({"source": "statestore.local"}, self._context("cleanup"))
+        plan = self._plan(UpkeepKind.CLEANUP)
         works = self._wait_for_work(UpkeepKind.CLEANUP, start, timeout)
         done = [w for w in works.values() if "error" not in w]
         counts = (
@@ -571,6 +568,18 @@ class LocalRuntime:
             **{name: sum(w.get(name, 0) for w in done) for name in counts},
             "errors": {t: w["error"] for t, w in works.items() if "error" in w},
         }
+
+    def _plan(self, kind: UpkeepKind) -> dict[str, Any]:
+        """Invoke ``kind``'s handler with a scheduled event (it queues the tables' work), then wake the
+        upkeep poller, so the work is delivered at once rather than after its idle wait (work first
+        delivered more than a period after its plan is superseded, and local periods can be short)."""
+        from lambdas import cleanup, snapshot
+
+        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
+        try:
+            return dict(handler({"source": "statestore.local"}, self._context(kind.value)))
+        finally:
+            self._work_ready.set()
 
     def _wait_for_work(self, kind: UpkeepKind, start: int, timeout: float) -> dict[str, dict[str, Any]]:
         """Wait until ``kind``'s work queue is drained; returns each table's last outcome since ``start``
@@ -688,6 +697,7 @@ class LocalRuntime:
         failures = 0
         while not self._stop.is_set():
             try:
+                self._work_ready.clear()
                 delivered = 0
                 for kind, queue in self.work_queues.items():
                     event = queue.receive_event(10, 0)
@@ -703,7 +713,7 @@ class LocalRuntime:
                 if not delivered:
                     # Idle: look again in a second. Polling moto's queues more often takes CPU from the
                     # committer's poller and the server under load; work waits at most this long.
-                    self._stop.wait(UPKEEP_IDLE_POLL_SECONDS)
+                    self._work_ready.wait(UPKEEP_IDLE_POLL_SECONDS)
             except StateStoreError as e:
                 failures += 1
                 logger.warning("the upkeep poller could not reach its queues (will retry): %s", e)
@@ -764,9 +774,10 @@ class LocalRuntime:
     def _run_schedules(self) -> None:
         schedules: list[tuple[str, float, Callable[[], dict[str, Any]]]] = []
         if self.snapshot_interval is not None:
-            schedules.append(("snapshot", self.snapshot_interval, self.run_snapshots))
+            # As EventBridge does: invoke the function to plan; the upkeep poller delivers the work.
+            schedules.append(("snapshot", self.snapshot_interval, lambda: self._plan(UpkeepKind.SNAPSHOT)))
         if self.cleanup_interval is not None:
-            schedules.append(("cleanup", self.cleanup_interval, self.run_cleanup))
+            schedules.append(("cleanup", self.cleanup_interval, lambda: self._plan(UpkeepKind.CLEANUP)))
         now = time.monotonic()
         due = {name: now + interval for name, interval, _ in schedules}
         while True:
