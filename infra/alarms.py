@@ -33,6 +33,7 @@ class Alarms(Construct):
         instance_id: str,
         commit_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        upkeep_dead_letter_queue: sqs.IQueue,
         functions: dict[str, StatestoreFunction],
         tables: Sequence[dynamodb.Table],
         oldest_message_seconds: int,
@@ -87,6 +88,17 @@ class Alarms(Construct):
             1,
         )
         alarm(
+            "UpkeepDeadLettersNotEmpty",
+            "upkeep-dlq-not-empty",
+            "A table's snapshot or cleanup failed every retry and its work waits in the upkeep DLQ: the "
+            "message names the table; see the function's logs, fix, then delete the message (the next "
+            "scheduled plan queues the table again).",
+            upkeep_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=minute, statistic="Maximum"
+            ),
+            1,
+        )
+        alarm(
             "CommitterErrors",
             "committer-errors",
             "The committer Lambda failed whole invocations (not single rejected requests): see its logs.",
@@ -105,7 +117,7 @@ class Alarms(Construct):
             alarm(
                 f"{name.title()}Errors",
                 f"{name}-errors",
-                f"The scheduled {name} Lambda failed: see its logs.",
+                f"The {name} Lambda failed a plan or a table's work (retried from its queue): see its logs.",
                 functions[name].function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                 1,
             )

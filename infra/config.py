@@ -3,8 +3,10 @@
 - ``instance_id`` (``main``): names everything (``statestore-<id>-...``) and the stack.
 - ``lambda_asset`` (``build/lambda/asset``): the folder ``make lambda-asset`` builds.
 - ``snapshot_rate_minutes`` (15), ``cleanup_rate_minutes`` (60): how often the scheduled Lambdas run.
-- ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (2048), ``cleanup_memory_mb`` (1024): Lambda
-  memory; CPU scales with it.
+- ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (1536), ``cleanup_memory_mb`` (1536): Lambda
+  memory; CPU scales with it. A snapshot or cleanup invocation loads one table, so its memory bounds the
+  largest table: the defaults hold a table of 1,000,000 file references at the measured ~1.1 KB per
+  reference (``statestore/sizing.py``; the README lists what each size holds).
 - ``committer_max_concurrency`` (10): the most committer invocations the commit queue's event source runs
   at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
   being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per
@@ -12,10 +14,10 @@
 - ``committer_reserved_concurrency`` (unset): reserve concurrency for the committer, so other functions of
   the account cannot take it all; at least ``committer_max_concurrency`` when set. Unset by default: a new
   account's concurrency quota can be too small to reserve any.
-- ``exclusive_scheduled_runs`` (true): reserve a concurrency of 1 for the snapshot and cleanup functions so
-  two runs of one never overlap. Reserving needs an account concurrency quota above 100 (new accounts may
-  have 10: ask for an increase, or set false and accept that a run longer than its period overlaps the
-  next, which is safe but duplicates work).
+- ``upkeep_max_concurrency`` (10): the most snapshot (and, apart, cleanup) invocations working on tables at
+  once (2 to 1000), the work queues' event source cap; at it, tables' work waits in the queue. One table is
+  never worked on by two at once (its FIFO message group). Replaces ``exclusive_scheduled_runs``, which is
+  refused: no concurrency is reserved any more.
 - ``dlq_max_receive_count`` (5): receives before a commit request moves to the dead-letter queue.
 - ``log_retention_days`` (30): retention of the Lambdas' log groups (a value CloudWatch accepts).
 - ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
@@ -66,6 +68,7 @@ from statestore.cleanup import (
     MAX_DELAY_MS,
 )
 from statestore.resources import ResourceNames
+from statestore.sizing import DEFAULT_WORKER_MEMORY_MB
 
 
 class ContextSource(Protocol):
@@ -108,11 +111,11 @@ class InstanceConfig:
     snapshot_rate_minutes: int = 15
     cleanup_rate_minutes: int = 60
     committer_memory_mb: int = 1024
-    snapshot_memory_mb: int = 2048
-    cleanup_memory_mb: int = 1024
+    snapshot_memory_mb: int = DEFAULT_WORKER_MEMORY_MB
+    cleanup_memory_mb: int = DEFAULT_WORKER_MEMORY_MB
     committer_max_concurrency: int = 10
     committer_reserved_concurrency: int | None = None
-    exclusive_scheduled_runs: bool = True
+    upkeep_max_concurrency: int = 10
     dlq_max_receive_count: int = 5
     log_retention_days: int = 30
     deletion_protection: bool = True
@@ -138,6 +141,7 @@ class InstanceConfig:
         for key in ("committer_memory_mb", "snapshot_memory_mb", "cleanup_memory_mb"):
             _check_range(key, getattr(self, key), 128, 10240)
         _check_range("committer_max_concurrency", self.committer_max_concurrency, 2, 1000)
+        _check_range("upkeep_max_concurrency", self.upkeep_max_concurrency, 2, 1000)
         if self.committer_reserved_concurrency is not None:
             _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 10000)
             if self.committer_reserved_concurrency < self.committer_max_concurrency:
@@ -188,6 +192,12 @@ class InstanceConfig:
     @classmethod
     def from_context(cls, context: ContextSource) -> InstanceConfig:
         """Read every key of the table above from CDK context, defaults for those not given."""
+        if context.try_get_context(_REMOVED_KEY) is not None:
+            raise ValueError(
+                f"context key {_REMOVED_KEY} is no longer used: snapshot and cleanup now work one table per "
+                "invocation from a FIFO queue, which keeps two runs off one table without reserving "
+                "concurrency; remove it (cap parallel tables with upkeep_max_concurrency)"
+            )
         defaults = cls()
         values: dict[str, Any] = {}
         for key in cls.__dataclass_fields__:
@@ -210,6 +220,7 @@ class InstanceConfig:
         return cls(**values)
 
 
+_REMOVED_KEY = "exclusive_scheduled_runs"
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 

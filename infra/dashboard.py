@@ -13,6 +13,7 @@ from constructs import Construct
 
 from infra.functions import StatestoreFunction
 from infra.observability import FIVE_MINUTES, function_metric, per_table_metric
+from infra.scheduled import UpkeepQueues
 
 WIDTH = 8  # three graphs a row (the dashboard is 24 units wide)
 HEIGHT = 6
@@ -23,8 +24,9 @@ COMMITTER_COUNTS = (
     "RequestsDeadLettered",
     "RequestsRetry",
 )
-SNAPSHOT_COUNTS = ("SnapshotsWritten", "SnapshotTablesSkipped")
+SNAPSHOT_COUNTS = ("SnapshotTablesPlanned", "SnapshotsWritten", "SnapshotTablesSkipped")
 CLEANUP_COUNTS = (
+    "CleanupTablesPlanned",
     "LogEntriesDeleted",
     "SnapshotsDeleted",
     "DataFilesDeleted",
@@ -74,6 +76,7 @@ class Dashboard(Construct):
         timeouts: dict[str, Duration],
         commit_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        upkeep: UpkeepQueues,
         tables: Sequence[dynamodb.Table],
         alarms: Sequence[cloudwatch.IAlarm],
     ) -> None:
@@ -124,11 +127,10 @@ class Dashboard(Construct):
                 right_y_axis=cloudwatch.YAxisProps(label="seconds", show_units=False),
             ),
             _graph(
-                "Dead-letter queue depth",
+                "Dead-letter queue depth (commit requests; upkeep work)",
                 [
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        period=minute, statistic="Maximum"
-                    )
+                    queue.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum")
+                    for queue in (dead_letter_queue, upkeep.dead_letter_queue)
                 ],
             ),
             _graph("DynamoDB throttle events", self._throttles(tables)),
@@ -137,6 +139,18 @@ class Dashboard(Construct):
         self.dashboard.add_widgets(
             _graph("State: file references per table", [per_table_metric(committer, "StateReferences")]),
             _graph("State: partitions per table", [per_table_metric(committer, "StatePartitions")]),
+            _graph(
+                "Upkeep work queues: tables waiting and oldest wait",
+                [
+                    queue.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum")
+                    for queue in (upkeep.snapshot_queue, upkeep.cleanup_queue)
+                ],
+                right=[
+                    queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum")
+                    for queue in (upkeep.snapshot_queue, upkeep.cleanup_queue)
+                ],
+                right_y_axis=cloudwatch.YAxisProps(label="seconds", show_units=False),
+            ),
             _graph(
                 "Snapshot and cleanup work",
                 [function_metric(snapshot, n) for n in SNAPSHOT_COUNTS]

@@ -1,4 +1,6 @@
-"""A Lambda run on an EventBridge schedule: snapshot creation and cleanup."""
+"""Scheduled upkeep fanned out per table: an EventBridge schedule invokes the function to *plan* (one message
+per table that needs work, on its FIFO work queue), and the queue's event source invokes the same function
+with one message at a time to *work* on that table (``statestore/upkeep.py``)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,93 @@ from pathlib import Path
 from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.functions import StatestoreFunction
+from infra.nag import acknowledge
 from statestore.resources import ResourceNames
 
 # Lambda keeps an asynchronous event it could not run (throttled) for at most this long.
 _MAX_EVENT_AGE = Duration.hours(6)
+# A table's work is retried this often before its message moves to the dead-letter queue.
+WORK_MAX_RECEIVE_COUNT = 3
+WORK_RETENTION = Duration.days(1)
+UPKEEP_DEAD_LETTER_RETENTION = Duration.days(14)
+
+
+def work_visibility_timeout(function_timeout: Duration) -> Duration:
+    """AWS recommends at least six times the consuming function's timeout, so a message is not handed out
+    again while a throttled or retried invocation still holds it."""
+    return Duration.seconds(6 * function_timeout.to_seconds())
+
+
+class UpkeepQueues(Construct):
+    """The snapshot and cleanup work queues (FIFO, ``MessageGroupId = table_id``) and their shared FIFO
+    dead-letter queue, where a table's work goes after failing :data:`WORK_MAX_RECEIVE_COUNT` times."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ResourceNames,
+        snapshot_timeout: Duration,
+        cleanup_timeout: Duration,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetters",
+            queue_name=names.upkeep_dead_letter_queue,
+            fifo=True,
+            content_based_deduplication=False,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=UPKEEP_DEAD_LETTER_RETENTION,
+        )
+        acknowledge(
+            self.dead_letter_queue,
+            "This is the dead-letter queue of the snapshot and cleanup work queues.",
+            "AwsSolutions-SQS3",
+        )
+        dead_letters = sqs.DeadLetterQueue(
+            queue=self.dead_letter_queue, max_receive_count=WORK_MAX_RECEIVE_COUNT
+        )
+
+        def work_queue(construct_id: str, kind: str, timeout: Duration) -> sqs.Queue:
+            return sqs.Queue(
+                self,
+                construct_id,
+                queue_name=names.upkeep_queue(kind),
+                fifo=True,
+                # The plan's deduplication id names the table and the schedule's period.
+                content_based_deduplication=False,
+                deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+                fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                visibility_timeout=work_visibility_timeout(timeout),
+                retention_period=WORK_RETENTION,
+                dead_letter_queue=dead_letters,
+            )
+
+        self.snapshot_queue = work_queue("SnapshotWork", "snapshot", snapshot_timeout)
+        self.cleanup_queue = work_queue("CleanupWork", "cleanup", cleanup_timeout)
 
 
 class ScheduledFunction(Construct):
-    """``handler`` invoked every ``rate_minutes`` minutes with EventBridge's scheduled event.
+    """``handler`` invoked every ``rate_minutes`` minutes with EventBridge's scheduled event (it plans,
+    filling ``work_queue``), and by ``work_queue``'s event source with one message at a time (it works on
+    that table).
 
-    ``exclusive`` reserves a concurrency of 1, so two runs never overlap: a run due while the last one still
-    works is throttled, and Lambda keeps the event no longer than one period (then the next run is due
-    anyway). Without it, runs longer than the period overlap; that is safe (a snapshot losing a race deletes
-    its objects, the log's conditional put orders cleanups' commits) but duplicates work.
+    Two runs never work on one table at once: the work queue is FIFO with one message group per table, and
+    SQS hands out a group's next message only after the last one is done. Different tables run in parallel,
+    up to ``max_concurrency`` invocations (the event source's cap: at it, messages wait in the queue). The
+    plan learns the period from ``period_variable``: a message that waited longer than that behind its
+    table's is superseded by the next plan's and dropped unloaded. A failed or throttled *plan* is not
+    retried: the next scheduled run plans again.
     """
 
     def __init__(
@@ -33,12 +106,14 @@ class ScheduledFunction(Construct):
         handler: str,
         description: str,
         rate_minutes: int,
+        period_variable: str,
         timeout: Duration,
         asset_dir: Path,
         names: ResourceNames,
         memory_mb: int,
         log_retention_days: int,
-        exclusive: bool,
+        work_queue: sqs.IQueue,
+        max_concurrency: int,
     ) -> None:
         super().__init__(scope, construct_id)
         self.lambda_ = StatestoreFunction(
@@ -51,10 +126,9 @@ class ScheduledFunction(Construct):
             memory_mb=memory_mb,
             timeout=timeout,
             log_retention_days=log_retention_days,
-            reserved_concurrency=1 if exclusive else None,
         )
         self.function = self.lambda_.function
-        # A failed or throttled run is not retried: the next scheduled run does the same work.
+        self.function.add_environment(period_variable, str(rate_minutes))
         period = Duration.minutes(rate_minutes)
         self.function.configure_async_invoke(
             retry_attempts=0,
@@ -63,8 +137,14 @@ class ScheduledFunction(Construct):
         self.schedule = events.Rule(
             self,
             "Schedule",
-            description=f"statestore {names.instance_id}: {description}",
-            schedule=events.Schedule.rate(Duration.minutes(rate_minutes)),
-            # A missed run is made up by the next one; retrying would only pile runs on top of each other.
+            description=f"statestore {names.instance_id}: plan: {description}",
+            schedule=events.Schedule.rate(period),
+            # A missed plan is made up by the next one; retrying would only queue the same work again.
             targets=[targets.LambdaFunction(self.function, retry_attempts=0)],
         )
+        # One table per invocation: each gets the whole timeout and memory, and a failure (which fails the
+        # invocation, for the errors alarm) sends only its own message back to the queue.
+        self.event_source = event_sources.SqsEventSource(
+            work_queue, batch_size=1, max_concurrency=max_concurrency
+        )
+        self.function.add_event_source(self.event_source)

@@ -21,10 +21,11 @@ from infra.config import InstanceConfig
 from infra.dashboard import Dashboard
 from infra.data_bucket import DataBucket, check_bucket_name_length
 from infra.grants import ManagedPolicies, StateStoreGrants
-from infra.scheduled import ScheduledFunction
+from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
 from statestore import layout
+from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
 SNAPSHOT_TIMEOUT = Duration.minutes(5)
 CLEANUP_TIMEOUT = Duration.minutes(10)
@@ -70,26 +71,33 @@ class StatestoreStack(Stack):
             reserved_concurrency=config.committer_reserved_concurrency,
             **function_settings,
         )
+        self.upkeep = UpkeepQueues(
+            self, "Upkeep", names=names, snapshot_timeout=SNAPSHOT_TIMEOUT, cleanup_timeout=CLEANUP_TIMEOUT
+        )
         self.snapshot = ScheduledFunction(
             self,
             "Snapshot",
             handler="lambdas.snapshot.handler",
-            description="writes a Parquet snapshot of every table whose log has moved",
+            description="writes a Parquet snapshot of each table whose log has moved, one table per message",
             rate_minutes=config.snapshot_rate_minutes,
+            period_variable=UPKEEP_PERIOD_ENV[UpkeepKind.SNAPSHOT],
             timeout=SNAPSHOT_TIMEOUT,
             memory_mb=config.snapshot_memory_mb,
-            exclusive=config.exclusive_scheduled_runs,
+            work_queue=self.upkeep.snapshot_queue,
+            max_concurrency=config.upkeep_max_concurrency,
             **function_settings,
         )
         self.cleanup = ScheduledFunction(
             self,
             "Cleanup",
             handler="lambdas.cleanup.handler",
-            description="deletes old log entries and snapshots, garbage-collects unreferenced data files",
+            description="deletes old log entries and snapshots and garbage data files, one table per message",
             rate_minutes=config.cleanup_rate_minutes,
+            period_variable=UPKEEP_PERIOD_ENV[UpkeepKind.CLEANUP],
             timeout=CLEANUP_TIMEOUT,
             memory_mb=config.cleanup_memory_mb,
-            exclusive=config.exclusive_scheduled_runs,
+            work_queue=self.upkeep.cleanup_queue,
+            max_concurrency=config.upkeep_max_concurrency,
             **function_settings,
         )
         self.functions = {
@@ -128,6 +136,7 @@ class StatestoreStack(Stack):
             instance_id=config.instance_id,
             commit_queue=self.commits.queue,
             dead_letter_queue=self.commits.dead_letter_queue,
+            upkeep_dead_letter_queue=self.upkeep.dead_letter_queue,
             functions=self.functions,
             tables=self.state.all_tables,
             oldest_message_seconds=config.oldest_message_alarm_seconds,
@@ -148,6 +157,7 @@ class StatestoreStack(Stack):
             },
             commit_queue=self.commits.queue,
             dead_letter_queue=self.commits.dead_letter_queue,
+            upkeep=self.upkeep,
             tables=self.state.all_tables,
             alarms=self.alarms.alarms,
         )
@@ -172,19 +182,23 @@ class StatestoreStack(Stack):
         data.grant_delete(committer, objects.LOG_BODY_OBJECTS)
         commits.dead_letter_queue.grant_send_messages(committer)
 
-        # Snapshot: loads each table and records a snapshot; it never writes the log. It deletes only the
-        # objects of a snapshot whose recording lost a race (SnapshotStore.write).
+        # Snapshot: plans (lists the tables, reads each one's log head and latest snapshot record, queues
+        # work), then loads one table per message and records a snapshot; it never writes the log. It deletes
+        # only the objects of a snapshot whose recording lost a race (SnapshotStore.write). Consuming its
+        # work queue is granted by its event source.
         snapshot = self.snapshot.function
         self.grants.grant_read_state(snapshot)
+        self.upkeep.snapshot_queue.grant_send_messages(snapshot)
         state.snapshots.grant(snapshot, *PUT)
         data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
         data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
 
         # Cleanup: deletes old log entries with their bodies and old snapshots (records and objects),
         # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles
-        # straight to the log (not through the queue).
+        # straight to the log (not through the queue). Its plan lists the tables and queues work.
         cleanup = self.cleanup.function
         self.grants.grant_read_state(cleanup)
+        self.upkeep.cleanup_queue.grant_send_messages(cleanup)
         state.transaction_log.grant(cleanup, *PUT, *BATCH_WRITE)
         state.snapshots.grant(cleanup, *DELETE, *BATCH_WRITE)
         data.grant_put(cleanup, objects.LOG_BODY_OBJECTS)
@@ -209,6 +223,10 @@ class StatestoreStack(Stack):
             "DataBucket": (self.data.bucket.bucket_name, "data files, snapshots, large bodies"),
             "CommitQueueUrl": (self.commits.queue.queue_url, "send commit requests here"),
             "DeadLetterQueueUrl": (self.commits.dead_letter_queue.queue_url, "failed commit requests"),
+            "UpkeepDeadLetterQueueUrl": (
+                self.upkeep.dead_letter_queue.queue_url,
+                "snapshot and cleanup work of tables that failed repeatedly",
+            ),
             "AlarmTopicArn": (self.alarms.topic.topic_arn, "subscribe to be told of alarms"),
             "DashboardName": (self.dashboard.dashboard.dashboard_name, "the instance's CloudWatch dashboard"),
             "RequestBodyTag": (

@@ -1,17 +1,20 @@
 """What a Lambda container's handlers share, built once per container: clients, adapters, warm committer.
 
 Every piece is built on first use, so each handler builds, and its role must allow, only what it uses:
-the snapshot and cleanup handlers never create an SQS client or look up the dead-letter queue (only the
-committer's role may). Names come from ``ResourceNames.from_environment()``; endpoints from the standard AWS
-settings (``AWS_ENDPOINT_URL`` points every client at a local emulator). Tests and the local runner can
+the snapshot and cleanup handlers look up only their own work queue, and only when they plan; only the
+committer's role may look up the dead-letter queue. Names come from
+``ResourceNames.from_environment()``; endpoints from the standard AWS settings (``AWS_ENDPOINT_URL`` points
+every client at a local emulator). Tests and the local runner can
 install their own :class:`Runtime` (e.g. :meth:`Runtime.in_memory`) with :func:`use_runtime`.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
@@ -29,6 +32,12 @@ from statestore.memory import (
 from statestore.ports import BlobStore, CommitQueue, CommitStatusStore, TransactionLogStore
 from statestore.resources import ResourceNames
 from statestore.snapshots import SnapshotStore
+from statestore.upkeep import (
+    DEFAULT_UPKEEP_PERIOD_MINUTES,
+    UPKEEP_PERIOD_ENV,
+    UpkeepKind,
+    period_ms_from_minutes,
+)
 
 
 class Runtime:
@@ -43,6 +52,7 @@ class Runtime:
         blobs: BlobStore | None = None,
         statuses: CommitStatusStore | None = None,
         dead_letters: CommitQueue | None = None,
+        upkeep_queues: Mapping[UpkeepKind, CommitQueue] | None = None,
         *,
         names: ResourceNames | None = None,
         endpoint_url: str | None = None,
@@ -59,6 +69,7 @@ class Runtime:
         }
         # A value in the instance's __dict__ takes the place of the cached_property of that name.
         self.__dict__.update({name: piece for name, piece in given.items() if piece is not None})
+        self._upkeep_queues: dict[UpkeepKind, CommitQueue] = dict(upkeep_queues or {})
         # Kept warm between invocations of the same container.
         self.snapshot_stores: dict[str, TransactionLogStateStore] = {}
         self._committer: Committer | None = None
@@ -79,6 +90,7 @@ class Runtime:
             blobs=blobs,
             statuses=InMemoryCommitStatusStore(),
             dead_letters=InMemoryCommitQueue(),
+            upkeep_queues={kind: InMemoryCommitQueue() for kind in UpkeepKind},
         )
 
     @cached_property
@@ -111,6 +123,14 @@ class Runtime:
         """The dead-letter queue: looking it up calls SQS GetQueueUrl, which only the committer may."""
         sqs = make_client("sqs", endpoint_url=self.endpoint_url)
         return self._backend.queue(sqs, self._names().dead_letter_queue)
+
+    def upkeep_queue(self, kind: UpkeepKind) -> CommitQueue:
+        """The work queue the ``kind`` plan fills (SQS GetQueueUrl on first use: only that function's role
+        may)."""
+        if kind not in self._upkeep_queues:
+            sqs = make_client("sqs", endpoint_url=self.endpoint_url)
+            self._upkeep_queues[kind] = self._backend.queue(sqs, self._names().upkeep_queue(kind.value))
+        return self._upkeep_queues[kind]
 
     def _names(self) -> ResourceNames:
         if self.names is None:
@@ -152,6 +172,23 @@ def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def upkeep_period_ms(kind: UpkeepKind, environ: Mapping[str, str] | None = None) -> int:
+    """The period of ``kind``'s schedule from ``STATESTORE_<KIND>_PERIOD_MINUTES`` (defaults 15 and 60)."""
+    env = os.environ if environ is None else environ
+    variable = UPKEEP_PERIOD_ENV[kind]
+    raw = env.get(variable)
+    try:
+        return period_ms_from_minutes(float(raw) if raw else DEFAULT_UPKEEP_PERIOD_MINUTES[kind])
+    except ValueError:
+        raise ValueError(f"{variable}={raw!r} must be a positive number of minutes") from None
+
+
 def cleanup_policy(environ: Mapping[str, str] | None = None) -> CleanupPolicy:
     """The cleanup policy from the environment (see :func:`statestore.cleanup.policy_from_environment`)."""
     return policy_from_environment(os.environ if environ is None else environ)
+
+
+def first_received_at(record: Mapping[str, Any]) -> int:
+    """When SQS first delivered an event's record (epoch ms): how long its work waited behind its table's."""
+    raw = record.get("attributes", {}).get("ApproximateFirstReceiveTimestamp")
+    return int(raw) if raw else time.time_ns() // 1_000_000

@@ -1,4 +1,6 @@
-"""The cleanup Lambda (scheduled): old log entries and snapshots, and garbage data files, of every table."""
+"""The cleanup Lambda, in two modes: on its schedule it *plans* (queues a cleanup of every table, one
+message per table); fed by its work queue it cleans up the one table of each message (old log entries and
+snapshots, garbage and orphan data files, expired claims). See :mod:`statestore.upkeep`."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lambdas._runtime import cleanup_policy, runtime
-from statestore.cleanup import cleanup_tables
+from lambdas._runtime import Runtime, cleanup_policy, first_received_at, runtime, upkeep_period_ms
+from statestore.upkeep import UpkeepKind, UpkeepWork, plan_cleanup, run_cleanup_work
 
 logger = Logger()
 tracer = Tracer()
@@ -18,15 +20,34 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "stat
 
 
 class TablesFailedError(Exception):
-    """Some tables could not be cleaned up (the others were); fails the invocation so an alarm sees it."""
+    """A table could not be cleaned up; fails the invocation so an alarm sees it and its message is
+    retried (then dead-lettered)."""
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime()
-    outcomes = cleanup_tables(rt.tables, rt.log, rt.snapshots, rt.blobs, policy=cleanup_policy())
+def plan(rt: Runtime) -> dict[str, Any]:
+    made = plan_cleanup(
+        rt.tables, rt.upkeep_queue(UpkeepKind.CLEANUP), period_ms=upkeep_period_ms(UpkeepKind.CLEANUP)
+    )
+    metrics.add_metric(name="CleanupTablesPlanned", unit=MetricUnit.Count, value=len(made.planned))
+    summary = {"planned": list(made.planned)}
+    logger.info("cleanup plan", extra=summary)
+    return summary
+
+
+def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
+    policy = cleanup_policy()
+    outcomes = [
+        run_cleanup_work(
+            UpkeepWork.from_body(record["body"]),
+            rt.tables,
+            rt.log,
+            rt.snapshots,
+            rt.blobs,
+            first_received_at=first_received_at(record),
+            policy=policy,
+        )
+        for record in records
+    ]
     reports = [o.report for o in outcomes if o.report is not None]
     errors = {o.table_id: o.error for o in outcomes if o.error is not None}
     totals = {
@@ -50,8 +71,17 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             logger.warning(
                 "released expired claims: their compaction jobs are presumed dead", extra=asdict(report)
             )
-    summary = {"tables": len(outcomes), **totals, "errors": errors}
-    logger.info("cleanup", extra=summary)
+    skipped = {o.table_id: o.skipped for o in outcomes if o.skipped is not None}
+    summary = {"tables": len(reports), **totals, "skipped": len(skipped), "errors": errors}
+    logger.info("cleanup", extra={**summary, "skipped_because": skipped})
     if errors:
         raise TablesFailedError(f"could not clean up {len(errors)} table(s): {errors}")
     return summary
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    rt = runtime()
+    return work(rt, event["Records"]) if "Records" in event else plan(rt)

@@ -1,4 +1,6 @@
-"""The snapshot Lambda (scheduled): snapshot every table whose log moved since its latest snapshot."""
+"""The snapshot Lambda, in two modes: on its schedule it *plans* (queues a snapshot of every table whose log
+moved, one message per table, checked without loading any); fed by its work queue it snapshots the one table
+of each message (the event source hands it one at a time). See :mod:`statestore.upkeep`."""
 
 from __future__ import annotations
 
@@ -8,8 +10,14 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lambdas._runtime import runtime, snapshot_min_transactions
-from statestore.cleanup import snapshot_tables
+from lambdas._runtime import (
+    Runtime,
+    first_received_at,
+    runtime,
+    snapshot_min_transactions,
+    upkeep_period_ms,
+)
+from statestore.upkeep import UpkeepKind, UpkeepWork, plan_snapshots, run_snapshot_work
 
 logger = Logger()
 tracer = Tracer()
@@ -17,7 +25,51 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "stat
 
 
 class TablesFailedError(Exception):
-    """Some tables could not be snapshotted (the others were); fails the invocation so an alarm sees it."""
+    """A table could not be checked or snapshotted; fails the invocation so an alarm sees it (and, for work
+    from the queue, so its message is retried, then dead-lettered)."""
+
+
+def plan(rt: Runtime) -> dict[str, Any]:
+    made = plan_snapshots(
+        rt.tables,
+        rt.log,
+        rt.snapshots,
+        rt.upkeep_queue(UpkeepKind.SNAPSHOT),
+        period_ms=upkeep_period_ms(UpkeepKind.SNAPSHOT),
+        min_transactions=snapshot_min_transactions(),
+    )
+    metrics.add_metric(name="SnapshotTablesPlanned", unit=MetricUnit.Count, value=len(made.planned))
+    metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=len(made.skipped))
+    summary = {"planned": list(made.planned), "skipped": len(made.skipped), "errors": made.errors}
+    logger.info("snapshot plan", extra=summary)
+    if made.errors:
+        raise TablesFailedError(f"could not check {len(made.errors)} table(s): {made.errors}")
+    return summary
+
+
+def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
+    outcomes = [
+        run_snapshot_work(
+            UpkeepWork.from_body(record["body"]),
+            rt.tables,
+            rt.log,
+            rt.snapshots,
+            first_received_at=first_received_at(record),
+            min_transactions=snapshot_min_transactions(),
+            stores=rt.snapshot_stores,
+        )
+        for record in records
+    ]
+    written = {o.table_id: o.snapshot.transaction_number for o in outcomes if o.snapshot is not None}
+    errors = {o.table_id: o.error for o in outcomes if o.error is not None}
+    skipped = {o.table_id: o.skipped for o in outcomes if o.skipped is not None}
+    metrics.add_metric(name="SnapshotsWritten", unit=MetricUnit.Count, value=len(written))
+    metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=len(skipped))
+    summary = {"written": written, "skipped": len(skipped), "errors": errors}
+    logger.info("snapshots", extra={**summary, "skipped_because": skipped})
+    if errors:
+        raise TablesFailedError(f"could not snapshot {len(errors)} table(s): {errors}")
+    return summary
 
 
 @logger.inject_lambda_context
@@ -25,20 +77,4 @@ class TablesFailedError(Exception):
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime()
-    outcomes = snapshot_tables(
-        rt.tables,
-        rt.log,
-        rt.snapshots,
-        min_transactions=snapshot_min_transactions(),
-        stores=rt.snapshot_stores,
-    )
-    written = {o.table_id: o.snapshot.transaction_number for o in outcomes if o.snapshot is not None}
-    errors = {o.table_id: o.error for o in outcomes if o.error is not None}
-    skipped = sum(1 for o in outcomes if o.skipped)
-    metrics.add_metric(name="SnapshotsWritten", unit=MetricUnit.Count, value=len(written))
-    metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=skipped)
-    summary = {"written": written, "skipped": skipped, "errors": errors}
-    logger.info("snapshots", extra=summary)
-    if errors:
-        raise TablesFailedError(f"could not snapshot {len(errors)} table(s): {errors}")
-    return summary
+    return work(rt, event["Records"]) if "Records" in event else plan(rt)

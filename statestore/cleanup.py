@@ -348,42 +348,59 @@ def snapshot_tables(
     clock: Callable[[], int] = now_millis,
     stores: MutableMapping[str, TransactionLogStateStore] | None = None,
 ) -> list[SnapshotOutcome]:
-    """Snapshot every table whose log moved at least ``min_transactions`` since its latest snapshot.
+    """Snapshot every table whose log moved at least ``min_transactions`` since its latest snapshot, one
+    after another (see :func:`snapshot_table`). A failing table is reported and the others go on."""
+    stores = {} if stores is None else stores
+    return [
+        snapshot_table(table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores)
+        for table in tables.list()
+    ]
 
-    A table that has not moved is skipped without loading it (one read of the log head and one of the
-    latest snapshot record). ``stores`` keeps tables' states warm between calls (a Lambda container's).
-    A failing table is reported and the others go on.
+
+def transactions_since_snapshot(table_id: str, log: TransactionLogStore, snapshots: SnapshotStore) -> int:
+    """How far the table's log moved since its latest snapshot: one read of the log head and one of the
+    latest snapshot record, without loading the table."""
+    latest = snapshots.metadata.latest(table_id)
+    return log.latest_number(table_id) - (latest.transaction_number if latest else 0)
+
+
+def snapshot_table(
+    table: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    *,
+    min_transactions: int = 1,
+    clock: Callable[[], int] = now_millis,
+    stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+) -> SnapshotOutcome:
+    """Snapshot ``table`` if its log moved at least ``min_transactions`` since its latest snapshot.
+
+    A table that has not moved is skipped without loading it (:func:`transactions_since_snapshot`).
+    ``stores`` keeps tables' states warm between calls (a Lambda container's). A failure of the store is
+    reported in the outcome, not raised.
     """
     stores = {} if stores is None else stores
-    outcomes = []
-    for table in tables.list():
-        table_id = table.table_id
+    table_id = table.table_id
+    try:
+        since = transactions_since_snapshot(table_id, log, snapshots)
+        if since < min_transactions:
+            return SnapshotOutcome(table_id, skipped=f"{since} transaction(s) since the last snapshot")
+        store = stores.get(table_id)
+        if store is None or store.schema != table.schema:
+            store = stores[table_id] = TransactionLogStateStore(
+                table_id, table.schema, log, snapshots, clock=clock
+            )
+        state = store.state()
         try:
-            latest = snapshots.metadata.latest(table_id)
-            since = log.latest_number(table_id) - (latest.transaction_number if latest else 0)
-            if since < min_transactions:
-                outcomes.append(
-                    SnapshotOutcome(table_id, skipped=f"{since} transaction(s) since the last snapshot")
-                )
-                continue
-            store = stores.get(table_id)
-            if store is None or store.schema != table.schema:
-                store = stores[table_id] = TransactionLogStateStore(
-                    table_id, table.schema, log, snapshots, clock=clock
-                )
-            state = store.state()
-            try:
-                written = snapshots.write(table_id, state, clock())
-            except StaleSnapshotError as e:
-                outcomes.append(SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}"))
-                continue
-            save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
-            outcomes.append(SnapshotOutcome(table_id, snapshot=written))
-        except StateStoreError as e:
-            logger.exception("could not snapshot table %r", table_id)
-            stores.pop(table_id, None)
-            outcomes.append(SnapshotOutcome(table_id, error=str(e)))
-    return outcomes
+            written = snapshots.write(table_id, state, clock())
+        except StaleSnapshotError as e:
+            return SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}")
+        save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
+        return SnapshotOutcome(table_id, snapshot=written)
+    except StateStoreError as e:
+        logger.exception("could not snapshot table %r", table_id)
+        stores.pop(table_id, None)
+        return SnapshotOutcome(table_id, error=str(e))
 
 
 @dataclass(frozen=True)
@@ -391,6 +408,7 @@ class CleanupOutcome:
     table_id: str
     report: CleanupReport | None = None
     error: str | None = None
+    skipped: str | None = None  # why the table was not cleaned up (its work was superseded, it was deleted)
 
 
 def cleanup_tables(
@@ -402,15 +420,25 @@ def cleanup_tables(
     policy: CleanupPolicy | None = None,
     clock: Callable[[], int] = now_millis,
 ) -> list[CleanupOutcome]:
-    """Clean up every table (see :func:`cleanup_table`); a failing table is reported and the others go on."""
-    outcomes = []
-    for table in tables.list():
-        store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
-        try:
-            report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
-        except StateStoreError as e:
-            logger.exception("could not clean up table %r", table.table_id)
-            outcomes.append(CleanupOutcome(table.table_id, error=str(e)))
-            continue
-        outcomes.append(CleanupOutcome(table.table_id, report=report))
-    return outcomes
+    """Clean up every table, one after another (see :func:`cleanup_one`); a failing table is reported and the
+    others go on."""
+    return [cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock) for table in tables.list()]
+
+
+def cleanup_one(
+    table: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+) -> CleanupOutcome:
+    """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised."""
+    store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
+    try:
+        report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
+    except StateStoreError as e:
+        logger.exception("could not clean up table %r", table.table_id)
+        return CleanupOutcome(table.table_id, error=str(e))
+    return CleanupOutcome(table.table_id, report=report)

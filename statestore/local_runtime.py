@@ -19,7 +19,12 @@ handlers AWS would:
   receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
   process: see :mod:`statestore.aws.committer_switch`);
 - a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
-  seconds, as the EventBridge schedules do.
+  seconds with a scheduled event, as the EventBridge schedules do: each *plans*, queueing one message per
+  table on its FIFO work queue;
+- an **upkeep poller** thread plays the work queues' event source mappings: it hands each message, alone, to
+  the same handler as an SQS event, deletes it when the handler returns, and lets it be received again
+  after ``retry_delay`` when the handler raises (the queues' redrive policy moves it to the upkeep
+  dead-letter queue after ``max_receive_count`` receives).
 
 Use it from Python as a context manager::
 
@@ -61,7 +66,12 @@ from typing import Any
 
 from statestore.aws.clients import DEFAULT_REGION, AwsCaller, make_client
 from statestore.aws.committer_switch import LocalCommitterSwitch, is_paused_locally
-from statestore.aws.sqs_queue import MAX_RECEIVE_COUNT, SqsCommitQueue, provision_queues
+from statestore.aws.sqs_queue import (
+    MAX_RECEIVE_COUNT,
+    SqsCommitQueue,
+    provision_queues,
+    provision_upkeep_queues,
+)
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
@@ -69,6 +79,7 @@ from statestore.dynamodb_local import DynamoDBLocal
 from statestore.errors import EndpointUnavailableError, StateStoreError
 from statestore.moto_server import MotoServer, restore_s3
 from statestore.resources import ResourceNames
+from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
 __all__ = ["EndpointUnavailableError", "LocalRuntime", "connect_commit_sender"]
 
@@ -79,6 +90,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300.0
 PAUSED_CHECK_SECONDS = 1.0  # how often a paused poller looks whether it was resumed
+UPKEEP_IDLE_POLL_SECONDS = 1.0  # how often the upkeep poller looks at empty work queues
 
 # Settings for the Powertools-based handlers when they run here: no CloudWatch metrics or X-Ray, and only
 # warnings in the log (a local endpoint needs no per-invocation INFO lines). Set only where unset.
@@ -109,9 +121,11 @@ class PollerStats:
     duplicates: int = 0
     dead_lettered: int = 0
     handler_errors: int = 0  # invocations that raised
-    snapshot_runs: int = 0
+    snapshot_runs: int = 0  # plans (scheduled, or run_snapshots)
     cleanup_runs: int = 0
-    schedule_errors: int = 0
+    schedule_errors: int = 0  # plans that raised
+    upkeep_work: int = 0  # tables' work messages handed to the snapshot and cleanup handlers
+    upkeep_errors: int = 0  # ... that raised (left for redelivery)
 
 
 @dataclass(frozen=True)
@@ -209,11 +223,17 @@ class LocalRuntime:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._busy = threading.Event()  # set while the poller holds received messages
+        self._upkeep_busy = threading.Event()  # set while the upkeep poller holds work messages
+        self._work_ready = threading.Event()  # set by a plan: the upkeep poller looks at once
+        # What each work message's handler returned (or raised), in order: run_snapshots/run_cleanup read it.
+        self._upkeep_results: list[tuple[UpkeepKind, str, dict[str, Any] | None, str | None]] = []
         self._crashes_to_simulate = 0
         self._restore_environment: Callable[[], None] | None = None
         self._sqs: Any = None
         self.queue: SqsCommitQueue
         self.dead_letter_queue: SqsCommitQueue
+        self.work_queues: dict[UpkeepKind, SqsCommitQueue] = {}
+        self.upkeep_dead_letter_queue: SqsCommitQueue
 
     # --- starting and stopping ------------------------------------------------------------------
 
@@ -343,6 +363,9 @@ class LocalRuntime:
         queue_url, dlq_url = _provision_queues(self.resources, self._sqs, self.max_receive_count)
         self.queue = SqsCommitQueue(self._sqs, queue_url)
         self.dead_letter_queue = SqsCommitQueue(self._sqs, dlq_url)
+        work_urls = _provision_upkeep_queues(self.resources, self._sqs, self.max_receive_count)
+        self.work_queues = {kind: SqsCommitQueue(self._sqs, work_urls[kind.value]) for kind in UpkeepKind}
+        self.upkeep_dead_letter_queue = SqsCommitQueue(self._sqs, work_urls["dead_letters"])
 
         # Imported here, after the environment is set: Powertools reads it when the modules load.
         from lambdas._runtime import Runtime, use_runtime
@@ -351,6 +374,7 @@ class LocalRuntime:
         # function's would (AWS_ENDPOINT_URL_DYNAMODB for DynamoDB, AWS_ENDPOINT_URL for the rest).
         use_runtime(Runtime.for_aws(self.resources))
         self._spawn(self._poll, "statestore-local-poller")
+        self._spawn(self._poll_upkeep, "statestore-local-upkeep-poller")
         if self.snapshot_interval is not None or self.cleanup_interval is not None:
             self._spawn(self._run_schedules, "statestore-local-schedules")
         logger.info(
@@ -375,6 +399,13 @@ class LocalRuntime:
             env.update(_FAKE_CREDENTIALS)
         for name, value in _HANDLER_ENVIRONMENT.items():
             env[name] = os.environ.get(name, value)
+        # The plans' period: a table's work that waited longer behind its table's is superseded.
+        for kind, interval in (
+            (UpkeepKind.SNAPSHOT, self.snapshot_interval),
+            (UpkeepKind.CLEANUP, self.cleanup_interval),
+        ):
+            if interval is not None:
+                env[UPKEEP_PERIOD_ENV[kind]] = repr(interval / 60)
         return env
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
@@ -458,11 +489,12 @@ class LocalRuntime:
                 )
             time.sleep(0.1)  # each count scans the whole queue on moto: do not ask too often
 
-    def _queued_messages(self) -> int:
-        attributes = self.queue.call(
-            f"count the messages on {self.queue.queue_url}",
+    def _queued_messages(self, queue: SqsCommitQueue | None = None) -> int:
+        queue = queue or self.queue
+        attributes = queue.call(
+            f"count the messages on {queue.queue_url}",
             self._sqs.get_queue_attributes,
-            QueueUrl=self.queue.queue_url,
+            QueueUrl=queue.queue_url,
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
@@ -504,17 +536,69 @@ class LocalRuntime:
         with self._stats_lock:
             self._crashes_to_simulate = batches
 
-    def run_snapshots(self) -> dict[str, Any]:
-        """Invoke the snapshot handler now; returns its summary (raises what it raises)."""
-        from lambdas import snapshot
+    def run_snapshots(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Run the snapshot schedule now and wait for its work: the plan (raising what it raises), then each
+        queued table's snapshot as the upkeep poller delivers it. Returns ``planned`` (table ids), ``written``
+        (table id: transaction number), ``skipped`` (tables that needed none, by the plan or on a second
+        look) and ``errors`` (table id: the failure of its last attempt)."""
+        start = len(self._upkeep_results)
+        plan = self._plan(UpkeepKind.SNAPSHOT)
+        works = self._wait_for_work(UpkeepKind.SNAPSHOT, start, timeout)
+        return {
+            "planned": plan["planned"],
+            "written": {t: n for w in works.values() for t, n in w.get("written", {}).items()},
+            "skipped": plan["skipped"] + sum(w.get("skipped", 0) for w in works.values()),
+            "errors": {t: w["error"] for t, w in works.items() if "error" in w},
+        }
 
-        return dict(snapshot.handler({"source": "statestore.local"}, self._context("snapshot")))
+    def run_cleanup(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Run the cleanup schedule now and wait for its work (see :meth:`run_snapshots`). Returns the tables
+        ``planned``, how many were cleaned up (``tables``), the counts summed over them
+        (``log_entries_deleted``, ...) and ``errors`` (table id: the failure of its last attempt)."""
+        start = len(self._upkeep_results)
+        plan = self._plan(UpkeepKind.CLEANUP)
+        works = self._wait_for_work(UpkeepKind.CLEANUP, start, timeout)
+        done = [w for w in works.values() if "error" not in w]
+        counts = (
+            "tables", "log_entries_deleted", "snapshots_deleted", "data_files_deleted",
+            "refused_files", "claims_released", "orphan_files_deleted", "skipped",
+        )  # fmt: skip
+        return {
+            "planned": plan["planned"],
+            **{name: sum(w.get(name, 0) for w in done) for name in counts},
+            "errors": {t: w["error"] for t, w in works.items() if "error" in w},
+        }
 
-    def run_cleanup(self) -> dict[str, Any]:
-        """Invoke the cleanup handler now; returns its summary (raises what it raises)."""
-        from lambdas import cleanup
+    def _plan(self, kind: UpkeepKind) -> dict[str, Any]:
+        """Invoke ``kind``'s handler with a scheduled event (it queues the tables' work), then wake the
+        upkeep poller, so the work is delivered at once rather than after its idle wait (work first
+        delivered more than a period after its plan is superseded, and local periods can be short)."""
+        from lambdas import cleanup, snapshot
 
-        return dict(cleanup.handler({"source": "statestore.local"}, self._context("cleanup")))
+        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
+        try:
+            return dict(handler({"source": "statestore.local"}, self._context(kind.value)))
+        finally:
+            self._work_ready.set()
+
+    def _wait_for_work(self, kind: UpkeepKind, start: int, timeout: float) -> dict[str, dict[str, Any]]:
+        """Wait until ``kind``'s work queue is drained; returns each table's last outcome since ``start``
+        (its handler's summary, or ``{"error": ...}``)."""
+        deadline = time.monotonic() + timeout
+        queue = self.work_queues[kind]
+        while self._queued_messages(queue) or self._upkeep_busy.is_set():
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{kind.value} work still queued on {queue.queue_url} after {timeout:.0f}s"
+                )
+            time.sleep(0.1)
+        with self._stats_lock:
+            results = self._upkeep_results[start:]
+        outcomes: dict[str, dict[str, Any]] = {}
+        for result_kind, table_id, summary, error in results:
+            if result_kind is kind:
+                outcomes[table_id] = summary if summary is not None else {"error": error}
+        return outcomes
 
     def _context(self, function: str) -> FakeLambdaContext:
         return FakeLambdaContext.for_invocation(
@@ -607,18 +691,78 @@ class LocalRuntime:
             " (simulated crash: not acknowledged)" if crash else "",
         )
 
+    # --- the work queues' event source mappings ----------------------------------------------------
+
+    def _poll_upkeep(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._work_ready.clear()
+                delivered = 0
+                for kind, queue in self.work_queues.items():
+                    event = queue.receive_event(10, 0)
+                    if event["Records"]:
+                        self._upkeep_busy.set()
+                        for record in event[
+                            "Records"
+                        ]:  # one table per invocation, as the mapping's batch of 1
+                            self._deliver_work(kind, queue, record)
+                        delivered += len(event["Records"])
+                    self._upkeep_busy.clear()
+                failures = 0
+                if not delivered:
+                    # Idle: look again in a second. Polling moto's queues more often takes CPU from the
+                    # committer's poller and the server under load; work waits at most this long.
+                    self._work_ready.wait(UPKEEP_IDLE_POLL_SECONDS)
+            except StateStoreError as e:
+                failures += 1
+                logger.warning("the upkeep poller could not reach its queues (will retry): %s", e)
+                self._stop.wait(min(5.0, 0.2 * 2**failures))
+            except Exception:
+                failures += 1
+                logger.exception("the upkeep poller failed (will retry)")
+                self._stop.wait(min(5.0, 0.2 * 2**failures))
+            finally:
+                self._upkeep_busy.clear()
+
+    def _deliver_work(self, kind: UpkeepKind, queue: SqsCommitQueue, record: dict[str, Any]) -> None:
+        from lambdas import cleanup, snapshot
+
+        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
+        try:
+            table_id = str(json.loads(record["body"]).get("table_id", "?"))
+        except (ValueError, AttributeError):
+            table_id = "?"
+        summary: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            summary = dict(handler({"Records": [record]}, self._context(kind.value)))
+            queue.delete([record["receiptHandle"]])
+        except Exception as e:
+            # As the event source mapping does when the function fails: the message is received again.
+            logger.warning("%s of table %s failed (will be retried): %s", kind.value, table_id, e)
+            error = str(e)
+            self._make_visible([record["receiptHandle"]], self.retry_delay_seconds, queue)
+        with self._stats_lock:
+            self.stats.upkeep_work += 1
+            self.stats.upkeep_errors += error is not None
+            self._upkeep_results.append((kind, table_id, summary, error))
+
     @property
     def _function_name(self) -> str:
         return f"statestore-{self.resources.instance_id}-committer"
 
-    def _make_visible(self, receipt_handles: list[str], after_seconds: int) -> None:
+    def _make_visible(
+        self, receipt_handles: list[str], after_seconds: int, queue: SqsCommitQueue | None = None
+    ) -> None:
         """Let messages be received again after ``after_seconds``, not the queue's visibility timeout."""
+        queue = queue or self.queue
         for start in range(0, len(receipt_handles), 10):
             chunk = receipt_handles[start : start + 10]
-            self.queue.call(
-                f"change the visibility of {len(chunk)} message(s) on {self.queue.queue_url}",
+            queue.call(
+                f"change the visibility of {len(chunk)} message(s) on {queue.queue_url}",
                 self._sqs.change_message_visibility_batch,
-                QueueUrl=self.queue.queue_url,
+                QueueUrl=queue.queue_url,
                 Entries=[
                     {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": after_seconds}
                     for i, h in enumerate(chunk)
@@ -630,9 +774,10 @@ class LocalRuntime:
     def _run_schedules(self) -> None:
         schedules: list[tuple[str, float, Callable[[], dict[str, Any]]]] = []
         if self.snapshot_interval is not None:
-            schedules.append(("snapshot", self.snapshot_interval, self.run_snapshots))
+            # As EventBridge does: invoke the function to plan; the upkeep poller delivers the work.
+            schedules.append(("snapshot", self.snapshot_interval, lambda: self._plan(UpkeepKind.SNAPSHOT)))
         if self.cleanup_interval is not None:
-            schedules.append(("cleanup", self.cleanup_interval, self.run_cleanup))
+            schedules.append(("cleanup", self.cleanup_interval, lambda: self._plan(UpkeepKind.CLEANUP)))
         now = time.monotonic()
         due = {name: now + interval for name, interval, _ in schedules}
         while True:
@@ -729,6 +874,22 @@ def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int
         },
     )
     return queue_url, dlq_url
+
+
+def _provision_upkeep_queues(resources: ResourceNames, sqs: Any, max_receive_count: int) -> dict[str, str]:
+    """Create the work queues; if they exist (another runtime made them with other settings), use them."""
+    try:
+        return provision_upkeep_queues(resources, sqs, max_receive_count=max_receive_count)
+    except StateStoreError as e:
+        if "QueueAlreadyExists" not in str(e):
+            raise
+    call = AwsCaller()
+    names = {kind.value: resources.upkeep_queue(kind.value) for kind in UpkeepKind}
+    names["dead_letters"] = str(resources.upkeep_dead_letter_queue)
+    return {
+        key: call(f"find the queue {name!r}", sqs.get_queue_url, QueueName=name)["QueueUrl"]
+        for key, name in names.items()
+    }
 
 
 def _configured_region() -> str | None:

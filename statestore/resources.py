@@ -58,6 +58,11 @@ class ResourceNames:
     dead_letter_queue: str
     # The committer Lambda's name; None in resources JSON written before it was added (redeploy the stack).
     committer_function: str | None = None
+    # The FIFO queues of per-table upkeep work (one message per table) and their shared dead-letter queue;
+    # None in resources JSON written before they were added (redeploy the stack).
+    snapshot_queue: str | None = None
+    cleanup_queue: str | None = None
+    upkeep_dead_letter_queue: str | None = None
 
     @classmethod
     def for_instance(cls, instance_id: str, bucket: str | None = None) -> ResourceNames:
@@ -79,6 +84,9 @@ class ResourceNames:
             commit_queue=f"{prefix}-commits.fifo",
             dead_letter_queue=f"{prefix}-commits-dlq.fifo",
             committer_function=f"{prefix}-committer",
+            snapshot_queue=f"{prefix}-snapshot-work.fifo",
+            cleanup_queue=f"{prefix}-cleanup-work.fifo",
+            upkeep_dead_letter_queue=f"{prefix}-upkeep-dlq.fifo",
         )
 
     def to_json(self) -> str:
@@ -86,7 +94,7 @@ class ResourceNames:
 
     @classmethod
     def from_json(cls, text: str) -> ResourceNames:
-        data = json.loads(text)  # JSON without a newer field (committer_function) gets its default
+        data = json.loads(text)  # JSON without a newer field (committer_function, ...) gets its default
         return cls(**data)
 
     @classmethod
@@ -96,6 +104,17 @@ class ResourceNames:
         if env.get("STATESTORE_RESOURCES"):
             return cls.from_json(env["STATESTORE_RESOURCES"])
         return cls.for_instance(env.get("STATESTORE_INSTANCE_ID", "local"), env.get("STATESTORE_BUCKET"))
+
+    def upkeep_queue(self, kind: str) -> str:
+        """The work queue of ``kind`` (``snapshot`` or ``cleanup``); raises ValueError, saying to redeploy,
+        for resources written before the upkeep queues existed."""
+        name = {"snapshot": self.snapshot_queue, "cleanup": self.cleanup_queue}[kind]
+        if name is None:
+            raise ValueError(
+                f"the resources of instance {self.instance_id!r} name no {kind} work queue: they predate "
+                "per-table upkeep; redeploy the stack and use its new StatestoreResources output"
+            )
+        return name
 
     @property
     def table_key_schemas(self) -> dict[str, KeySchema]:

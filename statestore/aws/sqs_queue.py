@@ -170,3 +170,48 @@ def provision_queues(
         },
     )["QueueUrl"]
     return queue_url, dlq_url
+
+
+def provision_upkeep_queues(
+    resources: ResourceNames,
+    sqs_client: Any,
+    caller: AwsCaller | None = None,
+    *,
+    max_receive_count: int = MAX_RECEIVE_COUNT,
+) -> dict[str, str]:
+    """Create the snapshot and cleanup work queues and their shared dead-letter queue if absent; returns
+    their URLs by name (``snapshot``, ``cleanup``, ``dead_letters``)."""
+    call = caller or AwsCaller()
+    common = {
+        "FifoQueue": "true",
+        "ContentBasedDeduplication": "false",
+        "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
+    }
+    dlq_name = resources.upkeep_dead_letter_queue
+    if dlq_name is None:
+        raise StateStoreError(f"instance {resources.instance_id!r} names no upkeep queues")
+    dlq_url = call(
+        f"create queue {dlq_name!r}", sqs_client.create_queue, QueueName=dlq_name, Attributes=common
+    )["QueueUrl"]
+    dlq_arn = call(
+        f"read the attributes of {dlq_name!r}",
+        sqs_client.get_queue_attributes,
+        QueueUrl=dlq_url,
+        AttributeNames=["QueueArn"],
+    )["Attributes"]["QueueArn"]
+    urls = {"dead_letters": dlq_url}
+    for kind in ("snapshot", "cleanup"):
+        name = resources.upkeep_queue(kind)
+        urls[kind] = call(
+            f"create queue {name!r}",
+            sqs_client.create_queue,
+            QueueName=name,
+            Attributes={
+                **common,
+                "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+                ),
+            },
+        )["QueueUrl"]
+    return urls

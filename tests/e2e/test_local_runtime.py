@@ -9,9 +9,12 @@ import multiprocessing
 import os
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from statestore import upkeep
+from statestore.cleanup import SnapshotOutcome
 from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import CommitRequest, encode_request
@@ -286,3 +289,58 @@ def _dead_letters(runtime: LocalRuntime, count: int, timeout: float = 30) -> lis
     while len(letters) < count and time.monotonic() < deadline:
         letters += runtime.take_dead_letters(wait_seconds=1)
     return letters
+
+
+def test_a_scheduled_run_queues_one_message_per_moved_table_and_the_poller_works_each(
+    runtime: LocalRuntime,
+) -> None:
+    client, sender = runtime.client(), runtime.sender()
+    tables = [new_table(client, f"fan{i}") for i in range(3)]
+    for table_id, [leaf] in tables:
+        sender.send(table_id, add_file(table_id, leaf, "a.parquet"))
+    runtime.wait_idle()
+    still, _ = tables[2]
+    client.create_snapshot(still)
+
+    snapshots = runtime.run_snapshots()
+    cleanup = runtime.run_cleanup()
+
+    moved = {table_id for table_id, _ in tables[:2]}
+    assert set(snapshots["planned"]) == moved and snapshots["skipped"] == 1
+    assert snapshots["written"] == dict.fromkeys(moved, 2) and snapshots["errors"] == {}
+    for table_id in moved:
+        latest = client.snapshots.metadata.latest(table_id)
+        assert latest is not None and latest.transaction_number == 2
+    assert len(cleanup["planned"]) == 3 and cleanup["tables"] == 3 and cleanup["errors"] == {}
+    # Every table's work went through the queues, one invocation each.
+    assert runtime.stats.upkeep_work == 5 and runtime.stats.upkeep_errors == 0
+    assert runtime.run_snapshots() == {"planned": [], "written": {}, "skipped": 3, "errors": {}}
+
+
+def test_a_table_whose_snapshot_keeps_failing_ends_in_the_upkeep_dead_letter_queue_alone(
+    start_runtime: StartRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = start_runtime(max_receive_count=2, retry_delay_seconds=0)
+    client, sender = runtime.client(), runtime.sender()
+    (broken, [leaf_b]), (fine, [leaf_f]) = new_table(client, "broken"), new_table(client, "fine")
+    for table_id, leaf in ((broken, leaf_b), (fine, leaf_f)):
+        sender.send(table_id, add_file(table_id, leaf, "a.parquet"))
+    runtime.wait_idle()
+    real = upkeep.snapshot_table
+
+    def failing(table: Any, *args: Any, **kwargs: Any) -> SnapshotOutcome:
+        if table.table_id == broken:
+            return SnapshotOutcome(broken, error="the bucket refused the snapshot")
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(upkeep, "snapshot_table", failing)
+
+    summary = runtime.run_snapshots()
+
+    assert summary["written"] == {fine: 2}
+    assert "the bucket refused the snapshot" in summary["errors"][broken]
+    # Received twice (max_receive_count), then moved by the queue's redrive policy.
+    [letter] = runtime.upkeep_dead_letter_queue.receive_event(10, 1)["Records"]
+    assert json.loads(letter["body"])["table_id"] == broken
+    assert letter["attributes"]["MessageGroupId"] == broken
+    assert runtime.stats.upkeep_errors == 2

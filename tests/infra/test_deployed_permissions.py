@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 from moto import mock_aws
 
@@ -24,7 +25,7 @@ from lambdas._runtime import Runtime, use_runtime
 from statestore import layout
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
 from statestore.catalog import TableInfo
 from statestore.cleanup import GC_DELAY_PROPERTY
 from statestore.commit_requests import CommitSender
@@ -42,7 +43,13 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
 )
 from tests.builders import INT_SCHEMA, ref, tree
-from tests.infra.deployed_iam import create_user, function_environment, iam_enforced, role_statements
+from tests.infra.deployed_iam import (
+    REGION,
+    create_user,
+    function_environment,
+    iam_enforced,
+    role_statements,
+)
 from tests.lambdas.events import LambdaContext
 
 pytestmark = pytest.mark.infra
@@ -69,6 +76,7 @@ class Deployed:
     backend: AwsBackend
     commit_queue: SqsCommitQueue
     dead_letter_queue: SqsCommitQueue
+    work_queues: dict[str, SqsCommitQueue]
     iam: Any
     monkeypatch: pytest.MonkeyPatch
 
@@ -81,6 +89,28 @@ class Deployed:
 
     def store(self, table_id: str) -> TransactionLogStateStore:
         return TransactionLogStateStore(table_id, INT_SCHEMA, self.admin.log, self.admin.snapshots)
+
+    def role_client(self, handler: str, service: str) -> Any:
+        """A client of ``service`` as ``handler``'s role, as the Lambda service uses for its event source."""
+        credentials = create_user(
+            self.iam, f"{handler.split('.')[1]}-source-{len(self.iam.list_users()['Users'])}",
+            role_statements(self.template, handler),
+        )  # fmt: skip
+        session = boto3.session.Session(
+            aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        )
+        return make_client(service, session=session)
+
+    def work_event(self, handler: str, kind: str) -> tuple[dict[str, Any], SqsCommitQueue]:
+        """Receive the next message of ``kind``'s work queue as the event source mapping does, with the
+        function's role and IAM enforced; returns the event and the queue (as that role) to delete it."""
+        queue = SqsCommitQueue(self.role_client(handler, "sqs"), self.work_queues[kind].queue_url)
+        with iam_enforced():
+            event = queue.receive_event(max_messages=1)
+        assert len(event["Records"]) == 1, f"no {kind} work waiting"
+        return event, queue
 
     def invoke(
         self,
@@ -125,6 +155,11 @@ def deployed(template_json: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> 
             backend=backend,
             commit_queue=SqsCommitQueue(sqs, queue_url),
             dead_letter_queue=SqsCommitQueue(sqs, dlq_url),
+            work_queues={
+                kind: SqsCommitQueue(sqs, url)
+                for kind, url in provision_upkeep_queues(names, sqs).items()
+                if kind != "dead_letters"
+            },
             iam=make_client("iam"),
             monkeypatch=monkeypatch,
         )
@@ -185,9 +220,15 @@ def test_the_snapshot_lambda_snapshots_a_table_whose_log_moved_with_its_role(dep
     store = deployed.create_table("orders")
     store.commit(AddFiles((ref("a.parquet"),)))
 
-    summary = deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
+    plan = deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
+    event, source = deployed.work_event(SNAPSHOT, "snapshot")
+    summary = deployed.invoke(SNAPSHOT, event)
+    with iam_enforced():  # the event source acknowledges the work
+        source.delete([r["receiptHandle"] for r in event["Records"]])
 
+    assert plan["planned"] == [store.table_id]
     assert summary["written"] == {store.table_id: 2} and summary["errors"] == {}
+    assert deployed.work_queues["snapshot"].receive_event()["Records"] == []
     latest = deployed.admin.snapshots.metadata.latest(store.table_id)
     assert latest is not None and latest.transaction_number == 2
     assert deployed.admin.blobs.list(layout.snapshot_prefix(store.table_id))
@@ -212,8 +253,13 @@ def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_i
     deployed.monkeypatch.setenv("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES", "0")
     deployed.monkeypatch.setenv("STATESTORE_SNAPSHOT_RETENTION_MINUTES", "0")
 
-    summary = deployed.invoke(CLEANUP, SCHEDULED_EVENT)
+    plan = deployed.invoke(CLEANUP, SCHEDULED_EVENT)
+    event, source = deployed.work_event(CLEANUP, "cleanup")
+    summary = deployed.invoke(CLEANUP, event)
+    with iam_enforced():
+        source.delete([r["receiptHandle"] for r in event["Records"]])
 
+    assert plan["planned"] == [table_id]
     assert summary["errors"] == {}
     assert summary["data_files_deleted"] == 1 and summary["snapshots_deleted"] == 1
     assert summary["log_entries_deleted"] == 3
@@ -235,11 +281,35 @@ def test_without_a_statement_it_needs_the_snapshot_lambda_is_denied(
 ) -> None:
     store = deployed.create_table("orders")
     missing = statement(deployed.template, SNAPSHOT, action, resource_part)
+    deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
+    event, _ = deployed.work_event(SNAPSHOT, "snapshot")
 
     with pytest.raises(snapshot_lambda.TablesFailedError, match="AccessDenied"):
-        deployed.invoke(SNAPSHOT, SCHEDULED_EVENT, without=missing)
+        deployed.invoke(SNAPSHOT, event, without=missing)
 
     assert deployed.admin.snapshots.metadata.latest(store.table_id) is None
+
+
+@pytest.mark.parametrize(("handler", "kind"), [(SNAPSHOT, "snapshot"), (CLEANUP, "cleanup")])
+def test_without_its_work_queue_grant_a_plan_is_denied(deployed: Deployed, handler: str, kind: str) -> None:
+    deployed.create_table("orders")
+    missing = statement(deployed.template, handler, "sqs:SendMessage", f"{kind}-work.fifo")
+
+    with pytest.raises(StateStoreError, match="AccessDenied"):
+        deployed.invoke(handler, SCHEDULED_EVENT, without=missing)
+
+    assert deployed.work_queues[kind].receive_event()["Records"] == []
+
+
+def test_a_function_cannot_take_the_other_functions_work(deployed: Deployed) -> None:
+    deployed.create_table("orders")
+    deployed.invoke(CLEANUP, SCHEDULED_EVENT)
+    as_snapshot = SqsCommitQueue(
+        deployed.role_client(SNAPSHOT, "sqs"), deployed.work_queues["cleanup"].queue_url
+    )
+
+    with iam_enforced(), pytest.raises(StateStoreError, match="AccessDenied"):
+        as_snapshot.receive_event(max_messages=1)
 
 
 def test_without_its_dead_letter_queue_grant_the_committer_is_denied(deployed: Deployed) -> None:

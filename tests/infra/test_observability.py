@@ -19,8 +19,8 @@ pytestmark = pytest.mark.infra
 # name: (handler, memory MB, timeout s)
 FUNCTIONS = {
     "committer": ("lambdas.committer.handler", 1024, 60),
-    "snapshot": ("lambdas.snapshot.handler", 2048, 300),
-    "cleanup": ("lambdas.cleanup.handler", 1024, 600),
+    "snapshot": ("lambdas.snapshot.handler", 1536, 300),
+    "cleanup": ("lambdas.cleanup.handler", 1536, 600),
 }
 # The metric contract the handlers emit (namespace statestore, dimension service).
 CONTRACT = {
@@ -36,8 +36,9 @@ CONTRACT = {
         "TableLoadsCold",
         "TableLoadTime",
     ),
-    "snapshot": ("SnapshotsWritten", "SnapshotTablesSkipped"),
+    "snapshot": ("SnapshotTablesPlanned", "SnapshotsWritten", "SnapshotTablesSkipped"),
     "cleanup": (
+        "CleanupTablesPlanned",
         "LogEntriesDeleted",
         "SnapshotsDeleted",
         "DataFilesDeleted",
@@ -185,7 +186,7 @@ def test_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
     assert alarm(template, "statestore-main-commit-retries")["Threshold"] == 20
     assert alarm(template, "statestore-main-dynamodb-throttles")["Threshold"] == 3
     assert alarm(template, "statestore-main-committer-memory")["Threshold"] == 409  # 80% of 512, rounded down
-    assert alarm(template, "statestore-main-snapshot-memory")["Threshold"] == 1638
+    assert alarm(template, "statestore-main-snapshot-memory")["Threshold"] == 1228  # 80% of 1,536
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,13 @@ def test_the_dashboard_shows_queue_depth_oldest_message_and_dead_letters(templat
     queue = [m[1] for m in graph_metrics(widget_titled(widgets, "Commit queue")) if m[0] == "AWS/SQS"]
     assert {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"} <= set(queue)
     dead = graph_metrics(widget_titled(widgets, "Dead-letter queue"))
-    assert [m[:2] for m in dead] == [["AWS/SQS", "ApproximateNumberOfMessagesVisible"]]
+    # The commit requests' and the upkeep work's.
+    assert [m[:2] for m in dead] == [["AWS/SQS", "ApproximateNumberOfMessagesVisible"]] * 2
+    upkeep = graph_metrics(widget_titled(widgets, "Upkeep work queues"))
+    assert (
+        sorted(m[1] for m in upkeep)
+        == ["ApproximateAgeOfOldestMessage"] * 2 + ["ApproximateNumberOfMessagesVisible"] * 2
+    )
 
 
 def test_the_dashboard_shows_throttles_of_every_table(template: Any) -> None:

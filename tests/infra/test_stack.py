@@ -208,8 +208,9 @@ def test_committer_consumes_the_commit_queue_ten_at_a_time_reporting_partial_fai
         "AWS::Lambda::EventSourceMapping",
         {"BatchSize": 10, "FunctionResponseTypes": ["ReportBatchItemFailures"], "EventSourceArn": source},
     )
-    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
     assert mentions(source.as_object(), queue_id(template, NAMES.commit_queue))
+    # The others feed the snapshot and cleanup functions their work.
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 3)
 
 
 def test_the_committer_function_has_the_name_the_resources_json_gives_it(template: Any) -> None:
@@ -268,15 +269,36 @@ def test_the_committer_is_capped_by_its_event_source_and_reserves_concurrency_on
     )
 
 
-@pytest.mark.parametrize("handler", [SNAPSHOT, CLEANUP])
-def test_a_scheduled_function_runs_once_at_a_time_and_drops_runs_it_cannot_start(
-    template: Any, handler: str
+@pytest.mark.parametrize(("handler", "kind"), [(SNAPSHOT, "snapshot"), (CLEANUP, "cleanup")])
+def test_a_scheduled_function_plans_on_its_schedule_and_works_one_table_per_message_from_its_queue(
+    template: Any, handler: str, kind: str
 ) -> None:
-    template.has_resource_properties(
-        "AWS::Lambda::Function", {"Handler": handler, "ReservedConcurrentExecutions": 1}
-    )
     function = only_id(template, "AWS::Lambda::Function", {"Handler": handler})
+    queue = queue_id(template, NAMES.upkeep_queue(kind))
     rate_minutes = 15 if handler == SNAPSHOT else 60
+    # No concurrency reserved: tables run in parallel, capped by the event source.
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": handler,
+            "ReservedConcurrentExecutions": Match.absent(),
+            "Environment": {
+                "Variables": Match.object_like(
+                    {f"STATESTORE_{kind.upper()}_PERIOD_MINUTES": str(rate_minutes)}
+                )
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "FunctionName": {"Ref": function},
+            "EventSourceArn": {"Fn::GetAtt": [queue, "Arn"]},
+            "BatchSize": 1,
+            "ScalingConfig": {"MaximumConcurrency": 10},
+        },
+    )
+    # A plan that cannot start is dropped, not retried: the next one plans again.
     template.has_resource_properties(
         "AWS::Lambda::EventInvokeConfig",
         {
@@ -287,13 +309,40 @@ def test_a_scheduled_function_runs_once_at_a_time_and_drops_runs_it_cannot_start
     )
 
 
-def test_scheduled_runs_may_overlap_when_the_account_cannot_reserve_concurrency(
+@pytest.mark.parametrize(("kind", "timeout_s"), [("snapshot", 300), ("cleanup", 600)])
+def test_work_queues_are_fifo_outlast_their_function_and_dead_letter_after_three_failures(
+    template: Any, kind: str, timeout_s: int
+) -> None:
+    redrive = Capture()
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": NAMES.upkeep_queue(kind),
+            "FifoQueue": True,
+            "DeduplicationScope": "messageGroup",
+            "VisibilityTimeout": 6 * timeout_s,
+            "RedrivePolicy": redrive,
+        },
+    )
+    assert redrive.as_object()["maxReceiveCount"] == 3
+    assert mentions(redrive.as_object(), queue_id(template, str(NAMES.upkeep_dead_letter_queue)))
+
+
+def test_at_most_the_configured_number_of_tables_are_worked_on_at_once(synth_stack: SynthStack) -> None:
+    template = assertions.Template.from_stack(synth_stack(upkeep_max_concurrency="50"))
+    mappings = template.find_resources(
+        "AWS::Lambda::EventSourceMapping", {"Properties": {"ScalingConfig": {"MaximumConcurrency": 50}}}
+    )
+    assert len(mappings) == 2
+
+
+def test_the_removed_exclusive_scheduled_runs_key_is_refused_saying_what_replaced_it(
     synth_stack: SynthStack,
 ) -> None:
-    template = assertions.Template.from_stack(synth_stack(exclusive_scheduled_runs="false"))
-    assert not template.find_resources(
-        "AWS::Lambda::Function", {"Properties": {"ReservedConcurrentExecutions": Match.any_value()}}
-    )
+    with pytest.raises(
+        ValueError, match="exclusive_scheduled_runs is no longer used.*upkeep_max_concurrency"
+    ):
+        synth_stack(exclusive_scheduled_runs="true")
 
 
 def test_memory_and_log_retention_come_from_context(synth_stack: SynthStack) -> None:
@@ -316,6 +365,26 @@ def test_scheduled_functions_run_on_an_eventbridge_rate(template: Any, handler: 
     )
     function_id = only_id(template, "AWS::Lambda::Function", {"Handler": handler})
     assert mentions(target.as_object(), function_id)
+
+
+@pytest.mark.parametrize("handler", [SNAPSHOT, CLEANUP])
+def test_the_schedule_is_allowed_to_start_its_function(template: Any, handler: str) -> None:
+    function = only_id(template, "AWS::Lambda::Function", {"Handler": handler})
+    rules = [
+        logical_id
+        for logical_id, rule in template.find_resources("AWS::Events::Rule").items()
+        if mentions(rule["Properties"]["Targets"], function)
+    ]
+    assert len(rules) == 1
+    template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "Action": "lambda:InvokeFunction",
+            "Principal": "events.amazonaws.com",
+            "FunctionName": {"Fn::GetAtt": [function, "Arn"]},
+            "SourceArn": {"Fn::GetAtt": [rules[0], "Arn"]},
+        },
+    )
 
 
 def test_schedule_rates_come_from_context(synth_stack: SynthStack) -> None:
@@ -436,6 +505,7 @@ def test_buckets_are_retained_when_the_stack_is_destroyed(template: Any) -> None
     ("name", "metric", "namespace", "threshold"),
     [
         ("statestore-main-dlq-not-empty", "ApproximateNumberOfMessagesVisible", "AWS/SQS", 1),
+        ("statestore-main-upkeep-dlq-not-empty", "ApproximateNumberOfMessagesVisible", "AWS/SQS", 1),
         ("statestore-main-committer-errors", "Errors", "AWS/Lambda", 1),
         ("statestore-main-oldest-commit-request-age", "ApproximateAgeOfOldestMessage", "AWS/SQS", 300),
         ("statestore-main-snapshot-errors", "Errors", "AWS/Lambda", 1),
@@ -465,6 +535,15 @@ def test_dlq_alarm_watches_the_dead_letter_queue(template: Any) -> None:
         "AWS::CloudWatch::Alarm", {"AlarmName": "statestore-main-dlq-not-empty", "Dimensions": dimensions}
     )
     assert mentions(dimensions.as_array(), queue_id(template, NAMES.dead_letter_queue))
+
+
+def test_upkeep_dlq_alarm_watches_the_upkeep_dead_letter_queue(template: Any) -> None:
+    dimensions = Capture()
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"AlarmName": "statestore-main-upkeep-dlq-not-empty", "Dimensions": dimensions},
+    )
+    assert mentions(dimensions.as_array(), queue_id(template, str(NAMES.upkeep_dead_letter_queue)))
 
 
 def test_alarm_email_subscribes_to_the_topic(synth_stack: SynthStack, template: Any) -> None:
@@ -586,7 +665,7 @@ def test_missing_asset_fails_synth_telling_to_run_make_lambda_asset(
         ("claim_expiry_minutes", 43_201),
         ("committer_max_concurrency", "1"),
         ("committer_reserved_concurrency", "5"),  # below the default committer_max_concurrency of 10
-        ("exclusive_scheduled_runs", "sometimes"),
+        ("upkeep_max_concurrency", "1"),
     ],
 )
 def test_bad_context_values_are_rejected_naming_the_key(

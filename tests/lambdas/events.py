@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,3 +73,10 @@ class LambdaContext:
 
 def failures(response: dict[str, Any]) -> list[str]:
     return [f["itemIdentifier"] for f in response["batchItemFailures"]]
+
+
+def upkeep_records(queue: Any) -> list[dict[str, Any]]:
+    """Every message an upkeep plan left on the in-memory work ``queue``, taken off it as SQS records
+    delivered now (so none has waited long enough to be superseded)."""
+    now = time.time_ns() // 1_000_000
+    return [sqs_record(m.body, m.group_id, sent_timestamp=now) for m in queue.take(10_000)]

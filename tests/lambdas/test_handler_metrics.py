@@ -30,8 +30,9 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
+from statestore.upkeep import UpkeepKind
 from tests.builders import INT_SCHEMA, ref, tree
-from tests.lambdas.events import LambdaContext, sqs_event, sqs_record
+from tests.lambdas.events import LambdaContext, sqs_event, sqs_record, upkeep_records
 from tests.lambdas.test_committer_handler import FlakyLog
 
 SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -222,11 +223,14 @@ def test_the_snapshot_function_counts_tables_written_and_tables_that_did_not_mov
     capsys.readouterr()
 
     snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    plan = counts(by_name(emitted(capsys), "statestore-snapshot"))
+    [work] = upkeep_records(rt.upkeep_queue(UpkeepKind.SNAPSHOT))
+    snapshot_lambda.handler(sqs_event(work), LambdaContext())
+    worker = counts(by_name(emitted(capsys), "statestore-snapshot"))
 
-    assert counts(by_name(emitted(capsys), "statestore-snapshot")) == {
-        "SnapshotsWritten": 1,
-        "SnapshotTablesSkipped": 1,
-    }
+    # The plan skips the unmoved table without a message; the worker writes the moved one.
+    assert plan == {"SnapshotTablesPlanned": 1, "SnapshotTablesSkipped": 1}
+    assert worker == {"SnapshotsWritten": 1, "SnapshotTablesSkipped": 0}
 
 
 def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
@@ -243,6 +247,9 @@ def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
     capsys.readouterr()
 
     cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    assert counts(by_name(emitted(capsys), "statestore-cleanup")) == {"CleanupTablesPlanned": 1}
+    [work] = upkeep_records(rt.upkeep_queue(UpkeepKind.CLEANUP))
+    cleanup_lambda.handler(sqs_event(work), LambdaContext())
 
     assert counts(by_name(emitted(capsys), "statestore-cleanup")) == {
         "LogEntriesDeleted": 3,  # entries 1-3 of 4 are covered by the snapshot at 4

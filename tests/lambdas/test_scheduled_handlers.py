@@ -1,8 +1,12 @@
-"""The snapshot and cleanup Lambda handlers on in-memory ports."""
+"""The snapshot and cleanup Lambda handlers on in-memory ports: the scheduled plan queues one message per
+table, and the worker, fed those messages as SQS records one at a time, does each table's work."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -12,6 +16,7 @@ from lambdas._runtime import Runtime, cleanup_policy, use_runtime
 from statestore import layout
 from statestore.catalog import TableInfo
 from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.errors import StoreUnavailableError
 from statestore.memory import InMemoryTransactionLog
 from statestore.ports import LogEntry
 from statestore.transactions import (
@@ -22,8 +27,9 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
+from statestore.upkeep import UpkeepKind
 from tests.builders import INT_SCHEMA, ref, tree
-from tests.lambdas.events import LambdaContext
+from tests.lambdas.events import LambdaContext, sqs_event, upkeep_records
 
 SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 
@@ -47,6 +53,19 @@ def rt() -> Iterator[Runtime]:
     use_runtime(None)
 
 
+def run_schedule(rt: Runtime, module: ModuleType) -> dict[str, Any]:
+    """What one scheduled run does: the plan, then each table's work in its own invocation; returns the
+    plan's summary with the workers' summaries under ``work``."""
+    plan: dict[str, Any] = module.handler(SCHEDULED_EVENT, LambdaContext())
+    kind = UpkeepKind.SNAPSHOT if module is snapshot_lambda else UpkeepKind.CLEANUP
+    records = upkeep_records(rt.upkeep_queue(kind))
+    return {**plan, "work": [module.handler(sqs_event(r), LambdaContext()) for r in records]}
+
+
+def written(summary: dict[str, Any]) -> dict[str, int]:
+    return {table: n for work in summary["work"] for table, n in work["written"].items()}
+
+
 def create_table(rt: Runtime, name: str, commits: int) -> TransactionLogStateStore:
     info = TableInfo.new(name, INT_SCHEMA)
     rt.tables.create(info)
@@ -63,13 +82,61 @@ def test_snapshots_only_tables_whose_log_moved_without_loading_the_others(rt: Ru
     assert isinstance(rt.log, ReadCountingLog)
     rt.log.reads.clear()
 
-    summary = snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    summary = run_schedule(rt, snapshot_lambda)
 
-    assert summary["written"] == {moved.table_id: 3}
-    assert summary["skipped"] == 1
+    # The plan queued the moved table only; its worker snapshotted it.
+    assert summary["planned"] == [moved.table_id] and summary["skipped"] == 1
+    assert written(summary) == {moved.table_id: 3}
     assert still.table_id not in rt.log.reads
-    again = snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
-    assert again["written"] == {} and again["skipped"] == 2
+    again = run_schedule(rt, snapshot_lambda)
+    assert again["planned"] == [] and again["skipped"] == 2 and again["work"] == []
+
+
+def test_each_table_is_snapshotted_in_its_own_invocation_and_a_failing_one_fails_only_its_own(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tables = [create_table(rt, f"t{i}", 1) for i in range(3)]
+    broken = tables[1].table_id
+    real_write = rt.snapshots.write
+
+    def write(table_id: str, *args: Any, **kwargs: Any) -> Any:
+        if table_id == broken:
+            raise StoreUnavailableError("the bucket is throttling this table")
+        return real_write(table_id, *args, **kwargs)
+
+    monkeypatch.setattr(rt.snapshots, "write", write)
+    snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    records = {
+        json.loads(r["body"])["table_id"]: r for r in upkeep_records(rt.upkeep_queue(UpkeepKind.SNAPSHOT))
+    }
+    assert set(records) == {t.table_id for t in tables}
+
+    for table_id, record in records.items():
+        if table_id == broken:
+            # The invocation fails (the errors alarm sees it) and SQS retries this one message.
+            with pytest.raises(snapshot_lambda.TablesFailedError, match="throttling"):
+                snapshot_lambda.handler(sqs_event(record), LambdaContext())
+        else:
+            assert snapshot_lambda.handler(sqs_event(record), LambdaContext())["written"] == {table_id: 2}
+    assert rt.snapshots.metadata.latest(broken) is None
+
+
+def test_work_that_waited_a_period_behind_its_table_is_dropped_unloaded(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = create_table(rt, "t", 1)
+    monkeypatch.setenv("STATESTORE_SNAPSHOT_PERIOD_MINUTES", "1")
+    snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    [record] = upkeep_records(rt.upkeep_queue(UpkeepKind.SNAPSHOT))
+    late = now_millis() + 61_000
+    record["attributes"]["ApproximateFirstReceiveTimestamp"] = str(late)
+    assert isinstance(rt.log, ReadCountingLog)
+    rt.log.reads.clear()
+
+    summary = snapshot_lambda.handler(sqs_event(record), LambdaContext())
+
+    assert summary == {"written": {}, "skipped": 1, "errors": {}}
+    assert rt.log.reads == {} and rt.snapshots.metadata.latest(store.table_id) is None
 
 
 def test_a_table_must_move_the_configured_number_of_transactions(
@@ -80,9 +147,9 @@ def test_a_table_must_move_the_configured_number_of_transactions(
     store.commit(AddFiles((ref("late"),)))
     monkeypatch.setenv("STATESTORE_SNAPSHOT_MIN_TRANSACTIONS", "2")
 
-    assert snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())["written"] == {}
+    assert written(run_schedule(rt, snapshot_lambda)) == {}
     store.commit(AddFiles((ref("later"),)))
-    assert snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())["written"] == {store.table_id: 4}
+    assert written(run_schedule(rt, snapshot_lambda)) == {store.table_id: 4}
 
 
 def test_cleanup_reports_what_it_deleted(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,11 +157,13 @@ def test_cleanup_reports_what_it_deleted(rt: Runtime, monkeypatch: pytest.Monkey
     store.create_snapshot()
     monkeypatch.setenv("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES", "0")
 
-    summary = cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    summary = run_schedule(rt, cleanup_lambda)
 
-    assert summary["tables"] == 1 and summary["errors"] == {}
+    assert summary["planned"] == [store.table_id]
+    [work] = summary["work"]
+    assert work["tables"] == 1 and work["errors"] == {}
     # Entries 1-3 of 4 are covered by the snapshot at 4; the latest entry is always kept.
-    assert summary["log_entries_deleted"] == 3
+    assert work["log_entries_deleted"] == 3
     assert store.load().files_by_name.keys() == {"t-0", "t-1", "t-2"}
 
 
@@ -115,10 +184,12 @@ def test_cleanup_takes_the_instances_gc_delay_and_claim_expiry_from_its_environm
     job = ReplaceFileReferencesJob("done", "root", (names[1],), ref(f"{layout.data_prefix(table_id)}out"))
     an_hour_ago.commit(ReplaceFileReferences((job,)))
 
-    by_default = cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    [by_default] = run_schedule(rt, cleanup_lambda)["work"]
     monkeypatch.setenv("STATESTORE_GC_DELAY_MINUTES", "30")
     monkeypatch.setenv("STATESTORE_CLAIM_EXPIRY_MINUTES", "30")
-    configured = cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    # Another schedule period (the queue would drop a repeat of the first run's message as a duplicate).
+    monkeypatch.setenv("STATESTORE_CLEANUP_PERIOD_MINUTES", "30")
+    [configured] = run_schedule(rt, cleanup_lambda)["work"]
 
     # By default both wait hours; set to 30 minutes, the hour-old garbage and claim go.
     assert (by_default["data_files_deleted"], by_default["claims_released"]) == (0, 0)

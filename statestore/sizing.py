@@ -1,0 +1,72 @@
+"""How big a table a function of a given memory size can load, from the measured memory per file reference.
+
+A function that loads a table (the committer, the snapshot and cleanup workers) holds the table's whole
+state: its memory grows with the number of file references. The rule, per table (each snapshot or cleanup
+worker invocation loads exactly one):
+
+    largest table = (memory size x usable share - runtime baseline) / bytes per reference
+
+- **bytes per reference**: :data:`MEASURED_BYTES_PER_REFERENCE`, from ``benchmarks/bench_model.py`` (peak
+  RSS 1,235 MB writing and loading a snapshot of 1,000,000 references over 100,000 leaves, measured
+  2026-11-21, less the ~110 MB the process holds before the table): about 1.1 KB per reference.
+- **runtime baseline**: :data:`RUNTIME_BASELINE_MB`, the handler's imports (Python 3.12, pyarrow, boto3,
+  Powertools: 109 MB measured) rounded up for the Lambda runtime's own.
+- **usable share**: :data:`USABLE_SHARE`, the memory alarm's default threshold (``memory_alarm_percent``):
+  a table that needs more than this sets the alarm off before it runs out.
+
+Pure arithmetic: no AWS imports.
+"""
+
+from __future__ import annotations
+
+import math
+
+MEASURED_BYTES_PER_REFERENCE = 1_125
+RUNTIME_BASELINE_MB = 128
+USABLE_SHARE = 0.9
+# The table the default worker sizes are chosen for: the benchmark's (1,000,000 references).
+DEFAULT_TABLE_REFERENCES = 1_000_000
+# Lambda's memory range, in MB (MiB); sizes are picked in steps of this many MB.
+LAMBDA_MEMORY_MB = (128, 10_240)
+MEMORY_STEP_MB = 256
+_MIB = 1 << 20
+
+
+def largest_table_references(
+    memory_mb: int,
+    bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
+    *,
+    baseline_mb: int = RUNTIME_BASELINE_MB,
+    usable_share: float = USABLE_SHARE,
+) -> int:
+    """The most file references a table may have for a function of ``memory_mb`` to load it (0 if the
+    runtime alone fills the usable memory). Raises ValueError for a non-positive ``bytes_per_reference``."""
+    if bytes_per_reference <= 0:
+        raise ValueError(f"bytes_per_reference must be positive, got {bytes_per_reference}")
+    usable_bytes = (memory_mb * usable_share - baseline_mb) * _MIB
+    return max(0, math.floor(usable_bytes / bytes_per_reference))
+
+
+def memory_mb_for(
+    references: int,
+    bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
+    *,
+    baseline_mb: int = RUNTIME_BASELINE_MB,
+    usable_share: float = USABLE_SHARE,
+    step_mb: int = MEMORY_STEP_MB,
+) -> int:
+    """The smallest Lambda memory size, in steps of ``step_mb``, whose function can load a table of
+    ``references`` (the inverse of :func:`largest_table_references`). Raises ValueError when even Lambda's
+    largest size (10,240 MB) cannot."""
+    needed = (references * bytes_per_reference / _MIB + baseline_mb) / usable_share
+    size = max(LAMBDA_MEMORY_MB[0], math.ceil(needed / step_mb) * step_mb)
+    if size > LAMBDA_MEMORY_MB[1]:
+        raise ValueError(
+            f"a table of {references:,} references needs about {needed:,.0f} MB at {bytes_per_reference} B "
+            f"per reference, more than Lambda's largest size ({LAMBDA_MEMORY_MB[1]:,} MB)"
+        )
+    return size
+
+
+# The default memory of the snapshot and cleanup workers: each loads one table.
+DEFAULT_WORKER_MEMORY_MB = memory_mb_for(DEFAULT_TABLE_REFERENCES)

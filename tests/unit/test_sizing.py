@@ -1,0 +1,46 @@
+"""The memory sizing rule: the largest table a function of a given size loads, and the size a table needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore.sizing import (
+    DEFAULT_TABLE_REFERENCES,
+    DEFAULT_WORKER_MEMORY_MB,
+    MEASURED_BYTES_PER_REFERENCE,
+    largest_table_references,
+    memory_mb_for,
+)
+
+
+def test_the_largest_table_is_the_usable_memory_over_the_runtime_divided_by_the_cost_per_reference() -> None:
+    # 90% of 2,048 MB less 128 MB of runtime = 1,715.2 MiB, at 1 KiB per reference.
+    assert largest_table_references(2048, 1024, baseline_mb=128, usable_share=0.9) == 1_756_364
+    assert largest_table_references(128, 1024) == 0  # the runtime alone fills it
+
+
+def test_a_cheaper_reference_holds_a_proportionally_larger_table() -> None:
+    at_measured = largest_table_references(2048, MEASURED_BYTES_PER_REFERENCE)
+    at_quarter = largest_table_references(2048, 250)
+    assert at_quarter == pytest.approx(at_measured * MEASURED_BYTES_PER_REFERENCE / 250, rel=1e-6)
+
+
+@pytest.mark.parametrize("references", [1, 250_000, 1_000_000, 3_000_000, 8_000_000])
+def test_the_memory_picked_for_a_table_holds_it_and_one_step_less_does_not(references: int) -> None:
+    size = memory_mb_for(references)
+    assert size % 256 == 0
+    assert largest_table_references(size) >= references
+    if size > 256:
+        assert largest_table_references(size - 256) < references
+
+
+def test_the_default_worker_memory_holds_the_benchmarks_million_reference_table() -> None:
+    assert largest_table_references(DEFAULT_WORKER_MEMORY_MB) >= DEFAULT_TABLE_REFERENCES
+    assert DEFAULT_WORKER_MEMORY_MB == memory_mb_for(DEFAULT_TABLE_REFERENCES) == 1536
+
+
+def test_a_table_beyond_lambdas_largest_size_is_refused_with_the_figures() -> None:
+    with pytest.raises(ValueError, match="more than Lambda's largest size"):
+        memory_mb_for(20_000_000)
+    with pytest.raises(ValueError, match="must be positive"):
+        largest_table_references(1024, 0)
