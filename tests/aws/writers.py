@@ -27,10 +27,23 @@ class WriterReport:
 
 
 def write(
-    resources_json: str, endpoint: str, table_id: str, writer: str, commits: int, files_per_commit: int = 3
+    resources_json: str,
+    endpoints: tuple[str, str],
+    table_id: str,
+    writer: str,
+    commits: int,
+    files_per_commit: int = 3,
 ) -> WriterReport:
-    """Commit ``commits`` AddFiles with this writer's own file names through its own state store."""
-    backend = AwsBackend.connect(ResourceNames.from_json(resources_json), endpoint, region="eu-west-2")
+    """Commit ``commits`` AddFiles with this writer's own file names through its own state store.
+
+    ``endpoints`` is (DynamoDB, S3)."""
+    dynamodb_endpoint, s3_endpoint = endpoints
+    backend = AwsBackend.connect(
+        ResourceNames.from_json(resources_json),
+        region="eu-west-2",
+        dynamodb_endpoint_url=dynamodb_endpoint,
+        s3_endpoint_url=s3_endpoint,
+    )
     store = TransactionLogStateStore(table_id, SCHEMA, backend.log, retry=RETRY)
     acknowledged: dict[int, tuple[str, ...]] = {}
     for i in range(commits):
