@@ -115,6 +115,9 @@ def test_the_data_source_appends_through_the_queue_once_and_reads_back_from_s3(
     committed_before = runtime.stats.committed
 
     dataframe(spark, KEY_SCHEMA, rows).write.format(FORMAT).options(**options).mode("append").save(name)
+    # The append returns once the request's status says committed; the poller counts its batch a moment
+    # later, after the handler returns. wait_idle waits for that count.
+    runtime.wait_idle()
 
     assert runtime.stats.committed - committed_before == 1  # ONE commit request, applied once
     assert client.log.latest_number(table_id) == 2
