@@ -16,6 +16,7 @@ The four grants, exported by :class:`ManagedPolicies` for the CLI's user and for
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aws_cdk import Aws
 from aws_cdk import aws_iam as iam
@@ -27,15 +28,19 @@ from infra.data_bucket import DataBucket
 from infra.nag import acknowledge
 from infra.state import BATCH_WRITE, DELETE, PUT, UPDATE, StateTables
 
+if TYPE_CHECKING:
+    from infra.scheduled import UpkeepQueues
+
 
 class StateStoreGrants:
-    """Grants on one instance's tables, bucket and commit queue."""
+    """Grants on one instance's tables, bucket, commit queue and upkeep queues."""
 
     def __init__(
         self,
         state: StateTables,
         data: DataBucket,
         commits: CommitQueue,
+        upkeep: UpkeepQueues,
         *,
         committer_mapping_arn: str | None = None,
     ) -> None:
@@ -43,6 +48,7 @@ class StateStoreGrants:
         self.state = state
         self.data = data
         self.commits = commits
+        self.upkeep = upkeep
         self.committer_mapping_arn = committer_mapping_arn
 
     def grant_read_state(self, grantee: iam.IGrantable) -> None:
@@ -83,7 +89,9 @@ class StateStoreGrants:
         - ``cleanup``: delete old log entries and snapshots, garbage data files and stale request bodies,
           committing DeleteFiles straight to the log; ``files --orphans`` lists the data prefix;
         - ``dead-letters``: receive, release (ChangeMessageVisibility) and delete the dead-letter queue's
-          messages; redrive sends them to the commit queue, as a commit does;
+          messages; redrive sends them to the commit queue, as a commit does. ``dead-letters --queue
+          upkeep``: the same on the upkeep dead-letter queue, and redrive sends (SendMessage) fresh work
+          to the snapshot and cleanup work queues;
         - ``committer pause|resume|status``: find the committer's event source mapping
           (ListEventSourceMappings, which supports no resource-level permissions), switch it
           (UpdateEventSourceMapping, on that mapping only) and read the commit queue's depth.
@@ -100,6 +108,9 @@ class StateStoreGrants:
         data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
         data.grant_delete(grantee, objects.TABLE_OBJECTS)
         self.commits.dead_letter_queue.grant_consume_messages(grantee)
+        self.upkeep.dead_letter_queue.grant_consume_messages(grantee)
+        self.upkeep.snapshot_queue.grant_send_messages(grantee)
+        self.upkeep.cleanup_queue.grant_send_messages(grantee)
         if self.committer_mapping_arn is not None:
             grantee.grant_principal.add_to_principal_policy(
                 iam.PolicyStatement(actions=["lambda:ListEventSourceMappings"], resources=["*"])

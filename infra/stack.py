@@ -109,6 +109,7 @@ class StatestoreStack(Stack):
             self.state,
             self.data,
             self.commits,
+            self.upkeep,
             committer_mapping_arn=self.committer.event_source.event_source_mapping_arn,
         )
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry

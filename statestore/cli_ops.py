@@ -1,4 +1,4 @@
-"""Operations commands of ``statestore``: the dead-letter queue, orphan data files, the version.
+"""Operations commands of ``statestore``: the dead-letter queues, orphan data files, the version.
 
 Registered from :func:`statestore.cli.build_parser`; they share its session, output and error handling.
 """
@@ -17,8 +17,10 @@ from statestore.errors import DeadLetterNotFoundError
 if TYPE_CHECKING:
     from statestore.aws.sqs_queue import SqsCommitQueue
     from statestore.cli import Session
-    from statestore.ports import DeadLetterQueue
+    from statestore.ports import DeadLetter, DeadLetterQueue
+    from statestore.upkeep import UpkeepKind
 
+QUEUES = ("commit", "upkeep")
 Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
 
 
@@ -31,11 +33,19 @@ def version() -> str:
 
 
 def register(commands: Any, command: Command) -> None:
-    """Add ``dead-letters list|show|redrive|purge`` to the CLI's subcommands."""
+    """Add ``dead-letters [--queue commit|upkeep] list|show|redrive|purge`` to the CLI's subcommands."""
     from statestore.cli import _Parser
 
     dlq = commands.add_parser(
-        "dead-letters", help="list, show, redrive and purge the commit requests on the dead-letter queue"
+        "dead-letters",
+        help="list, show, redrive and purge the commit requests (or the upkeep work) on a dead-letter queue",
+    )
+    dlq.add_argument(
+        "--queue",
+        choices=QUEUES,
+        default="commit",
+        help="commit: failed commit requests (the default); upkeep: a table's snapshot or cleanup that "
+        "failed 3 times, which redrive queues afresh on its work queue",
     )
     actions = dlq.add_subparsers(
         dest="dead_letters_command", metavar="ACTION", required=True, parser_class=_Parser
@@ -63,8 +73,28 @@ def _sqs(s: Session) -> Any:
     return make_client("sqs", endpoint_url=s.endpoint_url, region=s.args.region)
 
 
+def _upkeep(s: Session) -> bool:
+    return bool(s.args.queue == "upkeep")
+
+
 def _dead_letter_queue(s: Session) -> DeadLetterQueue:
+    if _upkeep(s):
+        return _resource(lambda: s.backend.upkeep_dead_letter_queue(_sqs(s)))
     return s.backend.dead_letter_queue(_sqs(s))
+
+
+def _work_queue(s: Session, kind: UpkeepKind) -> SqsCommitQueue:
+    return s.backend.queue(_sqs(s), _resource(lambda: s.resources.upkeep_queue(kind.value)))
+
+
+def _resource(find: Callable[[], Any]) -> Any:
+    """``find()``, whose ValueError says the instance's resources predate the upkeep queues."""
+    from statestore.cli import EXIT_UNAVAILABLE, CliError
+
+    try:
+        return find()
+    except ValueError as e:
+        raise CliError(str(e), EXIT_UNAVAILABLE) from None
 
 
 def _commit_queue(s: Session) -> SqsCommitQueue:
@@ -87,17 +117,82 @@ def _letter_json(d: dead_letters.DescribedDeadLetter) -> dict[str, Any]:
     }
 
 
-def cmd_list(s: Session) -> int:
+def _upkeep_json(d: dead_letters.DescribedUpkeepLetter) -> dict[str, Any]:
+    return {
+        "message_id": d.letter.message_id,
+        "group_id": d.letter.group_id,
+        "sent": fmt.iso_time(d.letter.sent_time),
+        "reason": d.reason,
+        "table_id": d.work.table_id if d.work else None,
+        "kind": d.work.kind.value if d.work else None,
+        "planned": fmt.iso_time(d.work.planned_at) if d.work else None,
+        "body_problem": d.body_problem,
+        "body": d.letter.body,
+    }
+
+
+def _warn_of_full_groups(s: Session, letters: list[DeadLetter]) -> None:
     from statestore.aws.sqs_dead_letters import SQS_FIFO_GROUP_WINDOW
 
-    letters = _dead_letter_queue(s).peek()
-    described = [dead_letters.describe(letter) for letter in letters]
     full = [g for g, n in dead_letters.group_sizes(letters).items() if n >= SQS_FIFO_GROUP_WINDOW]
     if full:
         s.out.progress(
             f"SQS shows at most {SQS_FIFO_GROUP_WINDOW} messages of a group at a time; group(s) "
             f"{', '.join(full)} may hold more: redrive or purge these to see them"
         )
+
+
+def _cmd_list_upkeep(s: Session) -> int:
+    letters = _dead_letter_queue(s).peek()
+    described = [dead_letters.describe_upkeep(letter) for letter in letters]
+    _warn_of_full_groups(s, letters)
+
+    def human() -> str:
+        if not described:
+            return "no upkeep dead letters"
+        return fmt.render_table(
+            ["MESSAGE", "TABLE", "WORK", "SENT", "REASON"],
+            [
+                [d.letter.message_id, d.work.table_id if d.work else d.letter.group_id,
+                 d.work.kind.value if d.work else "(not upkeep work)", fmt.format_time(d.letter.sent_time),
+                 d.reason]
+                for d in described
+            ],
+        )  # fmt: skip
+
+    s.out.result([_upkeep_json(d) for d in described], human)
+    return 0
+
+
+def _cmd_show_upkeep(s: Session) -> int:
+    d = dead_letters.describe_upkeep(
+        _found(lambda: dead_letters.find(_dead_letter_queue(s), s.args.message_id))
+    )
+    s.out.result(
+        _upkeep_json(d),
+        lambda: fmt.render_fields(
+            [
+                ("message", d.letter.message_id),
+                ("group", d.letter.group_id),
+                ("sent", fmt.format_time(d.letter.sent_time)),
+                ("reason", d.reason),
+                ("table", d.work.table_id if d.work else None),
+                ("work", d.work.kind.value if d.work else None),
+                ("planned", fmt.format_time(d.work.planned_at) if d.work else None),
+                ("body problem", d.body_problem),
+                ("body", d.letter.body),
+            ]
+        ),
+    )
+    return 0
+
+
+def cmd_list(s: Session) -> int:
+    if _upkeep(s):
+        return _cmd_list_upkeep(s)
+    letters = _dead_letter_queue(s).peek()
+    described = [dead_letters.describe(letter) for letter in letters]
+    _warn_of_full_groups(s, letters)
 
     def human() -> str:
         if not described:
@@ -116,6 +211,8 @@ def cmd_list(s: Session) -> int:
 
 
 def cmd_show(s: Session) -> int:
+    if _upkeep(s):
+        return _cmd_show_upkeep(s)
     d = dead_letters.describe(_found(lambda: dead_letters.find(_dead_letter_queue(s), s.args.message_id)))
     s.out.result(
         _letter_json(d),
@@ -155,6 +252,20 @@ def _found(run: Callable[[], Any]) -> Any:
 
 def cmd_redrive(s: Session) -> int:
     ids = _chosen_ids(s, "redrive")
+    if _upkeep(s):
+        dlq = _dead_letter_queue(s)
+        redriven = _found(lambda: dead_letters.redrive_upkeep(dlq, lambda kind: _work_queue(s, kind), ids))
+        s.out.result(
+            {
+                "redriven": [
+                    {"message_id": d.letter.message_id, "table_id": w.table_id, "kind": w.kind.value}
+                    for d in redriven
+                    if (w := d.work) is not None
+                ]
+            },
+            lambda: f"queued fresh work for {fmt.plural(len(redriven), 'table')} on the work queues",
+        )
+        return 0
     dlq, queue = _dead_letter_queue(s), _commit_queue(s)
     letters = _found(lambda: dead_letters.redrive(dlq, queue, ids))
     s.out.result(
@@ -167,9 +278,10 @@ def cmd_redrive(s: Session) -> int:
 def cmd_purge(s: Session) -> int:
     ids = _chosen_ids(s, "purge")
     letters = _found(lambda: dead_letters.purge(_dead_letter_queue(s), ids))
+    queue = "upkeep " if _upkeep(s) else ""
     s.out.result(
         {"purged": [x.message_id for x in letters]},
-        lambda: f"purged {fmt.plural(len(letters), 'message')} from the dead-letter queue",
+        lambda: f"purged {fmt.plural(len(letters), 'message')} from the {queue}dead-letter queue",
     )
     return 0
 

@@ -15,18 +15,32 @@ deduplication id, so the queue takes it even within five minutes of the first se
 recognises a request it already decided by its request id. A message is only deleted from the
 dead-letter queue once it is on the commit queue: a failure in between leaves it on both, which is safe.
 
+The **upkeep dead-letter queue** holds the snapshot and cleanup work (:mod:`statestore.upkeep`) of a table
+that failed as often as its work queue allows; the work queue's redrive policy moved it there, so it has no
+reason attribute (the function's logs say why). Redriving it does not send the old message back: a message
+first delivered more than one period after its plan is dropped as superseded, which a dead letter always
+is. It queues *fresh* work of the same kind for the same table, planned now, on the work queue of that kind,
+in the table's message group with a new deduplication id (the plan's id names the period, and the queue
+would drop a second message with it). If the plan has queued the table in the same period, the table is
+worked on twice back to back, which is harmless: a snapshot is checked again, cleanup is idempotent.
+
 Library code: ports only, no AWS imports.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from statestore.commit_requests import parse_request
-from statestore.errors import CodecError, DeadLetterNotFoundError
+from statestore.errors import CodecError, DeadLetterNotFoundError, UnredrivableDeadLetterError
 from statestore.ports import CommitQueue, DeadLetter, DeadLetterQueue, QueueMessage
+
+if TYPE_CHECKING:  # statestore.upkeep loads the engine and pyarrow: imported when an upkeep letter is read
+    from statestore.upkeep import UpkeepKind, UpkeepWork
 
 MOVED_BY_REDRIVE_POLICY = (
     "moved by the commit queue's redrive policy: received {count} time(s) or more without being acknowledged "
@@ -112,6 +126,78 @@ def purge(dead_letters: DeadLetterQueue, message_ids: Collection[str] | None = N
     letters = _chosen(dead_letters, message_ids)
     deleted: set[str] = set(dead_letters.delete([letter.message_id for letter in letters]))
     return [letter for letter in letters if letter.message_id in deleted]
+
+
+# --- the upkeep dead-letter queue ----------------------------------------------------------------------
+
+MOVED_FROM_WORK_QUEUE = (
+    "moved by its work queue's redrive policy: the table's {kind} failed {count} time(s) "
+    "(the {kind} function's logs and its {kind}-errors alarm say why)"
+)
+
+
+@dataclass(frozen=True)
+class DescribedUpkeepLetter:
+    """An upkeep dead letter with why it is there, and the table and kind of work its body names."""
+
+    letter: DeadLetter
+    reason: str
+    work: UpkeepWork | None = None
+    body_problem: str | None = None  # why the body is not upkeep work, if it is not
+
+
+def describe_upkeep(letter: DeadLetter, max_receive_count: int | None = None) -> DescribedUpkeepLetter:
+    """``letter`` from the upkeep dead-letter queue with its reason (an attribute if one was sent, else the
+    work queue's redrive policy; ``max_receive_count`` is the work queues', if known). A body that is not
+    upkeep work is described too."""
+    from statestore.upkeep import MalformedWorkError, UpkeepWork
+
+    try:
+        work: UpkeepWork | None = UpkeepWork.from_body(letter.body)
+        problem = None
+    except MalformedWorkError as e:
+        work, problem = None, str(e)
+    reason = letter.reason or MOVED_FROM_WORK_QUEUE.format(
+        kind=work.kind.value if work else "work",
+        count=max_receive_count if max_receive_count is not None else "several",
+    )
+    return DescribedUpkeepLetter(letter, reason, work, problem)
+
+
+def redrive_upkeep(
+    dead_letters: DeadLetterQueue,
+    work_queue: Callable[[UpkeepKind], CommitQueue],
+    message_ids: Collection[str] | None = None,
+    *,
+    now: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    new_deduplication_id: Callable[[], str] = lambda: f"redrive-{uuid.uuid4().hex}",
+) -> list[DescribedUpkeepLetter]:
+    """Queue fresh work for the table of each upkeep dead letter ``message_ids`` (all if None), on the work
+    queue of its kind (``work_queue(kind)``), then delete the letters; see the module's docstring for why the
+    work is fresh rather than the old message.
+
+    Returns the letters redriven. Raises DeadLetterNotFoundError if an id is not on the queue, and
+    UnredrivableDeadLetterError if a chosen letter's body is not upkeep work, redriving nothing either way;
+    StoreUnavailableError if a queue fails (work sent but its letter not deleted is then queued twice, which
+    is harmless).
+    """
+    described = [describe_upkeep(letter) for letter in _chosen(dead_letters, message_ids)]
+    problems = {d.letter.message_id: d.body_problem for d in described if d.body_problem is not None}
+    if problems:
+        raise UnredrivableDeadLetterError(problems)
+    from statestore.upkeep import UpkeepWork
+
+    planned_at = now()
+    by_kind: dict[UpkeepKind, list[QueueMessage]] = {}
+    for work in (d.work for d in described if d.work is not None):  # every one, checked above
+        fresh = UpkeepWork(work.kind, work.table_id, planned_at, work.period_ms).to_message()
+        by_kind.setdefault(work.kind, []).append(
+            QueueMessage(fresh.body, fresh.group_id, new_deduplication_id())
+        )
+    for kind, messages in by_kind.items():
+        work_queue(kind).send(messages)
+    dead_letters.delete([d.letter.message_id for d in described])
+    return described
 
 
 def group_sizes(letters: Sequence[DeadLetter]) -> dict[str, int]:

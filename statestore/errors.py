@@ -6,7 +6,7 @@ exceptions: adapters translate botocore errors at their boundary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class StateStoreError(Exception):
@@ -239,4 +239,17 @@ class DeadLetterNotFoundError(StateStoreError):
         super().__init__(
             f"no message {', '.join(repr(i) for i in message_ids)} on the dead-letter queue: redriven or "
             "purged already, or a wrong id; list them with `statestore dead-letters list`"
+        )
+
+
+class UnredrivableDeadLetterError(StateStoreError):
+    """Dead letters that cannot be redriven: their body says neither which work queue they came from nor
+    which table they are for (a bug, or a message sent by hand). Nothing is redriven; purge them."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        self.problems = dict(problems)
+        listed = "; ".join(f"{message_id!r}: {problem}" for message_id, problem in problems.items())
+        super().__init__(
+            f"cannot redrive {len(problems)} upkeep dead letter(s), nothing was redriven: {listed}; "
+            "purge them with `statestore dead-letters --queue upkeep purge MESSAGE_ID...`"
         )

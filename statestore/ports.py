@@ -265,7 +265,8 @@ class DeadLetter:
 
 
 class DeadLetterQueue(ABC):
-    """The commit queue's dead-letter queue, for an operator: look at the messages, remove chosen ones."""
+    """A dead-letter queue (the commit queue's, or the upkeep work queues'), for an operator: look at the
+    messages, remove chosen ones."""
 
     @abstractmethod
     def peek(self) -> list[DeadLetter]:

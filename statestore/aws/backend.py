@@ -47,6 +47,17 @@ class AwsBackend:
         """The instance's dead-letter queue, for listing, redriving and purging its messages."""
         return SqsDeadLetterQueue.named(sqs, self.resources.dead_letter_queue, self.caller)
 
+    def upkeep_dead_letter_queue(self, sqs: Any) -> SqsDeadLetterQueue:
+        """The dead-letter queue of the snapshot and cleanup work queues. Raises ValueError, saying to
+        redeploy, for resources written before the upkeep queues existed."""
+        name = self.resources.upkeep_dead_letter_queue
+        if name is None:
+            raise ValueError(
+                f"the resources of instance {self.resources.instance_id!r} name no upkeep dead-letter queue: "
+                "they predate per-table upkeep; redeploy the stack and use its new StatestoreResources output"
+            )
+        return SqsDeadLetterQueue.named(sqs, name, self.caller)
+
     def commit_sender(self, sqs: Any) -> CommitSender:
         """A sender of commit requests to the instance's queue, with its status table and bucket."""
         return CommitSender(self.queue(sqs, self.resources.commit_queue), self.commit_statuses, self.blobs)

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from statestore import layout
-from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
 from statestore.commit_requests import CommitRequest, encode_request
 from statestore.ports import QueueMessage
 from statestore.transactions import AddFiles
+from statestore.upkeep import UpkeepKind, UpkeepWork
 from tests.builders import INT_SCHEMA, ref
 from tests.cli.conftest import Cli
 
@@ -80,6 +81,54 @@ def test_dead_letters_list_show_redrive_and_purge(cli: Cli) -> None:
     assert [d["request_id"] for d in again] == ["req-missing-table"]
     assert again[0]["message_id"] != missing["message_id"]
     assert cli("dead-letters", "purge", "--all").code == EXIT_OK
+
+
+def test_dead_letters_of_the_upkeep_queue_name_their_table_and_redrive_as_fresh_work(
+    cli: Cli, tmp_path: Path
+) -> None:
+    rt = cli.runtime
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(INT_SCHEMA.to_json()))
+    assert cli("tables", "create", "upkept", "--schema", str(schema)).code == EXIT_OK
+    table_id = cli("tables", "show", "upkept", "--json").json()["table_id"]
+    # As the work queue's redrive policy moves them: a snapshot planned a day ago (the old message would be
+    # dropped as superseded), and a body no plan writes.
+    long_ago = int(time.time() * 1000) - 86_400_000
+    rt.upkeep_dead_letter_queue.send(
+        [
+            UpkeepWork(UpkeepKind.SNAPSHOT, table_id, long_ago, 15 * 60_000).to_message(),
+            QueueMessage("not json {", "junk-table", "junk-1"),
+        ]
+    )
+    upkeep = ("dead-letters", "--queue", "upkeep")
+
+    listed = {d["group_id"]: d for d in ours(cli(*upkeep, "list", "--json").out)}
+    assert set(listed) == {table_id, "junk-table"}
+    snap, junk = listed[table_id], listed["junk-table"]
+    assert (snap["table_id"], snap["kind"]) == (table_id, "snapshot") and "snapshot failed" in snap["reason"]
+    assert junk["kind"] is None and "not an upkeep work message" in junk["body_problem"]
+    human = cli(*upkeep, "list")
+    assert human.code == EXIT_OK and table_id in human.out and "(not upkeep work)" in human.out
+    assert ours(cli(*upkeep, "show", snap["message_id"], "--json").out)["kind"] == "snapshot"
+    assert ours(cli("dead-letters", "list", "--json").out) == []  # the commit queue's are apart
+
+    refused = cli(*upkeep, "redrive", "--all")
+    assert refused.code == EXIT_FAILED and junk["message_id"] in refused.err and "purge" in refused.err
+    purged = cli(*upkeep, "purge", junk["message_id"], "--json")
+    assert (purged.code, ours(purged.out)) == (EXIT_OK, {"purged": [junk["message_id"]]})
+    redriven = cli(*upkeep, "redrive", "--all", "--json")
+    assert ours(redriven.out) == {
+        "redriven": [{"message_id": snap["message_id"], "table_id": table_id, "kind": "snapshot"}]
+    }
+    assert ours(cli(*upkeep, "list", "--json").out) == []
+    # The snapshot worker takes the fresh work and snapshots the table.
+    deadline = time.monotonic() + 30
+    while (
+        ours(cli("tables", "show", "upkept", "--json").out)["latest_snapshot"] is None
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    assert ours(cli("tables", "show", "upkept", "--json").out)["latest_snapshot"] is not None
 
 
 def test_files_orphans_lists_data_objects_nothing_names_older_than_the_gc_delay(

@@ -14,11 +14,12 @@ from moto import mock_aws
 from statestore import dead_letters
 from statestore.aws.clients import make_client
 from statestore.aws.sqs_dead_letters import SqsDeadLetterQueue
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
 from statestore.commit_requests import encode_request
-from statestore.errors import DeadLetterNotFoundError
+from statestore.errors import DeadLetterNotFoundError, UnredrivableDeadLetterError
 from statestore.memory import InMemoryCommitQueue, InMemoryDeadLetterQueue
 from statestore.ports import CommitQueue, DeadLetterQueue, QueueMessage
+from statestore.upkeep import UpkeepKind, UpkeepWork
 from tests.committer.harness import Harness, add_files, message
 from tests.fixtures.aws_servers import unique_resources
 
@@ -161,3 +162,133 @@ def test_a_redriven_request_for_a_table_created_since_is_committed() -> None:
 
     assert result.outcome.value == "committed"
     assert "a.parquet" in h.state(table_id).files_by_name
+
+
+# --- the upkeep dead-letter queue --------------------------------------------------------------------
+
+
+@dataclass
+class UpkeepQueues:
+    sender: CommitQueue  # what the work queues' redrive policy moves failed work through
+    dead_letters: DeadLetterQueue
+    work: dict[UpkeepKind, CommitQueue]
+    received: Callable[[UpkeepKind], list[QueueMessage]]  # what reached a work queue
+
+
+@pytest.fixture(params=["memory", "moto"])
+def upkeep_queues(request: pytest.FixtureRequest) -> Iterator[UpkeepQueues]:
+    if request.param == "memory":
+        dlq = InMemoryDeadLetterQueue()
+        in_memory = {kind: InMemoryCommitQueue() for kind in UpkeepKind}
+        yield UpkeepQueues(dlq, dlq, dict(in_memory), lambda kind: in_memory[kind].take(100))
+        return
+    with mock_aws():
+        sqs = make_client("sqs", region="us-east-1")
+        urls = provision_upkeep_queues(unique_resources("upkeep"), sqs)
+        work = {kind: SqsCommitQueue(sqs, urls[kind.value]) for kind in UpkeepKind}
+
+        def received(kind: UpkeepKind) -> list[QueueMessage]:
+            out = []
+            while records := work[kind].receive_event()["Records"]:
+                out += [
+                    QueueMessage(
+                        r["body"],
+                        r["attributes"]["MessageGroupId"],
+                        r["attributes"]["MessageDeduplicationId"],
+                    )
+                    for r in records
+                ]
+                work[kind].delete([r["receiptHandle"] for r in records])
+            return out
+
+        yield UpkeepQueues(
+            SqsCommitQueue(sqs, urls["dead_letters"]),
+            SqsDeadLetterQueue(sqs, urls["dead_letters"], wait_seconds=0),
+            dict(work),
+            received,
+        )
+
+
+PERIOD_MS = 15 * 60_000
+PLANNED_AT = 1_700_000_000_000
+
+
+def dead_letter_upkeep(queues: UpkeepQueues) -> None:
+    """As the work queues' redrive policy moves them: a snapshot of t-snap and a cleanup of t-clean that
+    failed three times, and a body no plan writes."""
+    queues.sender.send(
+        [
+            UpkeepWork(UpkeepKind.SNAPSHOT, "t-snap", PLANNED_AT, PERIOD_MS).to_message(),
+            UpkeepWork(UpkeepKind.CLEANUP, "t-clean", PLANNED_AT, PERIOD_MS).to_message(),
+            QueueMessage("not json {", "t-junk", "junk-1"),
+        ]
+    )
+
+
+def test_an_upkeep_dead_letter_names_its_table_its_kind_of_work_and_why(upkeep_queues: UpkeepQueues) -> None:
+    dead_letter_upkeep(upkeep_queues)
+
+    described = {
+        d.letter.group_id: d
+        for d in (
+            dead_letters.describe_upkeep(x, max_receive_count=3) for x in upkeep_queues.dead_letters.peek()
+        )
+    }
+
+    snap, clean, junk = described["t-snap"], described["t-clean"], described["t-junk"]
+    assert snap.work is not None and (snap.work.table_id, snap.work.kind) == ("t-snap", UpkeepKind.SNAPSHOT)
+    assert clean.work is not None and (clean.work.table_id, clean.work.kind) == (
+        "t-clean",
+        UpkeepKind.CLEANUP,
+    )
+    assert "snapshot failed 3 time(s)" in snap.reason and "snapshot-errors" in snap.reason
+    assert "cleanup failed 3 time(s)" in clean.reason
+    assert (
+        junk.work is None
+        and junk.body_problem is not None
+        and "not an upkeep work message" in junk.body_problem
+    )
+
+
+def test_upkeep_redrive_queues_fresh_work_on_the_queue_of_its_kind_then_removes_the_letter(
+    upkeep_queues: UpkeepQueues,
+) -> None:
+    dead_letter_upkeep(upkeep_queues)
+    by_group = {x.group_id: x for x in upkeep_queues.dead_letters.peek()}
+    chosen = [by_group["t-snap"].message_id, by_group["t-clean"].message_id]
+    now = PLANNED_AT + 10 * PERIOD_MS  # long after the plan: the old message would be dropped as superseded
+
+    redriven = dead_letters.redrive_upkeep(
+        upkeep_queues.dead_letters, upkeep_queues.work.__getitem__, chosen, now=lambda: now
+    )
+
+    assert sorted(d.letter.group_id for d in redriven) == ["t-clean", "t-snap"]
+    [snapshot] = upkeep_queues.received(UpkeepKind.SNAPSHOT)
+    [cleanup] = upkeep_queues.received(UpkeepKind.CLEANUP)
+    for sent, table_id, kind in (
+        (snapshot, "t-snap", UpkeepKind.SNAPSHOT),
+        (cleanup, "t-clean", UpkeepKind.CLEANUP),
+    ):
+        work = UpkeepWork.from_body(sent.body)
+        assert work == UpkeepWork(kind, table_id, now, PERIOD_MS) and sent.group_id == table_id
+        assert not work.superseded(first_received_at=now + 1)
+        old = UpkeepWork(kind, table_id, PLANNED_AT, PERIOD_MS).to_message()
+        assert sent.deduplication_id != old.deduplication_id
+    assert snapshot.deduplication_id != cleanup.deduplication_id
+    assert [x.group_id for x in upkeep_queues.dead_letters.peek()] == ["t-junk"]
+
+
+def test_upkeep_redrive_of_a_body_that_is_not_work_redrives_nothing_and_says_to_purge(
+    upkeep_queues: UpkeepQueues,
+) -> None:
+    dead_letter_upkeep(upkeep_queues)
+
+    with pytest.raises(UnredrivableDeadLetterError, match="not an upkeep work message") as raised:
+        dead_letters.redrive_upkeep(upkeep_queues.dead_letters, upkeep_queues.work.__getitem__)
+
+    junk = next(x for x in upkeep_queues.dead_letters.peek() if x.group_id == "t-junk")
+    assert list(raised.value.problems) == [junk.message_id] and "purge" in str(raised.value)
+    assert [upkeep_queues.received(kind) for kind in UpkeepKind] == [[], []]
+    assert len(upkeep_queues.dead_letters.peek()) == 3
+    assert len(dead_letters.purge(upkeep_queues.dead_letters, [junk.message_id])) == 1
+    assert len(upkeep_queues.dead_letters.peek()) == 2

@@ -71,6 +71,9 @@ ADMIN = (
     )
     | allows(OBJECT_DELETE, objects("tables/"))  # every object of every table
     | allows(QUEUE_CONSUME, f"queue:{NAMES.dead_letter_queue}")  # dead-letters list/redrive/purge
+    # dead-letters --queue upkeep: list/purge on its dead-letter queue, redrive to the work queues
+    | allows(QUEUE_CONSUME, f"queue:{NAMES.upkeep_dead_letter_queue}")
+    | allows(QUEUE_SEND, f"queue:{NAMES.snapshot_queue}", f"queue:{NAMES.cleanup_queue}")
     # committer pause|resume|status: listing supports no resource-level permissions; switching is scoped
     | allows(("lambda:ListEventSourceMappings",), "*")
     | allows(("lambda:UpdateEventSourceMapping",), f"event-source-mapping:{NAMES.committer_function}")

@@ -23,7 +23,7 @@ from statestore import layout
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.aws.dynamodb_log import DynamoDBTransactionLog
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
 from statestore.catalog import TableInfo
 from statestore.cli import main
 from statestore.client import StateStoreClient
@@ -31,10 +31,11 @@ from statestore.codec.transaction_json import transaction_to_json
 from statestore.committer import ReceivedMessage
 from statestore.engine import TransactionLogStateStore
 from statestore.errors import StateStoreError
-from statestore.ports import CommitOutcome
+from statestore.ports import CommitOutcome, QueueMessage
 from statestore.resources import ResourceNames
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import AddFiles, InitialisePartitions
+from statestore.upkeep import UpkeepKind, UpkeepWork
 from tests.builders import INT_SCHEMA, ref, tree
 from tests.infra.deployed_iam import (
     REGION,
@@ -71,6 +72,7 @@ class Instance:
     backend: AwsBackend
     admin: Runtime
     commit_queue: SqsCommitQueue
+    upkeep_queues: dict[str, SqsCommitQueue]  # the work queues by kind, and "dead_letters"
     iam: Any
 
     def create_table(self, name: str) -> TransactionLogStateStore:
@@ -133,12 +135,14 @@ def instance(template_json: dict[str, Any]) -> Iterator[Instance]:
         backend.provision()
         sqs = make_client("sqs")
         queue_url, _ = provision_queues(names, sqs)
+        upkeep_urls = provision_upkeep_queues(names, sqs)
         yield Instance(
             template=template_json,
             names=names,
             backend=backend,
             admin=Runtime.for_aws(names),
             commit_queue=SqsCommitQueue(sqs, queue_url),
+            upkeep_queues={name: SqsCommitQueue(sqs, url) for name, url in upkeep_urls.items()},
             iam=make_client("iam"),
         )
 
@@ -331,6 +335,28 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     [again] = cli("dead-letters", "list")
     assert cli("dead-letters", "purge", again["message_id"])["purged"] == [again["message_id"]]
     assert cli("dead-letters", "list") == []
+
+    # A table's snapshot and cleanup failed 3 times, and a body no plan writes is there too: the admin lists
+    # them, redrives the work (fresh, each to its own work queue) and purges the rest.
+    orders_id = cli("tables", "show", "orders")["table_id"]
+    long_ago = 1_700_000_000_000
+    instance.upkeep_queues["dead_letters"].send(
+        [UpkeepWork(kind, orders_id, long_ago, 900_000).to_message() for kind in UpkeepKind]
+        + [QueueMessage("not work", "junk", "junk-1")]
+    )
+    upkeep = ("dead-letters", "--queue", "upkeep")
+    letters = {d["kind"]: d for d in cli(*upkeep, "list")}
+    assert set(letters) == {"snapshot", "cleanup", None}
+    assert letters["snapshot"]["table_id"] == letters["cleanup"]["table_id"] == orders_id
+    assert cli(*upkeep, "show", letters["cleanup"]["message_id"])["kind"] == "cleanup"
+    work = [letters["snapshot"]["message_id"], letters["cleanup"]["message_id"]]
+    assert sorted(d["kind"] for d in cli(*upkeep, "redrive", *work)["redriven"]) == ["cleanup", "snapshot"]
+    for kind in UpkeepKind:
+        [fresh] = instance.upkeep_queues[kind.value].receive_event()["Records"]
+        redriven = UpkeepWork.from_body(fresh["body"])
+        assert (redriven.kind, redriven.table_id) == (kind, orders_id) and redriven.planned_at > long_ago
+    assert cli(*upkeep, "purge", "--all")["purged"] == [letters[None]["message_id"]]
+    assert cli(*upkeep, "list") == []
     report = cli("cleanup", "orders", "--log-min-snapshot-age", "0", "--snapshot-retention", "0")
     assert report["errors"] == {} and report["tables"][0]["snapshots_deleted"] == 1
     cli("tables", "rename", "orders", "orders2")
@@ -340,6 +366,29 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     assert cli("tables", "list") == []
     assert instance.backend.blobs.list(layout.table_prefix(table_id)) == []
     assert list(instance.admin.log.read(table_id, 1, 100)) == []
+
+
+def test_the_admin_policy_may_not_take_upkeep_work_nor_send_to_the_upkeep_dead_letter_queue(
+    instance: Instance,
+) -> None:
+    """Redriving needs only SendMessage on the work queues: receiving from them is the workers', and only
+    the work queues' redrive policy sends to the dead-letter queue."""
+    table_id = instance.create_table("orders").table_id
+    work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 1_700_000_000_000, 900_000).to_message()
+    instance.upkeep_queues["snapshot"].send([work])
+    admin = instance.caller("cli-admin", policy(instance, "admin"))
+    urls = {name: queue.queue_url for name, queue in instance.upkeep_queues.items()}
+
+    with iam_enforced():
+        for kind in UpkeepKind:
+            with pytest.raises(StateStoreError, match="AccessDenied"):
+                SqsCommitQueue(admin.sqs, urls[kind.value]).receive_event()
+        with pytest.raises(StateStoreError, match="AccessDenied"):
+            SqsCommitQueue(admin.sqs, urls["dead_letters"]).send([work])
+
+    assert instance.upkeep_queues["dead_letters"].receive_event()["Records"] == []
+    [waiting] = instance.upkeep_queues["snapshot"].receive_event()["Records"]
+    assert waiting["body"] == work.body
 
 
 def committer_function_with_its_mapping(instance: Instance) -> None:
