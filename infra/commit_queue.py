@@ -14,6 +14,50 @@ COMMIT_RETENTION = Duration.days(4)
 DEAD_LETTER_RETENTION = Duration.days(14)
 
 
+def fifo_dead_letter_queue(scope: Construct, *, queue_name: str | None, what: str) -> sqs.Queue:
+    """A FIFO dead-letter queue (SQS-managed encryption, TLS only) keeping a message 14 days: the dead-letter
+    queue of ``what``, acknowledged as such for cdk-nag."""
+    queue = sqs.Queue(
+        scope,
+        "DeadLetters",
+        queue_name=queue_name,
+        fifo=True,
+        content_based_deduplication=False,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        retention_period=DEAD_LETTER_RETENTION,
+    )
+    acknowledge(queue, f"This is the dead-letter queue of {what}.", "AwsSolutions-SQS3")
+    return queue
+
+
+def per_table_fifo_queue(
+    scope: Construct,
+    construct_id: str,
+    *,
+    queue_name: str,
+    visibility_timeout: Duration,
+    retention_period: Duration,
+    dead_letter_queue: sqs.DeadLetterQueue,
+) -> sqs.Queue:
+    """A FIFO queue whose senders set ``MessageGroupId = table_id`` and their own deduplication ids:
+    deduplication and throughput are per message group, so tables never slow each other down."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        queue_name=queue_name,
+        fifo=True,
+        content_based_deduplication=False,
+        deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+        fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        visibility_timeout=visibility_timeout,
+        retention_period=retention_period,
+        dead_letter_queue=dead_letter_queue,
+    )
+
+
 class CommitQueue(Construct):
     """Senders set ``MessageGroupId = table_id`` and ``MessageDeduplicationId = request_id``.
 
@@ -31,32 +75,14 @@ class CommitQueue(Construct):
         max_receive_count: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letter_queue = sqs.Queue(
-            self,
-            "DeadLetters",
-            queue_name=names.dead_letter_queue,
-            fifo=True,
-            content_based_deduplication=False,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=DEAD_LETTER_RETENTION,
+        self.dead_letter_queue = fifo_dead_letter_queue(
+            self, queue_name=names.dead_letter_queue, what="the commit queue"
         )
-        acknowledge(
-            self.dead_letter_queue,
-            "This is the dead-letter queue of the commit queue.",
-            "AwsSolutions-SQS3",
-        )
-        self.queue = sqs.Queue(
+        # Request ids are the deduplication ids: two different requests with equal bodies are both wanted.
+        self.queue = per_table_fifo_queue(
             self,
             "Commits",
             queue_name=names.commit_queue,
-            fifo=True,
-            # Request ids are the deduplication ids: two different requests with equal bodies are both wanted.
-            content_based_deduplication=False,
-            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
-            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
             visibility_timeout=visibility_timeout,
             retention_period=COMMIT_RETENTION,
             dead_letter_queue=sqs.DeadLetterQueue(

@@ -13,8 +13,8 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.commit_queue import fifo_dead_letter_queue, per_table_fifo_queue
 from infra.functions import StatestoreFunction
-from infra.nag import acknowledge
 from statestore.resources import ResourceNames
 
 # Lambda keeps an asynchronous event it could not run (throttled) for at most this long.
@@ -22,7 +22,6 @@ _MAX_EVENT_AGE = Duration.hours(6)
 # A table's work is retried this often before its message moves to the dead-letter queue.
 WORK_MAX_RECEIVE_COUNT = 3
 WORK_RETENTION = Duration.days(1)
-UPKEEP_DEAD_LETTER_RETENTION = Duration.days(14)
 
 
 def work_visibility_timeout(function_timeout: Duration) -> Duration:
@@ -45,37 +44,21 @@ class UpkeepQueues(Construct):
         cleanup_timeout: Duration,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letter_queue = sqs.Queue(
+        self.dead_letter_queue = fifo_dead_letter_queue(
             self,
-            "DeadLetters",
             queue_name=names.upkeep_dead_letter_queue,
-            fifo=True,
-            content_based_deduplication=False,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=UPKEEP_DEAD_LETTER_RETENTION,
-        )
-        acknowledge(
-            self.dead_letter_queue,
-            "This is the dead-letter queue of the snapshot and cleanup work queues.",
-            "AwsSolutions-SQS3",
+            what="the snapshot and cleanup work queues",
         )
         dead_letters = sqs.DeadLetterQueue(
             queue=self.dead_letter_queue, max_receive_count=WORK_MAX_RECEIVE_COUNT
         )
 
         def work_queue(construct_id: str, kind: str, timeout: Duration) -> sqs.Queue:
-            return sqs.Queue(
+            # The plan's deduplication id names the table and the schedule's period.
+            return per_table_fifo_queue(
                 self,
                 construct_id,
                 queue_name=names.upkeep_queue(kind),
-                fifo=True,
-                # The plan's deduplication id names the table and the schedule's period.
-                content_based_deduplication=False,
-                deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
-                fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
-                enforce_ssl=True,
                 visibility_timeout=work_visibility_timeout(timeout),
                 retention_period=WORK_RETENTION,
                 dead_letter_queue=dead_letters,
