@@ -50,7 +50,6 @@ import os
 import random
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -602,30 +601,6 @@ def child_main(case_json: str) -> None:
 # --- the parent: emulators, the order of runs, the tables ---------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_moto_server() -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return process, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("the moto server did not start within 30 s")
-
-
 def run_child(case: dict[str, Any], timeout: float = 1200) -> dict[str, Any]:
     completed = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(case)],
@@ -720,6 +695,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     directory = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    from bench_committer import start_moto_server  # the same launcher as the other benchmarks
+
     from statestore.aws.backend import AwsBackend
     from statestore.aws.clients import make_client
     from statestore.dynamodb_local import DynamoDBLocal
