@@ -140,35 +140,8 @@ def provision_queues(
     A message received ``max_receive_count`` times without being deleted moves to the dead-letter queue.
     """
     call = caller or AwsCaller()
-    common = {
-        "FifoQueue": "true",
-        "ContentBasedDeduplication": "false",
-        "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
-    }
-    dlq_url = call(
-        f"create queue {resources.dead_letter_queue!r}",
-        sqs_client.create_queue,
-        QueueName=resources.dead_letter_queue,
-        Attributes=common,
-    )["QueueUrl"]
-    dlq_arn = call(
-        f"read the attributes of {resources.dead_letter_queue!r}",
-        sqs_client.get_queue_attributes,
-        QueueUrl=dlq_url,
-        AttributeNames=["QueueArn"],
-    )["Attributes"]["QueueArn"]
-    queue_url = call(
-        f"create queue {resources.commit_queue!r}",
-        sqs_client.create_queue,
-        QueueName=resources.commit_queue,
-        Attributes={
-            **common,
-            "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-            ),
-        },
-    )["QueueUrl"]
+    dlq_url, dlq_arn = _create_dead_letter_queue(call, sqs_client, resources.dead_letter_queue)
+    queue_url = _create_fifo_queue(call, sqs_client, resources.commit_queue, dlq_arn, max_receive_count)
     return queue_url, dlq_url
 
 
@@ -182,36 +155,51 @@ def provision_upkeep_queues(
     """Create the snapshot and cleanup work queues and their shared dead-letter queue if absent; returns
     their URLs by name (``snapshot``, ``cleanup``, ``dead_letters``)."""
     call = caller or AwsCaller()
-    common = {
-        "FifoQueue": "true",
-        "ContentBasedDeduplication": "false",
-        "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
-    }
     dlq_name = resources.upkeep_dead_letter_queue
     if dlq_name is None:
         raise StateStoreError(f"instance {resources.instance_id!r} names no upkeep queues")
-    dlq_url = call(
-        f"create queue {dlq_name!r}", sqs_client.create_queue, QueueName=dlq_name, Attributes=common
-    )["QueueUrl"]
-    dlq_arn = call(
-        f"read the attributes of {dlq_name!r}",
-        sqs_client.get_queue_attributes,
-        QueueUrl=dlq_url,
-        AttributeNames=["QueueArn"],
-    )["Attributes"]["QueueArn"]
+    dlq_url, dlq_arn = _create_dead_letter_queue(call, sqs_client, dlq_name)
     urls = {"dead_letters": dlq_url}
     for kind in ("snapshot", "cleanup"):
         name = resources.upkeep_queue(kind)
-        urls[kind] = call(
-            f"create queue {name!r}",
-            sqs_client.create_queue,
-            QueueName=name,
-            Attributes={
-                **common,
-                "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-                ),
-            },
-        )["QueueUrl"]
+        urls[kind] = _create_fifo_queue(call, sqs_client, name, dlq_arn, max_receive_count)
     return urls
+
+
+_FIFO_ATTRIBUTES = {
+    "FifoQueue": "true",
+    "ContentBasedDeduplication": "false",
+    "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
+}
+
+
+def _create_dead_letter_queue(call: AwsCaller, sqs_client: Any, name: str) -> tuple[str, str]:
+    """Create the FIFO dead-letter queue ``name`` if absent; returns its URL and ARN."""
+    url = call(
+        f"create queue {name!r}", sqs_client.create_queue, QueueName=name, Attributes=_FIFO_ATTRIBUTES
+    )["QueueUrl"]
+    arn = call(
+        f"read the attributes of {name!r}",
+        sqs_client.get_queue_attributes,
+        QueueUrl=url,
+        AttributeNames=["QueueArn"],
+    )["Attributes"]["QueueArn"]
+    return url, arn
+
+
+def _create_fifo_queue(
+    call: AwsCaller, sqs_client: Any, name: str, dead_letter_arn: str, max_receive_count: int
+) -> str:
+    """Create the FIFO queue ``name`` if absent, redriving to ``dead_letter_arn``; returns its URL."""
+    return call(
+        f"create queue {name!r}",
+        sqs_client.create_queue,
+        QueueName=name,
+        Attributes={
+            **_FIFO_ATTRIBUTES,
+            "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
