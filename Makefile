@@ -55,7 +55,7 @@ $(NODE_STAMP): package.json package-lock.json
 	touch $@
 
 demo: venv
-	$(PY) -m statestore.demo
+	$(PY) -m statestore.local.demo
 
 test: venv node venv-spark-latest
 	$(PY) -m pytest -q

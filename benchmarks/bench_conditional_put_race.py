@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from statestore.aws.backend import AwsBackend
-from statestore.dynamodb_local import DynamoDBLocal
 from statestore.errors import TransactionNumberTakenError
-from statestore.moto_server import MotoServer
+from statestore.local.dynamodb_local import DynamoDBLocal
+from statestore.local.moto_server import MotoServer
 from statestore.ports import LogEntry
 from statestore.resources import ResourceNames
 

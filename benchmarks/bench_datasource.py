@@ -53,7 +53,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from spark_client import DataStore, SyncCommitter, ingest, local_session, query  # noqa: E402
 from spark_client.datasource import FILTER_PUSHDOWN_AVAILABLE, FORMAT  # noqa: E402
 from statestore.client import StateStoreClient  # noqa: E402
-from statestore.moto_server import MotoServer  # noqa: E402
+from statestore.local.moto_server import MotoServer  # noqa: E402
 from statestore.resources import ResourceNames  # noqa: E402
 from statestore.schema import Schema  # noqa: E402
 

@@ -699,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from statestore.aws.backend import AwsBackend
     from statestore.aws.clients import make_client
-    from statestore.dynamodb_local import DynamoDBLocal
+    from statestore.local.dynamodb_local import DynamoDBLocal
     from statestore.resources import ResourceNames
 
     moto, moto_endpoint = start_moto_server()

@@ -169,7 +169,7 @@ def run_local(spark: SparkSession, df: DataFrame, rows: int, leaves: int) -> Fig
 
 
 def run_moto(spark: SparkSession, df: DataFrame, rows: int, leaves: int) -> Figures:
-    from statestore.local_runtime import LocalRuntime
+    from statestore.local.runtime import LocalRuntime
 
     instance = f"bench{uuid.uuid4().hex[:10]}"
     with LocalRuntime.start(instance, port=0, snapshot_interval=None, cleanup_interval=None) as runtime:

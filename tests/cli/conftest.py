@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from statestore.cli import main
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from tests.fixtures.aws_servers import (  # noqa: F401  (session fixtures)
     dynamodb_local,
     moto_server,

@@ -24,7 +24,7 @@ from statestore.cli import (
 )
 from statestore.codec.transaction_json import transaction_to_json
 from statestore.files import FileReference
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
 from tests.cli.conftest import Cli
 from tests.fixtures.aws_servers import REPO_ROOT

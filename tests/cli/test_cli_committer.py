@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestore.cli import EXIT_OK
-from statestore.local_runtime import PAUSED_CHECK_SECONDS
+from statestore.cli.main import EXIT_OK
+from statestore.local.runtime import PAUSED_CHECK_SECONDS
 from statestore.ports import CommitOutcome
 from statestore.transactions import AddFiles
 from tests.builders import INT_SCHEMA, ref

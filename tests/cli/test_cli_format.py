@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statestore.cli_format import summarize
+from statestore.cli.output import summarize
 from statestore.partitions import root_partition
 from statestore.transactions import (
     AddFiles,

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from statestore.cli.main import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from statestore.client import StateStoreClient
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from statestore.schema import Schema
 from statestore.transactions import (
     AddFiles,

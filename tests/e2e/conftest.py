@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from tests.fixtures.aws_servers import (  # noqa: F401  (session fixtures)
     dynamodb_local,
     moto_server,

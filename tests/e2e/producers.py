@@ -6,7 +6,7 @@ import time
 
 from statestore.commit_requests import CommitRequest
 from statestore.files import FileReference
-from statestore.local_runtime import connect_commit_sender
+from statestore.local.runtime import connect_commit_sender
 from statestore.resources import ResourceNames
 from statestore.transactions import AddFiles
 

@@ -15,9 +15,9 @@ import pytest
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.codec.transaction_json import decode_entry
-from statestore.dynamodb_local import find_dynamodb_local
 from statestore.errors import EndpointUnavailableError, TransactionNumberTakenError
-from statestore.local_runtime import LocalRuntime
+from statestore.local.dynamodb_local import find_dynamodb_local
+from statestore.local.runtime import LocalRuntime
 from statestore.ports import CommitOutcome, LogEntry
 from tests.e2e.test_local_runtime import add_file, new_table
 

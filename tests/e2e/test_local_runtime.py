@@ -19,7 +19,7 @@ from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import CommitRequest, encode_request
 from statestore.files import FileReference
-from statestore.local_runtime import DeadLetter, LocalRuntime
+from statestore.local.runtime import DeadLetter, LocalRuntime
 from statestore.ports import CommitOutcome, QueueMessage
 from statestore.transactions import AddFiles, TransactionBatch, request_ids_of
 from tests.e2e.conftest import StartRuntime

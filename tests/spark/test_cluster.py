@@ -35,7 +35,7 @@ from infra.asset import REPO_ROOT
 from infra.spark_package import build_package
 from spark_client.data_store import DataStore
 from statestore import layout
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from statestore.schema import Schema
 from tests.fixtures.aws_servers import unique_resources
 

@@ -1,6 +1,6 @@
 """An in-memory walk-through of a table's life: every transaction type, a snapshot, time travel.
 
-Runs with the core alone (no AWS, no Spark): ``python -m statestore.demo_memory``.
+Runs with the core alone (no AWS, no Spark): ``python -m statestore.local.demo_memory``.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from statestore.dynamodb_local import check_port_free, free_port
 from statestore.errors import EndpointUnavailableError
+from statestore.local.dynamodb_local import check_port_free, free_port
 
 logger = logging.getLogger(__name__)
 

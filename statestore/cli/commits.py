@@ -12,18 +12,18 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from statestore import cli_format as fmt
+from statestore.cli import output as fmt
 from statestore.committer_switch import CommitterState, CommitterSwitch
 
 if TYPE_CHECKING:
-    from statestore.cli import Session
+    from statestore.cli.main import Session
 
 Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
 
 
 def register(commands: Any, command: Command) -> None:
     """Add ``committer pause|resume|status`` to the CLI's subcommands."""
-    from statestore.cli import _Parser
+    from statestore.cli.main import _Parser
 
     committer = commands.add_parser(
         "committer", help="pause and resume the committer (for maintenance), or see whether it runs"

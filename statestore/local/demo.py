@@ -5,7 +5,7 @@ committer Lambda's event source and the schedules. Spark ingests generated data 
 the commit queue, then the table is snapshotted, compacted, split, queried and read incrementally. Each step
 prints what happened and how long it took.
 
-``python -m statestore.demo [--rows N] [--batches B]``
+``python -m statestore.local.demo [--rows N] [--batches B]``
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from spark_client import (
     read_added_since,
     split_partitions,
 )
-from statestore.local_runtime import LocalRuntime
+from statestore.local.runtime import LocalRuntime
 from statestore.resources import ResourceNames
 from statestore.schema import Schema
 

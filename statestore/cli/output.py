@@ -270,7 +270,7 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
 def parse_time(value: str, option: str) -> int:
     """Epoch ms from ``value`` given to ``option``: epoch milliseconds, or ISO 8601 (UTC if it names no
     zone). Raises the CLI's usage error naming the option and the value."""
-    from statestore.cli import EXIT_USAGE, CliError
+    from statestore.cli.main import EXIT_USAGE, CliError
 
     if value.lstrip("-").isdigit():
         return int(value)

@@ -9,12 +9,12 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from statestore import cli_format as fmt
+from statestore.cli import output as fmt
 from statestore.errors import JobNotFoundError
 from statestore.jobs_model import JobRun, JobState, run_to_json
 
 if TYPE_CHECKING:
-    from statestore.cli import Session
+    from statestore.cli.main import Session
 
 Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
 
@@ -42,7 +42,7 @@ def add_commands(commands: Any, command: Command) -> None:
 
 
 def cmd_jobs(s: Session) -> int:
-    from statestore.cli import EXIT_OK, EXIT_USAGE, CliError
+    from statestore.cli.main import EXIT_OK, EXIT_USAGE, CliError
 
     since = fmt.parse_time(s.args.since, "--since") if s.args.since else None
     until = fmt.parse_time(s.args.until, "--until") if s.args.until else None
@@ -89,7 +89,7 @@ def cmd_jobs(s: Session) -> int:
 
 
 def cmd_job(s: Session) -> int:
-    from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, CliError
+    from statestore.cli.main import EXIT_NOT_FOUND, EXIT_OK, CliError
 
     table = s.table(s.args.table)
     try:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from statestore import cli_format as fmt
 from statestore import dead_letters
+from statestore.cli import output as fmt
 from statestore.errors import DeadLetterNotFoundError
 
 if TYPE_CHECKING:
     from statestore.aws.sqs_queue import SqsCommitQueue
-    from statestore.cli import Session
+    from statestore.cli.main import Session
     from statestore.ports import DeadLetter, DeadLetterQueue
     from statestore.upkeep import UpkeepKind
 
@@ -34,7 +34,7 @@ def version() -> str:
 
 def register(commands: Any, command: Command) -> None:
     """Add ``dead-letters [--queue commit|upkeep] list|show|redrive|purge`` to the CLI's subcommands."""
-    from statestore.cli import _Parser
+    from statestore.cli.main import _Parser
 
     dlq = commands.add_parser(
         "dead-letters",
@@ -89,7 +89,7 @@ def _work_queue(s: Session, kind: UpkeepKind) -> SqsCommitQueue:
 
 def _resource(find: Callable[[], Any]) -> Any:
     """``find()``, whose ValueError says the instance's resources predate the upkeep queues."""
-    from statestore.cli import EXIT_UNAVAILABLE, CliError
+    from statestore.cli.main import EXIT_UNAVAILABLE, CliError
 
     try:
         return find()
@@ -234,7 +234,7 @@ def cmd_show(s: Session) -> int:
 
 
 def _chosen_ids(s: Session, verb: str) -> list[str] | None:
-    from statestore.cli import EXIT_USAGE, CliError
+    from statestore.cli.main import EXIT_USAGE, CliError
 
     if s.args.all == bool(s.args.message_ids):
         raise CliError(f"dead-letters {verb}: give message ids or --all (not both)", EXIT_USAGE)
@@ -242,7 +242,7 @@ def _chosen_ids(s: Session, verb: str) -> list[str] | None:
 
 
 def _found(run: Callable[[], Any]) -> Any:
-    from statestore.cli import EXIT_NOT_FOUND, CliError
+    from statestore.cli.main import EXIT_NOT_FOUND, CliError
 
     try:
         return run()

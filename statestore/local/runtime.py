@@ -2,10 +2,10 @@
 
 :class:`LocalRuntime` starts two local endpoints, or attaches to running ones:
 
-- **DynamoDB Local** (AWS's own emulator, :mod:`statestore.dynamodb_local`) for the DynamoDB tables: its
+- **DynamoDB Local** (AWS's own emulator, :mod:`statestore.local.dynamodb_local`) for the DynamoDB tables: its
   conditional writes are atomic, so two writers never both get the same transaction number (moto's are
   not, under concurrent requests);
-- a **moto server** (:mod:`statestore.moto_server`) for the bucket and the queues.
+- a **moto server** (:mod:`statestore.local.moto_server`) for the bucket and the queues.
 
 It creates an instance's tables, bucket and queues from the shared definitions, and runs the same Lambda
 handlers AWS would:
@@ -75,9 +75,9 @@ from statestore.aws.sqs_queue import (
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
-from statestore.dynamodb_local import DynamoDBLocal
 from statestore.errors import EndpointUnavailableError, StateStoreError
-from statestore.moto_server import MotoServer, restore_s3
+from statestore.local.dynamodb_local import DynamoDBLocal
+from statestore.local.moto_server import MotoServer, restore_s3
 from statestore.resources import ResourceNames
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 

@@ -23,9 +23,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
-from statestore import cli_committer, cli_ops
-from statestore import cli_format as fmt
 from statestore.catalog import TableInfo
+from statestore.cli import commits, maintenance
+from statestore.cli import output as fmt
 from statestore.errors import (
     CodecError,
     CommitConflictError,
@@ -527,7 +527,7 @@ def _tree_order(partitions: dict[str, Any]) -> list[tuple[Any, int]]:
 
 def cmd_files(s: Session) -> int:
     if s.args.orphans:
-        return cli_ops.cmd_orphan_files(s)
+        return maintenance.cmd_orphan_files(s)
     table = s.table(s.args.table)
     state = s.client.state(table.table_id)
     files = sorted(state.files_by_name.values(), key=lambda f: f.filename)
@@ -841,13 +841,13 @@ def cmd_cleanup(s: Session) -> int:
 def cmd_local(s: Session) -> int:
     import logging
 
-    from statestore.local_runtime import LocalRuntime
+    from statestore.local.runtime import LocalRuntime
 
     args = s.args
     if not args.quiet:
         handler = logging.StreamHandler(s.out.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        runtime_logger = logging.getLogger("statestore.local_runtime")
+        runtime_logger = logging.getLogger("statestore.local.runtime")
         runtime_logger.addHandler(handler)
         runtime_logger.setLevel(logging.INFO)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
@@ -995,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _global_options(parser, suppress=False)
-    parser.add_argument("--version", action="version", version=f"statestore {cli_ops.version()}")
+    parser.add_argument("--version", action="version", version=f"statestore {maintenance.version()}")
     common = _Parser(add_help=False)
     _global_options(common, suppress=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
@@ -1050,7 +1050,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", metavar="TABLE")
     p.add_argument("--leaves", action="store_true", help="only the leaf partitions")
 
-    from statestore.cli_reports import add_report_commands  # imports this module: not at the top
+    from statestore.cli.reports import add_report_commands  # imports this module: not at the top
 
     add_report_commands(commands, command)
 
@@ -1069,7 +1069,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N entries (default 20)")
 
-    from statestore.cli_jobs import add_commands as add_job_commands
+    from statestore.cli.jobs import add_commands as add_job_commands
 
     add_job_commands(commands, command)
 
@@ -1178,8 +1178,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="receives before the queue moves a message to the dead-letter queue (default 5)",
     )
-    cli_ops.register(commands, command)
-    cli_committer.register(commands, command)
+    maintenance.register(commands, command)
+    commits.register(commands, command)
     return parser
 
 

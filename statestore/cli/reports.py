@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from statestore import cli_format as fmt
 from statestore import reports
-from statestore.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Session
+from statestore.cli import output as fmt
+from statestore.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Session
 
 DEFAULT_LIMIT = 100
 
