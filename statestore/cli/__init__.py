@@ -4,7 +4,7 @@
 CLI's contract with scripts (see ``statestore --help``).
 """
 
-from statestore.cli.main import (
+from statestore.cli.errors import (
     EXIT_FAILED,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -13,8 +13,8 @@ from statestore.cli.main import (
     EXIT_PENDING,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    main,
 )
+from statestore.cli.main import main
 
 __all__ = [
     "EXIT_FAILED",

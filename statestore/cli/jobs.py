@@ -1,26 +1,21 @@
-"""``statestore jobs TABLE`` and ``statestore job TABLE JOB_ID``: the job-status model folded from the log.
-
-Registered by :func:`statestore.cli.build_parser` through :func:`add_commands`.
-"""
+"""``statestore jobs TABLE`` and ``statestore job TABLE JOB_ID``: the job-status model folded from the log."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from statestore.cli import output as fmt
+from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from statestore.cli.parser import Command
 from statestore.errors import JobNotFoundError
 from statestore.jobs_model import JobRun, JobState, run_to_json
 
 if TYPE_CHECKING:
-    from statestore.cli.main import Session
-
-Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
+    from statestore.cli.session import Session
 
 
-def add_commands(commands: Any, command: Command) -> None:
-    """Add ``jobs`` and ``job`` to the CLI's sub-commands (``command`` is build_parser's helper)."""
+def register(commands: Any, command: Command) -> None:
+    """Add ``jobs`` and ``job``."""
     p = command(commands, "jobs", "a table's compaction jobs and what became of them, from its log", cmd_jobs)
     p.add_argument("table", metavar="TABLE")
     p.add_argument(
@@ -42,7 +37,6 @@ def add_commands(commands: Any, command: Command) -> None:
 
 
 def cmd_jobs(s: Session) -> int:
-    from statestore.cli.main import EXIT_OK, EXIT_USAGE, CliError
 
     since = fmt.parse_time(s.args.since, "--since") if s.args.since else None
     until = fmt.parse_time(s.args.until, "--until") if s.args.until else None
@@ -89,7 +83,6 @@ def cmd_jobs(s: Session) -> int:
 
 
 def cmd_job(s: Session) -> int:
-    from statestore.cli.main import EXIT_NOT_FOUND, EXIT_OK, CliError
 
     table = s.table(s.args.table)
     try:

@@ -1,27 +1,25 @@
-"""Operations commands of ``statestore``: the dead-letter queues, orphan data files, the version.
-
-Registered from :func:`statestore.cli.build_parser`; they share its session, output and error handling.
-"""
+"""Upkeep and operations: ``statestore snapshot``, ``cleanup``, ``dead-letters``, ``files --orphans`` and
+the version."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from statestore import dead_letters
 from statestore.cli import output as fmt
-from statestore.errors import DeadLetterNotFoundError
+from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from statestore.cli.parser import Command
+from statestore.errors import DeadLetterNotFoundError, StateStoreError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from statestore.aws.sqs_queue import SqsCommitQueue
-    from statestore.cli.main import Session
+    from statestore.cli.session import Session
     from statestore.ports import DeadLetter, DeadLetterQueue
     from statestore.upkeep import UpkeepKind
 
 QUEUES = ("commit", "upkeep")
-Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
 
 
 def version() -> str:
@@ -32,10 +30,153 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def register(commands: Any, command: Command) -> None:
-    """Add ``dead-letters [--queue commit|upkeep] list|show|redrive|purge`` to the CLI's subcommands."""
-    from statestore.cli.main import _Parser
+def register_upkeep(commands: Any, command: Command) -> None:
+    """Add ``snapshot`` and ``cleanup``."""
+    p = command(commands, "snapshot", "write a snapshot of a table now", cmd_snapshot)
+    p.add_argument("table", metavar="TABLE")
 
+    p = command(
+        commands, "cleanup", "delete old log entries, old snapshots and garbage data files", cmd_cleanup
+    )
+    p.add_argument("table", metavar="TABLE", nargs="?", help="one table (default: every table)")
+    p.add_argument(
+        "--log-min-snapshot-age",
+        type=float,
+        metavar="MINUTES",
+        help="delete log entries covered by a snapshot at least this old (default 1 day)",
+    )
+    p.add_argument(
+        "--snapshot-retention",
+        type=float,
+        metavar="MINUTES",
+        help="delete snapshots older than this, except the latest (default 2 days)",
+    )
+    p.add_argument(
+        "--gc-delay",
+        type=float,
+        metavar="MINUTES",
+        help="delete data files that have had no references for this long (default "
+        "$STATESTORE_GC_DELAY_MINUTES, else 12 hours; a table's gc_delay_minutes property overrides it)",
+    )
+    p.add_argument(
+        "--claim-expiry",
+        type=float,
+        metavar="MINUTES",
+        help="release compaction claims older than this: their jobs are presumed dead (default "
+        "$STATESTORE_CLAIM_EXPIRY_MINUTES, else 13 hours)",
+    )
+
+
+def cmd_snapshot(s: Session) -> int:
+    table = s.table(s.args.table)
+    s.out.progress(f"writing a snapshot of table {table.table_name!r}")
+    snapshot = s.client.create_snapshot(table.table_id)
+    if snapshot is None:
+        latest = s.client.snapshots.metadata.latest(table.table_id)
+        at = latest.transaction_number if latest else 0
+        s.out.result(
+            {"written": False, "table_name": table.table_name, "latest_snapshot": fmt.snapshot_json(latest)},
+            lambda: (
+                f"no snapshot written: table {table.table_name!r} has no transactions since its "
+                f"latest snapshot (at transaction {at})"
+            ),
+        )
+        return EXIT_OK
+    s.out.result(
+        {"written": True, "table_name": table.table_name, "snapshot": fmt.snapshot_json(snapshot)},
+        lambda: (
+            f"snapshot of table {table.table_name!r} at transaction {snapshot.transaction_number} written"
+        ),
+    )
+    return EXIT_OK
+
+
+def cmd_cleanup(s: Session) -> int:
+    from statestore.cleanup import cleanup_table, policy_from_environment
+
+    # The same defaults as the cleanup Lambda of the local runtime: the library's, or the environment's.
+    options = {
+        "log_min_snapshot_age_ms": s.args.log_min_snapshot_age,
+        "snapshot_retention_ms": s.args.snapshot_retention,
+        "gc_delay_ms": s.args.gc_delay,
+        "claim_expiry_ms": s.args.claim_expiry,
+    }
+    try:
+        policy = policy_from_environment(
+            overrides={
+                setting: int(minutes * 60_000) for setting, minutes in options.items() if minutes is not None
+            }
+        )
+    except ValueError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    tables = [s.table(s.args.table)] if s.args.table else s.client.list_tables()
+    reports, errors = [], {}
+    for table in tables:
+        s.out.progress(f"cleaning up table {table.table_name!r}")
+        try:
+            report = cleanup_table(
+                s.client.state_store(table.table_id), table, s.client.snapshots, s.client.blobs, policy=policy
+            )
+        except StoreUnavailableError:
+            raise
+        except StateStoreError as e:
+            errors[table.table_name] = str(e)
+            s.out.progress(f"could not clean up table {table.table_name!r}: {e}")
+            continue
+        reports.append((table, report))
+
+    def human() -> str:
+        if not reports:
+            return "no tables cleaned up"
+        return fmt.render_table(
+            ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES", "CLAIMS"],
+            [
+                [
+                    t.table_name,
+                    r.log_entries_deleted,
+                    r.snapshots_deleted,
+                    r.data_files_deleted,
+                    r.request_bodies_deleted,
+                    len(r.refused_files),
+                    r.claims_released,
+                ]
+                for t, r in reports
+            ],
+        )
+
+    s.out.result(
+        {
+            "tables": [
+                {
+                    "table_name": t.table_name,
+                    "table_id": t.table_id,
+                    "log_entries_deleted": r.log_entries_deleted,
+                    "log_retained_from": r.log_retained_from,
+                    "snapshots_deleted": r.snapshots_deleted,
+                    "data_files_deleted": r.data_files_deleted,
+                    "delete_files_commits": r.delete_files_commits,
+                    "request_bodies_deleted": r.request_bodies_deleted,
+                    "refused_files": list(r.refused_files),
+                    "claims_released": r.claims_released,
+                    "released_jobs": list(r.released_jobs),
+                    "orphan_files_deleted": r.orphan_files_deleted,
+                }
+                for t, r in reports
+            ],
+            "errors": errors,
+        },
+        human,
+    )
+    if errors:
+        raise CliError(f"could not clean up {fmt.plural(len(errors), 'table')}: {', '.join(errors)}")
+    return EXIT_OK
+
+
+# --- dead letters -------------------------------------------------------------------------------------
+
+
+def register_dead_letters(commands: Any, command: Command) -> None:
+    """Add ``dead-letters [--queue commit|upkeep] list|show|redrive|purge`` to the CLI's subcommands."""
     dlq = commands.add_parser(
         "dead-letters",
         help="list, show, redrive and purge the commit requests (or the upkeep work) on a dead-letter queue",
@@ -48,7 +189,7 @@ def register(commands: Any, command: Command) -> None:
         "failed 3 times, which redrive queues afresh on its work queue",
     )
     actions = dlq.add_subparsers(
-        dest="dead_letters_command", metavar="ACTION", required=True, parser_class=_Parser
+        dest="dead_letters_command", metavar="ACTION", required=True, parser_class=type(dlq)
     )
     command(actions, "list", "every message on the dead-letter queue, with why it is there", cmd_list)
     p = command(actions, "show", "one dead letter: its reason, its request and its body", cmd_show)
@@ -89,7 +230,6 @@ def _work_queue(s: Session, kind: UpkeepKind) -> SqsCommitQueue:
 
 def _resource(find: Callable[[], Any]) -> Any:
     """``find()``, whose ValueError says the instance's resources predate the upkeep queues."""
-    from statestore.cli.main import EXIT_UNAVAILABLE, CliError
 
     try:
         return find()
@@ -234,7 +374,6 @@ def cmd_show(s: Session) -> int:
 
 
 def _chosen_ids(s: Session, verb: str) -> list[str] | None:
-    from statestore.cli.main import EXIT_USAGE, CliError
 
     if s.args.all == bool(s.args.message_ids):
         raise CliError(f"dead-letters {verb}: give message ids or --all (not both)", EXIT_USAGE)
@@ -242,7 +381,6 @@ def _chosen_ids(s: Session, verb: str) -> list[str] | None:
 
 
 def _found(run: Callable[[], Any]) -> Any:
-    from statestore.cli.main import EXIT_NOT_FOUND, CliError
 
     try:
         return run()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
+import sys
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any, TextIO
 
 from statestore.catalog import TableInfo
+from statestore.cli.errors import EXIT_USAGE, CliError
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition
 from statestore.ports import CommitStatus, SnapshotInfo
@@ -28,6 +33,26 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
+
+
+@dataclass
+class Output:
+    """Where results (stdout) and progress (stderr) go, and in which form."""
+
+    json_mode: bool = False
+    quiet: bool = False
+    stdout: TextIO = dataclass_field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = dataclass_field(default_factory=lambda: sys.stderr)
+
+    def result(self, data: Any, human: Callable[[], str]) -> None:
+        """Print ``data`` as JSON, or ``human()`` as text."""
+        text = json.dumps(data, indent=2, sort_keys=False) if self.json_mode else human()
+        if text:
+            print(text, file=self.stdout, flush=True)
+
+    def progress(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=self.stderr, flush=True)
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -270,8 +295,6 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
 def parse_time(value: str, option: str) -> int:
     """Epoch ms from ``value`` given to ``option``: epoch milliseconds, or ISO 8601 (UTC if it names no
     zone). Raises the CLI's usage error naming the option and the value."""
-    from statestore.cli.main import EXIT_USAGE, CliError
-
     if value.lstrip("-").isdigit():
         return int(value)
     try:

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from typing import Any
 
 from statestore import reports
 from statestore.cli import output as fmt
-from statestore.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Session
+from statestore.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from statestore.cli.parser import Command
+from statestore.cli.session import Session
 
 DEFAULT_LIMIT = 100
 
-Command = Callable[[Any, str, str, Callable[[Session], int]], argparse.ArgumentParser]
 
-
-def add_report_commands(commands: Any, command: Command) -> None:
-    """Register ``statestore report ACTION`` on the top-level subparsers, using ``cli``'s ``command``."""
+def register(commands: Any, command: Command) -> None:
+    """Register ``statestore report ACTION`` on the top-level subparsers."""
     report = commands.add_parser("report", help="reports on a table's files, references and partitions")
     actions = report.add_subparsers(
         dest="report_command", metavar="ACTION", required=True, parser_class=type(report)

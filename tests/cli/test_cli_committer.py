@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestore.cli.main import EXIT_OK
+from statestore.cli import EXIT_OK
 from statestore.local.runtime import PAUSED_CHECK_SECONDS
 from statestore.ports import CommitOutcome
 from statestore.transactions import AddFiles

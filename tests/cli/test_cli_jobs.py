@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from statestore.cli.main import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from statestore.codec.transaction_json import transaction_to_json
 from statestore.files import FileReference
 from statestore.transactions import (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from statestore import layout
-from statestore.cli.main import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
 from statestore.commit_requests import CommitRequest, encode_request
 from statestore.ports import QueueMessage
 from statestore.transactions import AddFiles

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from statestore.cli.main import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from statestore.client import StateStoreClient
 from statestore.local.runtime import LocalRuntime
 from statestore.schema import Schema

@@ -1,0 +1,164 @@
+"""What every command works with: the connection to an instance, built on first use from the global
+options, and reading the files (or stdin) a command is given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from statestore.catalog import TableInfo
+from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from statestore.cli.output import Output
+from statestore.resources import ResourceNames
+
+if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help` stays fast
+    from statestore.aws.backend import AwsBackend
+    from statestore.client import StateStoreClient
+    from statestore.commit_requests import CommitSender
+    from statestore.ports import CommitStatusStore
+
+
+class Session:
+    """What a command needs, built on first use from the global options."""
+
+    def __init__(self, args: argparse.Namespace, out: Output) -> None:
+        self.args = args
+        self.out = out
+
+    @cached_property
+    def endpoint_url(self) -> str | None:
+        url: str | None = self.args.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        return url
+
+    @cached_property
+    def dynamodb_endpoint_url(self) -> str | None:
+        """DynamoDB's own endpoint if one is set (the local runtime's DynamoDB Local), else None: DynamoDB
+        is then at :attr:`endpoint_url`, as the other services."""
+        url: str | None = (
+            self.args.dynamodb_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+        )
+        return url
+
+    @cached_property
+    def resources(self) -> ResourceNames:
+        raw = self.args.resources_json or (
+            None if self.args.instance else os.environ.get("STATESTORE_RESOURCES")
+        )
+        if raw:
+            return _parse_resources(raw)
+        instance = self.args.instance or os.environ.get("STATESTORE_INSTANCE_ID") or "local"
+        try:
+            return ResourceNames.for_instance(instance)
+        except ValueError as e:
+            raise CliError(f"--instance: {e}", EXIT_USAGE) from None
+
+    @cached_property
+    def backend(self) -> AwsBackend:
+        from statestore.aws.backend import AwsBackend
+
+        self._check_endpoint(self.endpoint_url, "--endpoint-url / AWS_ENDPOINT_URL")
+        self._check_endpoint(
+            self.dynamodb_endpoint_url, "--dynamodb-endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+        )
+        return AwsBackend.connect(
+            self.resources,
+            self.endpoint_url,
+            region=self.args.region,
+            dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+        )
+
+    @cached_property
+    def client(self) -> StateStoreClient:
+        from statestore.client import StateStoreClient
+
+        b = self.backend
+        return StateStoreClient(b.table_index, b.log, b.snapshot_metadata, b.blobs)
+
+    @property
+    def statuses(self) -> CommitStatusStore:
+        return self.backend.commit_statuses
+
+    @cached_property
+    def sender(self) -> CommitSender:
+        from statestore.aws.clients import make_client
+
+        return self.backend.commit_sender(
+            make_client("sqs", endpoint_url=self.endpoint_url, region=self.args.region)
+        )
+
+    def _check_endpoint(self, url: str | None, option: str) -> None:
+        """Fail fast (not after minutes of retries) when a local endpoint is down; give a local endpoint
+        fake credentials if none are configured (emulators accept any)."""
+        if url is None:
+            return
+        parts = urlsplit(url)
+        if not parts.scheme or not parts.hostname:
+            raise CliError(
+                f"{option.split(' ')[0]} {url!r} is not a URL; give one like http://127.0.0.1:4566",
+                EXIT_USAGE,
+            )
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname, port), timeout=3.0):
+                pass
+        except OSError as e:
+            raise CliError(
+                f"nothing answers at {url} ({e.strerror or e}); start the local runtime with "
+                f"`statestore local`, or fix {option}",
+                EXIT_UNAVAILABLE,
+            ) from None
+        import boto3
+
+        if boto3.session.Session().get_credentials() is None:
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+
+    def table(self, name: str) -> TableInfo:
+        """The table's info (by name, else id). Raises TableNotFoundError."""
+        return self.client.get_table(name)
+
+    def where(self) -> str:
+        return self.endpoint_url or "AWS"
+
+
+def _parse_resources(raw: str) -> ResourceNames:
+    """``--resources-json``: the JSON itself, or a file holding it."""
+    text = raw
+    if not raw.lstrip().startswith("{"):
+        text = read_text(raw, "--resources-json")
+    try:
+        return ResourceNames.from_json(text)
+    except (ValueError, TypeError) as e:
+        raise CliError(
+            f"--resources-json is not the stack's STATESTORE_RESOURCES output ({e}); "
+            "copy it from `cdk deploy`'s outputs",
+            EXIT_USAGE,
+        ) from None
+
+
+def read_text(path: str, what: str) -> str:
+    """A file's text, or stdin's for ``-``. Raises CliError (exit 2) naming the file."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"{what}: file {path!r} does not exist", EXIT_USAGE) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"{what}: cannot read {path!r}: {e}", EXIT_USAGE) from None
+
+
+def read_json(path: str, what: str) -> Any:
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        source = "stdin" if path == "-" else repr(path)
+        raise CliError(f"{what}: {source} is not valid JSON: {e}", EXIT_USAGE) from None
