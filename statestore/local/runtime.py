@@ -26,6 +26,9 @@ handlers AWS would:
   after ``retry_delay`` when the handler raises (the queues' redrive policy moves it to the upkeep
   dead-letter queue after ``max_receive_count`` receives).
 
+The pollers and the scheduler are in :mod:`statestore.local.event_sources` and
+:mod:`statestore.local.schedules`; the endpoints' plumbing in :mod:`statestore.local.endpoints`.
+
 Use it from Python as a context manager::
 
     with LocalRuntime.start(port=0) as rt:
@@ -52,32 +55,39 @@ from __future__ import annotations
 
 import atexit
 import fcntl
-import json
 import logging
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from statestore.aws.clients import DEFAULT_REGION, AwsCaller, make_client
-from statestore.aws.committer_switch import LocalCommitterSwitch, is_paused_locally
+from statestore.aws.clients import DEFAULT_REGION, make_client
+from statestore.aws.committer_switch import LocalCommitterSwitch
 from statestore.aws.sqs_queue import (
     MAX_RECEIVE_COUNT,
     SqsCommitQueue,
-    provision_queues,
-    provision_upkeep_queues,
 )
 from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
-from statestore.errors import EndpointUnavailableError, StateStoreError
+from statestore.errors import EndpointUnavailableError
 from statestore.local.dynamodb_local import DynamoDBLocal
+from statestore.local.endpoints import (
+    configured_region,
+    connect_commit_sender,
+    has_credentials,
+    provision_or_find_upkeep_queues,
+    provision_or_update_queues,
+    set_environment,
+    wait_for_endpoint,
+)
+from statestore.local.event_sources import CommitQueueMapping, PollerStats
 from statestore.local.moto_server import MotoServer, restore_s3
+from statestore.local.schedules import UpkeepSchedules
 from statestore.resources import ResourceNames
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
@@ -89,8 +99,6 @@ DEFAULT_PORT = 4566
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300.0
-PAUSED_CHECK_SECONDS = 1.0  # how often a paused poller looks whether it was resumed
-UPKEEP_IDLE_POLL_SECONDS = 1.0  # how often the upkeep poller looks at empty work queues
 
 # Settings for the Powertools-based handlers when they run here: no CloudWatch metrics or X-Ray, and only
 # warnings in the log (a local endpoint needs no per-invocation INFO lines). Set only where unset.
@@ -106,28 +114,6 @@ _active_lock = threading.Lock()
 _active: LocalRuntime | None = None
 
 
-@dataclass
-class PollerStats:
-    """What the poller has done since the runtime started (counts of messages unless said otherwise)."""
-
-    batches: int = 0  # handler invocations
-    received: int = 0
-    redelivered: int = 0  # received with ApproximateReceiveCount > 1
-    deleted: int = 0
-    failed: int = 0  # reported in batchItemFailures, left for redelivery
-    unacknowledged: int = 0  # left on the queue by a simulated crash
-    committed: int = 0
-    rejected: int = 0
-    duplicates: int = 0
-    dead_lettered: int = 0
-    handler_errors: int = 0  # invocations that raised
-    snapshot_runs: int = 0  # plans (scheduled, or run_snapshots)
-    cleanup_runs: int = 0
-    schedule_errors: int = 0  # plans that raised
-    upkeep_work: int = 0  # tables' work messages handed to the snapshot and cleanup handlers
-    upkeep_errors: int = 0  # ... that raised (left for redelivery)
-
-
 @dataclass(frozen=True)
 class DeadLetter:
     """A message on the dead-letter queue. ``reason`` is the committer's, None if the queue's redrive
@@ -140,35 +126,7 @@ class DeadLetter:
     receive_count: int
 
 
-@dataclass
-class FakeLambdaContext:
-    """The parts of a Lambda context the handlers (and Powertools) read."""
-
-    function_name: str
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = ""
-    aws_request_id: str = ""
-    function_version: str = "$LATEST"
-    log_group_name: str = ""
-    log_stream_name: str = ""
-    timeout_seconds: float = 120.0
-    _started: float = field(default_factory=time.monotonic, repr=False)
-
-    @classmethod
-    def for_invocation(cls, function_name: str, region: str, timeout_seconds: float) -> FakeLambdaContext:
-        return cls(
-            function_name=function_name,
-            invoked_function_arn=f"arn:aws:lambda:{region}:000000000000:function:{function_name}",
-            aws_request_id=os.urandom(16).hex(),
-            log_group_name=f"/aws/lambda/{function_name}",
-            timeout_seconds=timeout_seconds,
-        )
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
-
-
-class LocalRuntime:
+class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
     """A local endpoint holding one instance's resources, with the committer and the schedules running.
 
     Build with :meth:`start`; stop with :meth:`stop` or by leaving the ``with`` block.
@@ -287,7 +245,7 @@ class LocalRuntime:
             runtime = cls(
                 resources,
                 (endpoint_url or "").rstrip("/"),
-                region or _configured_region() or DEFAULT_REGION,
+                region or configured_region() or DEFAULT_REGION,
                 dynamodb_endpoint_url=(dynamodb_endpoint_url or "").rstrip("/"),
                 data_dir=Path(data_dir) if data_dir is not None else None,
                 max_receive_count=max_receive_count,
@@ -339,11 +297,11 @@ class LocalRuntime:
         self._data_dir_lock = lock
 
     def _start(self) -> None:
-        self._restore_environment = _set_environment(self._environment())
+        self._restore_environment = set_environment(self._environment())
         if self._server is None:
-            _wait_for_endpoint(self.endpoint_url)
+            wait_for_endpoint(self.endpoint_url)
         if self._dynamodb_server is None:
-            _wait_for_endpoint(self.dynamodb_endpoint_url)
+            wait_for_endpoint(self.dynamodb_endpoint_url)
         self._sqs = make_client("sqs", endpoint_url=self.endpoint_url, region=self.region)
         StateStoreClient.for_aws(
             self.resources,
@@ -360,10 +318,10 @@ class LocalRuntime:
                 self._server.mirror,
             )
             logger.info("restored %d S3 object(s) from %s", restored, self.data_dir / "s3")
-        queue_url, dlq_url = _provision_queues(self.resources, self._sqs, self.max_receive_count)
+        queue_url, dlq_url = provision_or_update_queues(self.resources, self._sqs, self.max_receive_count)
         self.queue = SqsCommitQueue(self._sqs, queue_url)
         self.dead_letter_queue = SqsCommitQueue(self._sqs, dlq_url)
-        work_urls = _provision_upkeep_queues(self.resources, self._sqs, self.max_receive_count)
+        work_urls = provision_or_find_upkeep_queues(self.resources, self._sqs, self.max_receive_count)
         self.work_queues = {kind: SqsCommitQueue(self._sqs, work_urls[kind.value]) for kind in UpkeepKind}
         self.upkeep_dead_letter_queue = SqsCommitQueue(self._sqs, work_urls["dead_letters"])
 
@@ -393,9 +351,9 @@ class LocalRuntime:
             "STATESTORE_RESOURCES": self.resources.to_json(),
             "STATESTORE_INSTANCE_ID": self.resources.instance_id,
         }
-        if not _configured_region():
+        if not configured_region():
             env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
-        if not _has_credentials():
+        if not has_credentials():
             env.update(_FAKE_CREDENTIALS)
         for name, value in _HANDLER_ENVIRONMENT.items():
             env[name] = os.environ.get(name, value)
@@ -535,386 +493,3 @@ class LocalRuntime:
         For tests."""
         with self._stats_lock:
             self._crashes_to_simulate = batches
-
-    def run_snapshots(self, timeout: float = 120.0) -> dict[str, Any]:
-        """Run the snapshot schedule now and wait for its work: the plan (raising what it raises), then each
-        queued table's snapshot as the upkeep poller delivers it. Returns ``planned`` (table ids), ``written``
-        (table id: transaction number), ``skipped`` (tables that needed none, by the plan or on a second
-        look) and ``errors`` (table id: the failure of its last attempt)."""
-        start = len(self._upkeep_results)
-        plan = self._plan(UpkeepKind.SNAPSHOT)
-        works = self._wait_for_work(UpkeepKind.SNAPSHOT, start, timeout)
-        return {
-            "planned": plan["planned"],
-            "written": {t: n for w in works.values() for t, n in w.get("written", {}).items()},
-            "skipped": plan["skipped"] + sum(w.get("skipped", 0) for w in works.values()),
-            "errors": {t: w["error"] for t, w in works.items() if "error" in w},
-        }
-
-    def run_cleanup(self, timeout: float = 120.0) -> dict[str, Any]:
-        """Run the cleanup schedule now and wait for its work (see :meth:`run_snapshots`). Returns the tables
-        ``planned``, how many were cleaned up (``tables``), the counts summed over them
-        (``log_entries_deleted``, ...) and ``errors`` (table id: the failure of its last attempt)."""
-        start = len(self._upkeep_results)
-        plan = self._plan(UpkeepKind.CLEANUP)
-        works = self._wait_for_work(UpkeepKind.CLEANUP, start, timeout)
-        done = [w for w in works.values() if "error" not in w]
-        counts = (
-            "tables", "log_entries_deleted", "snapshots_deleted", "data_files_deleted",
-            "refused_files", "claims_released", "orphan_files_deleted", "skipped",
-        )  # fmt: skip
-        return {
-            "planned": plan["planned"],
-            **{name: sum(w.get(name, 0) for w in done) for name in counts},
-            "errors": {t: w["error"] for t, w in works.items() if "error" in w},
-        }
-
-    def _plan(self, kind: UpkeepKind) -> dict[str, Any]:
-        """Invoke ``kind``'s handler with a scheduled event (it queues the tables' work), then wake the
-        upkeep poller, so the work is delivered at once rather than after its idle wait (work first
-        delivered more than a period after its plan is superseded, and local periods can be short)."""
-        from lambdas import cleanup, snapshot
-
-        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
-        try:
-            return dict(handler({"source": "statestore.local"}, self._context(kind.value)))
-        finally:
-            self._work_ready.set()
-
-    def _wait_for_work(self, kind: UpkeepKind, start: int, timeout: float) -> dict[str, dict[str, Any]]:
-        """Wait until ``kind``'s work queue is drained; returns each table's last outcome since ``start``
-        (its handler's summary, or ``{"error": ...}``)."""
-        deadline = time.monotonic() + timeout
-        queue = self.work_queues[kind]
-        while self._queued_messages(queue) or self._upkeep_busy.is_set():
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{kind.value} work still queued on {queue.queue_url} after {timeout:.0f}s"
-                )
-            time.sleep(0.1)
-        with self._stats_lock:
-            results = self._upkeep_results[start:]
-        outcomes: dict[str, dict[str, Any]] = {}
-        for result_kind, table_id, summary, error in results:
-            if result_kind is kind:
-                outcomes[table_id] = summary if summary is not None else {"error": error}
-        return outcomes
-
-    def _context(self, function: str) -> FakeLambdaContext:
-        return FakeLambdaContext.for_invocation(
-            f"statestore-{self.resources.instance_id}-{function}", self.region, timeout_seconds=900.0
-        )
-
-    # --- the event source mapping ---------------------------------------------------------------
-
-    def _poll(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if is_paused_locally(self._sqs, self.queue.queue_url, self.queue.call):
-                    # `statestore committer pause` tagged the queue: leave the messages on it.
-                    self._stop.wait(PAUSED_CHECK_SECONDS)
-                    continue
-                event = self.queue.receive_event(10, self.poll_wait_seconds)
-                if event["Records"]:
-                    self._busy.set()
-                    self._deliver(event)
-                failures = 0
-            except StateStoreError as e:
-                failures += 1
-                logger.warning("the commit queue poller could not reach the queue (will retry): %s", e)
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
-            except Exception:
-                failures += 1
-                logger.exception("the commit queue poller failed (will retry)")
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
-            finally:
-                self._busy.clear()
-
-    def _deliver(self, event: dict[str, Any]) -> None:
-        from lambdas import committer
-        from lambdas._runtime import runtime
-
-        records = event["Records"]
-        stats = runtime().committer().stats
-        before = replace(stats)
-        try:
-            response = committer.handler(
-                event, FakeLambdaContext.for_invocation(self._function_name, self.region, 120.0)
-            )
-            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
-            handler_error = False
-        except Exception:
-            # As Lambda does when a function fails: the whole batch is retried.
-            logger.exception("the committer handler failed; its %d message(s) will be retried", len(records))
-            failed = {r["messageId"] for r in records}
-            handler_error = True
-        after = stats
-        with self._stats_lock:
-            crash = self._crashes_to_simulate > 0
-            if crash:
-                self._crashes_to_simulate -= 1
-
-        if crash:
-            self._make_visible([r["receiptHandle"] for r in records], 0)
-        else:
-            self.queue.delete([r["receiptHandle"] for r in records if r["messageId"] not in failed])
-            self._make_visible(
-                [r["receiptHandle"] for r in records if r["messageId"] in failed], self.retry_delay_seconds
-            )
-
-        with self._stats_lock:
-            s = self.stats
-            s.batches += 1
-            s.received += len(records)
-            s.redelivered += sum(
-                1 for r in records if int(r["attributes"].get("ApproximateReceiveCount", 1)) > 1
-            )
-            s.handler_errors += handler_error
-            if crash:
-                s.unacknowledged += len(records)
-            else:
-                s.deleted += len(records) - len(failed)
-                s.failed += len(failed)
-            s.committed += after.committed - before.committed
-            s.rejected += after.rejected - before.rejected
-            s.duplicates += after.duplicates - before.duplicates
-            s.dead_lettered += after.dead_letters - before.dead_letters
-        logger.info(
-            "committer batch of %d: %d committed, %d rejected, %d duplicate, %d dead-lettered, %d to retry%s",
-            len(records),
-            after.committed - before.committed,
-            after.rejected - before.rejected,
-            after.duplicates - before.duplicates,
-            after.dead_letters - before.dead_letters,
-            len(failed),
-            " (simulated crash: not acknowledged)" if crash else "",
-        )
-
-    # --- the work queues' event source mappings ----------------------------------------------------
-
-    def _poll_upkeep(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self._work_ready.clear()
-                delivered = 0
-                for kind, queue in self.work_queues.items():
-                    event = queue.receive_event(10, 0)
-                    if event["Records"]:
-                        self._upkeep_busy.set()
-                        for record in event[
-                            "Records"
-                        ]:  # one table per invocation, as the mapping's batch of 1
-                            self._deliver_work(kind, queue, record)
-                        delivered += len(event["Records"])
-                    self._upkeep_busy.clear()
-                failures = 0
-                if not delivered:
-                    # Idle: look again in a second. Polling moto's queues more often takes CPU from the
-                    # committer's poller and the server under load; work waits at most this long.
-                    self._work_ready.wait(UPKEEP_IDLE_POLL_SECONDS)
-            except StateStoreError as e:
-                failures += 1
-                logger.warning("the upkeep poller could not reach its queues (will retry): %s", e)
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
-            except Exception:
-                failures += 1
-                logger.exception("the upkeep poller failed (will retry)")
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
-            finally:
-                self._upkeep_busy.clear()
-
-    def _deliver_work(self, kind: UpkeepKind, queue: SqsCommitQueue, record: dict[str, Any]) -> None:
-        from lambdas import cleanup, snapshot
-
-        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
-        try:
-            table_id = str(json.loads(record["body"]).get("table_id", "?"))
-        except (ValueError, AttributeError):
-            table_id = "?"
-        summary: dict[str, Any] | None = None
-        error: str | None = None
-        try:
-            summary = dict(handler({"Records": [record]}, self._context(kind.value)))
-            queue.delete([record["receiptHandle"]])
-        except Exception as e:
-            # As the event source mapping does when the function fails: the message is received again.
-            logger.warning("%s of table %s failed (will be retried): %s", kind.value, table_id, e)
-            error = str(e)
-            self._make_visible([record["receiptHandle"]], self.retry_delay_seconds, queue)
-        with self._stats_lock:
-            self.stats.upkeep_work += 1
-            self.stats.upkeep_errors += error is not None
-            self._upkeep_results.append((kind, table_id, summary, error))
-
-    @property
-    def _function_name(self) -> str:
-        return f"statestore-{self.resources.instance_id}-committer"
-
-    def _make_visible(
-        self, receipt_handles: list[str], after_seconds: int, queue: SqsCommitQueue | None = None
-    ) -> None:
-        """Let messages be received again after ``after_seconds``, not the queue's visibility timeout."""
-        queue = queue or self.queue
-        for start in range(0, len(receipt_handles), 10):
-            chunk = receipt_handles[start : start + 10]
-            queue.call(
-                f"change the visibility of {len(chunk)} message(s) on {queue.queue_url}",
-                self._sqs.change_message_visibility_batch,
-                QueueUrl=queue.queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": after_seconds}
-                    for i, h in enumerate(chunk)
-                ],
-            )
-
-    # --- the schedules --------------------------------------------------------------------------
-
-    def _run_schedules(self) -> None:
-        schedules: list[tuple[str, float, Callable[[], dict[str, Any]]]] = []
-        if self.snapshot_interval is not None:
-            # As EventBridge does: invoke the function to plan; the upkeep poller delivers the work.
-            schedules.append(("snapshot", self.snapshot_interval, lambda: self._plan(UpkeepKind.SNAPSHOT)))
-        if self.cleanup_interval is not None:
-            schedules.append(("cleanup", self.cleanup_interval, lambda: self._plan(UpkeepKind.CLEANUP)))
-        now = time.monotonic()
-        due = {name: now + interval for name, interval, _ in schedules}
-        while True:
-            wait = max(0.0, min(due.values()) - time.monotonic())
-            if self._stop.wait(wait):
-                return
-            for name, interval, run in schedules:
-                if time.monotonic() < due[name]:
-                    continue
-                due[name] = time.monotonic() + interval
-                try:
-                    summary = run()
-                    logger.info("%s: %s", name, summary)
-                except Exception as e:
-                    with self._stats_lock:
-                        self.stats.schedule_errors += 1
-                    logger.warning("scheduled %s failed: %s", name, e)
-                with self._stats_lock:
-                    if name == "snapshot":
-                        self.stats.snapshot_runs += 1
-                    else:
-                        self.stats.cleanup_runs += 1
-
-
-def connect_commit_sender(
-    resources: ResourceNames,
-    endpoint_url: str | None = None,
-    *,
-    region: str | None = None,
-    dynamodb_endpoint_url: str | None = None,
-) -> CommitSender:
-    """A :class:`CommitSender` for an instance's queue, status table and bucket, on AWS or local endpoints
-    (``endpoint_url`` for all services, or for SQS and S3 beside ``dynamodb_endpoint_url``).
-
-    Raises StateStoreError if the commit queue does not exist.
-    """
-    from statestore.aws.backend import AwsBackend
-
-    backend = AwsBackend.connect(
-        resources, endpoint_url, region=region, dynamodb_endpoint_url=dynamodb_endpoint_url
-    )
-    return backend.commit_sender(make_client("sqs", endpoint_url=endpoint_url, region=region))
-
-
-# --- helpers ------------------------------------------------------------------------------------------
-
-
-def _wait_for_endpoint(endpoint_url: str, timeout: float = 10.0) -> None:
-    """Raise EndpointUnavailableError unless something accepts connections at ``endpoint_url``."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(endpoint_url)
-    host, port = parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return
-        except OSError as e:
-            if time.monotonic() > deadline:
-                raise EndpointUnavailableError(
-                    f"nothing answers at {endpoint_url} ({e.strerror or e}); "
-                    "start it (e.g. `statestore local`) or check the URL"
-                ) from e
-            time.sleep(0.2)
-
-
-def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int) -> tuple[str, str]:
-    """Create the queues; if they exist with another redrive policy, update it to ``max_receive_count``."""
-    try:
-        return provision_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
-    call = AwsCaller()
-    dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)[
-        "QueueUrl"
-    ]
-    queue_url = call("find the commit queue", sqs.get_queue_url, QueueName=resources.commit_queue)["QueueUrl"]
-    dlq_arn = call(
-        "read the dead-letter queue's ARN",
-        sqs.get_queue_attributes,
-        QueueUrl=dlq_url,
-        AttributeNames=["QueueArn"],
-    )["Attributes"]["QueueArn"]
-    call(
-        "update the commit queue's redrive policy",
-        sqs.set_queue_attributes,
-        QueueUrl=queue_url,
-        Attributes={
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-            )
-        },
-    )
-    return queue_url, dlq_url
-
-
-def _provision_upkeep_queues(resources: ResourceNames, sqs: Any, max_receive_count: int) -> dict[str, str]:
-    """Create the work queues; if they exist (another runtime made them with other settings), use them."""
-    try:
-        return provision_upkeep_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
-    call = AwsCaller()
-    names = {kind.value: resources.upkeep_queue(kind.value) for kind in UpkeepKind}
-    names["dead_letters"] = str(resources.upkeep_dead_letter_queue)
-    return {
-        key: call(f"find the queue {name!r}", sqs.get_queue_url, QueueName=name)["QueueUrl"]
-        for key, name in names.items()
-    }
-
-
-def _configured_region() -> str | None:
-    import boto3
-
-    region = boto3.session.Session().region_name
-    return str(region) if region else None
-
-
-def _has_credentials() -> bool:
-    import boto3
-
-    return boto3.session.Session().get_credentials() is not None
-
-
-def _set_environment(values: Mapping[str, str]) -> Callable[[], None]:
-    """Set ``values`` in ``os.environ``; returns a function putting back what was there before."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-
-    def restore() -> None:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-    return restore

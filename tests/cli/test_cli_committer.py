@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from statestore.cli import EXIT_OK
-from statestore.local.runtime import PAUSED_CHECK_SECONDS
+from statestore.local.event_sources import PAUSED_CHECK_SECONDS
 from statestore.ports import CommitOutcome
 from statestore.transactions import AddFiles
 from tests.builders import INT_SCHEMA, ref
