@@ -68,6 +68,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Each script prints its figures, targets and ratios (the README's Benchmarks section).
 bench: venv
