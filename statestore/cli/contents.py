@@ -6,15 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from statestore.cli import maintenance
 from statestore.cli import output as fmt
-from statestore.cli.errors import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    CliError,
-)
+from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, CliError
 from statestore.cli.parser import Command
-from statestore.errors import (
-    CodecError,
-)
+from statestore.errors import CodecError
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session

@@ -10,11 +10,7 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from statestore.cli.errors import (
-    EXIT_OK,
-    EXIT_USAGE,
-    CliError,
-)
+from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command
 
 if TYPE_CHECKING:

@@ -9,11 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from statestore.cli import output as fmt
-from statestore.cli.errors import (
-    EXIT_OK,
-    EXIT_USAGE,
-    CliError,
-)
+from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command
 from statestore.cli.session import read_json, read_text
 from statestore.errors import (
