@@ -79,6 +79,7 @@ class FakeLambdaContext:
 class CommitQueueMapping:
     """The SQS -> committer Lambda event source mapping of a :class:`LocalRuntime`."""
 
+    # The runtime's state this part works on, set by LocalRuntime.__init__ and _start.
     resources: ResourceNames
     region: str
     poll_wait_seconds: int

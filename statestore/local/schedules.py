@@ -31,6 +31,7 @@ UPKEEP_IDLE_POLL_SECONDS = 1.0  # how often the upkeep poller looks at empty wor
 class UpkeepSchedules:
     """The EventBridge schedules and the work queues' event source mappings of a :class:`LocalRuntime`."""
 
+    # The runtime's state this part works on, set by LocalRuntime.__init__ and _start.
     resources: ResourceNames
     region: str
     retry_delay_seconds: int
