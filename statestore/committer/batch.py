@@ -15,7 +15,6 @@ from statestore.committer.decisions import (
     ParsedMessage,
     Retry,
     already_decided,
-    dead_letter_reason,
     decision_for_copy,
     is_stray,
     result_of,
@@ -152,7 +151,7 @@ class BatchCommitter:
             table = self._table(table_id)
         except TableNotFoundError as e:
             reason = f"{e}; create the table (or fix the request's table id), then redrive the message"
-            return {request.index: DeadLettered(reason, time=self.clock()) for request in fresh}
+            return {request.position: DeadLettered(reason, time=self.clock()) for request in fresh}
         self._load(table)
 
         firsts, copies = split_copies(fresh)
@@ -169,9 +168,9 @@ class BatchCommitter:
         state = table.store.loaded_state
         if state is not None:
             self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
-        decisions = {request.index: by_request[request.request_id] for request in firsts}
+        decisions = {request.position: by_request[request.request_id] for request in firsts}
         for copy, first in copies:
-            decisions[copy.index] = decision_for_copy(by_request[first.request_id])
+            decisions[copy.position] = decision_for_copy(by_request[first.request_id])
         return decisions
 
     def _undecidable_redeliveries(
@@ -287,9 +286,9 @@ class BatchCommitter:
     ) -> dict[int, Decision]:
         """Send every dead letter in one call; if that fails, returns retries of every group with one."""
         dead = [
-            (batch.messages[index].message, reason)
-            for index in range(len(batch.messages))
-            if (reason := dead_letter_reason(decisions[index])) is not None
+            (batch.messages[index].message, decision.reason)
+            for index, decision in sorted(decisions.items())
+            if isinstance(decision, DeadLettered)
         ]
         if not dead:
             return {}
@@ -331,13 +330,17 @@ def _strays_decided_here(
     messages: Sequence[ParsedMessage], decisions: Mapping[int, Decision]
 ) -> dict[int, Decision]:
     """A stray copy (wrong group) of a request this very batch decided is a duplicate of it."""
+    stray = [index for index, decision in decisions.items() if is_stray(decision)]
+    if not stray:
+        return {}  # the usual batch: no statuses to derive twice
     decided = {
         status.request_id: status
         for index, p in enumerate(messages)
         if (status := status_of(p, decisions[index])) is not None and status.is_final
     }
     strays: dict[int, Decision] = {}
-    for index, p in enumerate(messages):
-        if p.envelope is not None and is_stray(decisions[index]) and p.envelope.request_id in decided:
-            strays[index] = already_decided(decided[p.envelope.request_id], "decided in this batch")
+    for index in stray:
+        envelope = messages[index].envelope
+        if envelope is not None and envelope.request_id in decided:
+            strays[index] = already_decided(decided[envelope.request_id], "decided in this batch")
     return strays

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from statestore.commit_requests import RequestEnvelope, parse_request
 from statestore.committer.decisions import DeadLettered, Decision, ParsedMessage, already_decided
@@ -15,17 +16,16 @@ from statestore.errors import CodecError
 from statestore.ports import CommitStatus
 
 
-@dataclass(frozen=True)
-class FreshRequest:
-    """A well-formed request not decided before, at position ``index`` of its batch."""
+class FreshRequest(NamedTuple):
+    """A well-formed request not decided before, at ``position`` in its batch.
 
-    index: int
+    (A named tuple: one is made per message, and the committer's own work per message is kept small.)
+    """
+
+    position: int
     message: ReceivedMessage
     envelope: RequestEnvelope
-
-    @property
-    def request_id(self) -> str:
-        return self.envelope.request_id
+    request_id: str
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ class SortedBatch:
     (a group that fails is retried as a whole).
     """
 
-    messages: tuple[ParsedMessage, ...]
+    messages: Sequence[ParsedMessage]
     decided: Mapping[int, Decision]
-    fresh: Mapping[str, tuple[FreshRequest, ...]]
-    groups: Mapping[str, tuple[int, ...]]
+    fresh: Mapping[str, Sequence[FreshRequest]]
+    groups: Mapping[str, Sequence[int]]
 
 
 def parse_message(
@@ -82,13 +82,10 @@ def sort_batch(
         if final is not None:
             decided[index] = already_decided(final)
         elif envelope is not None and index not in decided:
-            fresh.setdefault(group_id, []).append(FreshRequest(index, parsed.message, envelope))
-    return SortedBatch(
-        tuple(messages),
-        decided,
-        {group_id: tuple(requests) for group_id, requests in fresh.items()},
-        {group_id: tuple(indexes) for group_id, indexes in groups.items()},
-    )
+            fresh.setdefault(group_id, []).append(
+                FreshRequest(index, parsed.message, envelope, envelope.request_id)
+            )
+    return SortedBatch(messages, decided, fresh, groups)
 
 
 def split_copies(

@@ -101,8 +101,8 @@ def test_sorting_keeps_malformed_messages_decided_and_fresh_ones_by_table_in_mes
     batch = sort_batch(messages, malformed, {"r4": final("r4", CommitOutcome.COMMITTED, 3)})
 
     assert batch.decided == {**malformed, 4: Duplicate(3, "already committed")}
-    assert {group: [r.index for r in fresh] for group, fresh in batch.fresh.items()} == {TABLE: [0, 3]}
-    assert batch.groups == {TABLE: (0, 1, 3, 4), "t-2": (2,)}
+    assert {group: [r.position for r in fresh] for group, fresh in batch.fresh.items()} == {TABLE: [0, 3]}
+    assert batch.groups == {TABLE: [0, 1, 3, 4], "t-2": [2]}
 
 
 def test_a_request_sent_twice_is_split_into_its_first_copy_and_the_later_ones() -> None:
@@ -111,8 +111,8 @@ def test_a_request_sent_twice_is_split_into_its_first_copy_and_the_later_ones() 
 
     firsts, copies = split_copies(fresh)
 
-    assert [r.index for r in firsts] == [0, 1]
-    assert [(copy.index, first.index) for copy, first in copies] == [(2, 0), (3, 0)]
+    assert [r.position for r in firsts] == [0, 1]
+    assert [(copy.position, first.position) for copy, first in copies] == [(2, 0), (3, 0)]
 
 
 # --- from one decision to result, status and dead letter ---------------------------------------------------
