@@ -1,7 +1,7 @@
 """Committer batches per second on a big table against an empty one: does a batch cost what it changes?
 
-Runs the committer (``Committer.process``) on in-memory stores, so the figures are the committer's own CPU,
-with no network: batches of 10 commit requests (what the SQS event source hands the Lambda), each an
+Runs the committer (``BatchCommitter.process``) on in-memory stores, so the figures are the committer's own
+CPU, with no network: batches of 10 commit requests (what the SQS event source hands the Lambda), each an
 ``AddFiles`` of 2 new files, first on an empty table (one root partition, no files), then on a table of
 1,000,000 file references over 100,000 leaf partitions (``bench_model.big_state``, loaded from a snapshot).
 The goal is the big table within 20% of the empty one: a batch must not cost in proportion to the table.
@@ -25,7 +25,7 @@ import time
 from lambdas._runtime import Runtime
 from statestore.catalog import InMemoryTableIndex, TableInfo
 from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import Committer, MessageOutcome, ReceivedMessage
+from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.engine import TransactionLogStateStore
 from statestore.files import FileReference
 from statestore.memory import (
@@ -98,7 +98,7 @@ def batches_of(table_id: str, leaf_ids: list[str], count: int, tag: str) -> list
     return out
 
 
-def drive(committer: Committer, batches: list[list[ReceivedMessage]]) -> None:
+def drive(committer: BatchCommitter, batches: list[list[ReceivedMessage]]) -> None:
     for batch in batches:
         results = committer.process(batch)
         bad = [r for r in results if r.outcome is not MessageOutcome.COMMITTED]
@@ -110,7 +110,7 @@ def measure(
     rt: Runtime, table_id: str, leaf_ids: list[str], batches: int, profile: bool
 ) -> tuple[float, float]:
     """Batches per second (wall clock, CPU of this process), after one warm-up batch that loads the state."""
-    committer = Committer(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
+    committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
     drive(committer, batches_of(table_id, leaf_ids, 1, "warm"))
     plan = batches_of(table_id, leaf_ids, batches, "m")
     gc.collect()

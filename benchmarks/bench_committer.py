@@ -38,7 +38,7 @@ from statestore.aws.clients import make_client
 from statestore.aws.sqs_queue import provision_queues
 from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo
 from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import Committer, MessageOutcome, ReceivedMessage
+from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.engine import TransactionLogStateStore
 from statestore.files import FileReference
 from statestore.memory import (
@@ -147,7 +147,7 @@ def messages(table_id: str, count: int, tag: str) -> list[ReceivedMessage]:
     return out
 
 
-def drive(committer: Committer, batches: list[list[ReceivedMessage]]) -> int:
+def drive(committer: BatchCommitter, batches: list[list[ReceivedMessage]]) -> int:
     done = 0
     for batch in batches:
         results = committer.process(batch)
@@ -267,14 +267,14 @@ def bench_tables_latency_bound(rt: Runtime, tables: int, batches: int) -> float:
     plans = []
     for _ in range(tables):
         table_id = create_table(rt, f"lat-{uuid.uuid4().hex[:8]}")
-        committer = Committer(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
+        committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
         drive(committer, [messages(table_id, BATCH, "warm")])
         todo = messages(table_id, batches * BATCH, "m")
         plans.append((committer, [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]))
     rates: list[float] = []
     lock = threading.Lock()
 
-    def run(committer: Committer, plan: list[list[ReceivedMessage]]) -> None:
+    def run(committer: BatchCommitter, plan: list[list[ReceivedMessage]]) -> None:
         start = time.perf_counter()
         done = drive(committer, plan)
         with lock:

@@ -45,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from spark_client import DataStore, QueueCommitter, SyncCommitter, ingest, local_session, query  # noqa: E402
-from spark_client.committer import Committer  # noqa: E402
+from spark_client.committer import JobCommitter  # noqa: E402
 from statestore.client import StateStoreClient  # noqa: E402
 from statestore.engine import TransactionLogStateStore  # noqa: E402
 from statestore.schema import Schema  # noqa: E402
@@ -119,7 +119,7 @@ def measure(
     rows: int,
     store: TransactionLogStateStore,
     data: DataStore,
-    committer: Committer,
+    committer: JobCommitter,
     outcome_of: Callable[[str], object] | None,
 ) -> Figures:
     started = time.perf_counter()

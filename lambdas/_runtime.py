@@ -20,7 +20,7 @@ from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.catalog import InMemoryTableIndex, TableIndex
 from statestore.cleanup import CleanupPolicy, policy_from_environment
-from statestore.committer import Committer
+from statestore.committer import BatchCommitter
 from statestore.engine import TransactionLogStateStore
 from statestore.memory import (
     InMemoryBlobStore,
@@ -72,7 +72,7 @@ class Runtime:
         self._upkeep_queues: dict[UpkeepKind, CommitQueue] = dict(upkeep_queues or {})
         # Kept warm between invocations of the same container.
         self.snapshot_stores: dict[str, TransactionLogStateStore] = {}
-        self._committer: Committer | None = None
+        self._committer: BatchCommitter | None = None
 
     @classmethod
     def for_aws(cls, names: ResourceNames, endpoint_url: str | None = None) -> Runtime:
@@ -137,10 +137,10 @@ class Runtime:
             raise RuntimeError("this Runtime was given its pieces and has no resource names to build others")
         return self.names
 
-    def committer(self) -> Committer:
+    def committer(self) -> BatchCommitter:
         """The container's committer, built on first use and kept warm."""
         if self._committer is None:
-            self._committer = Committer(
+            self._committer = BatchCommitter(
                 self.tables, self.log, self.snapshots, self.statuses, self.blobs, self.dead_letters
             )
         return self._committer

@@ -19,7 +19,7 @@ tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "statestore"))
 
 
-class TablesFailedError(Exception):
+class CleanupFailedError(Exception):
     """A table could not be cleaned up; fails the invocation so an alarm sees it and its message is
     retried (then dead-lettered)."""
 
@@ -75,7 +75,7 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {"tables": len(reports), **totals, "skipped": len(skipped), "errors": errors}
     logger.info("cleanup", extra={**summary, "skipped_because": skipped})
     if errors:
-        raise TablesFailedError(f"could not clean up {len(errors)} table(s): {errors}")
+        raise CleanupFailedError(f"could not clean up {len(errors)} table(s): {errors}")
     return summary
 
 

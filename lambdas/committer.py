@@ -1,8 +1,8 @@
 """The committer Lambda: a batch of commit requests from the SQS FIFO queue -> log entries and statuses.
 
-The whole batch goes to :meth:`statestore.committer.Committer.process` at once (group commit needs it); the
-messages it says to retry are reported as ``batchItemFailures``, and with ``skip_group_on_error`` the rest
-of their table's messages with them, so one table's trouble never holds back another's.
+The whole batch goes to :meth:`statestore.committer.BatchCommitter.process` at once (group commit needs
+it); the messages it says to retry are reported as ``batchItemFailures``, and with ``skip_group_on_error``
+the rest of their table's messages with them, so one table's trouble never holds back another's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from lambdas._runtime import runtime
-from statestore.committer import Committer, MessageOutcome, MessageResult, ReceivedMessage
+from statestore.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
 from statestore.committer_stats import BatchStats
 
 logger = Logger()
@@ -30,12 +30,12 @@ class RetryLater(Exception):
     """Raised for a message the committer could not process now; it stays on the queue."""
 
 
-def process_event(event: dict[str, Any], committer: Committer, context: Any = None) -> dict[str, Any]:
+def process_event(event: dict[str, Any], committer: BatchCommitter, context: Any = None) -> dict[str, Any]:
     """Commit an SQS event's messages; returns ``{"batchItemFailures": [...]}``. A local poller calls this."""
     return partial_response(event, run_committer(event, committer), context)
 
 
-def run_committer(event: dict[str, Any], committer: Committer) -> list[MessageResult]:
+def run_committer(event: dict[str, Any], committer: BatchCommitter) -> list[MessageResult]:
     return committer.process([ReceivedMessage.from_sqs_record(r) for r in event.get("Records", [])])
 
 

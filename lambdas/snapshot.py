@@ -24,7 +24,7 @@ tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "statestore"))
 
 
-class TablesFailedError(Exception):
+class SnapshotFailedError(Exception):
     """A table could not be checked or snapshotted; fails the invocation so an alarm sees it (and, for work
     from the queue, so its message is retried, then dead-lettered)."""
 
@@ -43,7 +43,7 @@ def plan(rt: Runtime) -> dict[str, Any]:
     summary = {"planned": list(made.planned), "skipped": len(made.skipped), "errors": made.errors}
     logger.info("snapshot plan", extra=summary)
     if made.errors:
-        raise TablesFailedError(f"could not check {len(made.errors)} table(s): {made.errors}")
+        raise SnapshotFailedError(f"could not check {len(made.errors)} table(s): {made.errors}")
     return summary
 
 
@@ -68,7 +68,7 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {"written": written, "skipped": len(skipped), "errors": errors}
     logger.info("snapshots", extra={**summary, "skipped_because": skipped})
     if errors:
-        raise TablesFailedError(f"could not snapshot {len(errors)} table(s): {errors}")
+        raise SnapshotFailedError(f"could not snapshot {len(errors)} table(s): {errors}")
     return summary
 
 

@@ -2,10 +2,10 @@
 and ``format("statestore")`` for ``spark.read`` and ``df.write`` (:func:`register`).
 
 Data files move with pyarrow inside the Spark tasks (a local directory or S3 through pyarrow's
-``S3FileSystem``); the state changes through a :class:`Committer` (synchronous, or the commit queue).
+``S3FileSystem``); the state changes through a :class:`JobCommitter` (synchronous, or the commit queue).
 """
 
-from spark_client.committer import CommitOutcome, Committer, QueueCommitter, SyncCommitter
+from spark_client.committer import CommitReport, JobCommitter, QueueCommitter, SyncCommitter
 from spark_client.compaction import CompactionResult, compact
 from spark_client.data_store import DataStore
 from spark_client.datasource import StatestoreDataSource, register
@@ -26,10 +26,10 @@ from spark_client.session import local_session
 from spark_client.splitting import SplitDecision, split_partition_at, split_partitions
 
 __all__ = [
-    "CommitOutcome",
+    "CommitReport",
     "CommitPendingError",
     "CommitRejectedError",
-    "Committer",
+    "JobCommitter",
     "CompactionFailedError",
     "CompactionResult",
     "DataFileMissingError",

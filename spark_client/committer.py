@@ -1,7 +1,7 @@
 """How the Spark jobs ask for commits: one small interface, a synchronous and a queue implementation.
 
-The jobs never append to the log themselves. They hand a transaction to a :class:`Committer` and get a
-:class:`CommitOutcome` back: committed at transaction N, rejected with the reason, or (for an
+The jobs never append to the log themselves. They hand a transaction to a :class:`JobCommitter` and get a
+:class:`CommitReport` back: committed at transaction N, rejected with the reason, or (for an
 asynchronous request not waited for) pending under its request id.
 """
 
@@ -15,13 +15,12 @@ from typing import Protocol
 from statestore.commit_requests import CommitSender
 from statestore.engine import TransactionLogStateStore
 from statestore.errors import TransactionValidationError
-from statestore.ports import CommitOutcome as CommitStatusOutcome
-from statestore.ports import CommitStatus
+from statestore.ports import CommitOutcome, CommitStatus
 from statestore.transactions import Transaction
 
 
 @dataclass(frozen=True)
-class CommitOutcome:
+class CommitReport:
     """What became of one commit request.
 
     ``committed`` with ``transaction_number`` set; or rejected with ``reason``; or ``pending`` when the
@@ -41,12 +40,12 @@ class CommitOutcome:
         return not self.committed and not self.pending
 
 
-class Committer(Protocol):
+class JobCommitter(Protocol):
     """Commits transactions for the jobs."""
 
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
-    ) -> CommitOutcome:
+    ) -> CommitReport:
         """Request that ``transaction`` be committed to ``table_id``.
 
         With ``wait`` the outcome is final (committed or rejected) unless the committer did not answer in
@@ -57,7 +56,7 @@ class Committer(Protocol):
         """
         ...
 
-    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+    def previous_outcome(self, request_id: str) -> CommitReport | None:
         """The final outcome of an earlier request with this id, or None if there is none (yet)."""
         ...
 
@@ -89,7 +88,7 @@ class SyncCommitter:
 
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
-    ) -> CommitOutcome:
+    ) -> CommitReport:
         if request_id is not None:
             raise ValueError(_NO_REQUEST_IDS)
         with self._lock:
@@ -99,10 +98,10 @@ class SyncCommitter:
             try:
                 result = store.commit(transaction)
             except TransactionValidationError as e:
-                return CommitOutcome(False, reason=f"{type(e).__name__}: {e}")
-        return CommitOutcome(True, result.transaction_number, rejected_parts=result.rejected_parts)
+                return CommitReport(False, reason=f"{type(e).__name__}: {e}")
+        return CommitReport(True, result.transaction_number, rejected_parts=result.rejected_parts)
 
-    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+    def previous_outcome(self, request_id: str) -> CommitReport | None:
         raise ValueError(_NO_REQUEST_IDS)
 
 
@@ -116,7 +115,7 @@ class QueueCommitter:
     """Sends commit requests to the committer's SQS FIFO queue through a :class:`CommitSender`.
 
     A thin adapter: the sender owns message bodies (big ones go to the bucket), deduplication ids and
-    looking outcomes up by request id; this maps its :class:`CommitStatus` onto :class:`CommitOutcome`.
+    looking outcomes up by request id; this maps its :class:`CommitStatus` onto :class:`CommitReport`.
     A request with no outcome after ``wait_timeout`` seconds comes back pending, with its request id.
     """
 
@@ -127,23 +126,23 @@ class QueueCommitter:
 
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
-    ) -> CommitOutcome:
+    ) -> CommitReport:
         if request_id is not None and (previous := self.previous_outcome(request_id)) is not None:
             return previous
         request_id = self.sender.send(table_id, transaction, request_id)
         if not wait:
-            return CommitOutcome(False, request_id=request_id, pending=True)
+            return CommitReport(False, request_id=request_id, pending=True)
         return self.outcome(request_id)
 
-    def outcome(self, request_id: str) -> CommitOutcome:
+    def outcome(self, request_id: str) -> CommitReport:
         """Wait (up to ``wait_timeout``) for the outcome of an earlier request."""
         status = self.sender.wait(request_id, timeout=self.wait_timeout, poll_interval=self.poll_interval)
         if status is None:
             reason = f"no outcome after {self.wait_timeout:g}s; look it up later by request id {request_id!r}"
-            return CommitOutcome(False, reason=reason, request_id=request_id, pending=True)
+            return CommitReport(False, reason=reason, request_id=request_id, pending=True)
         return self._from_status(request_id, status)
 
-    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+    def previous_outcome(self, request_id: str) -> CommitReport | None:
         """The final outcome of an earlier request with this id (committed, rejected or unknown), or None.
 
         A dead-lettered request is not final (it can be redriven), so it gives None: sending it again is
@@ -153,9 +152,9 @@ class QueueCommitter:
         return None if status is None or not status.is_final else self._from_status(request_id, status)
 
     @staticmethod
-    def _from_status(request_id: str, status: CommitStatus) -> CommitOutcome:
-        if status.outcome is CommitStatusOutcome.COMMITTED:
+    def _from_status(request_id: str, status: CommitStatus) -> CommitReport:
+        if status.outcome is CommitOutcome.COMMITTED:
             # For a committed request the reason, if any, names the parts that were skipped.
             parts = (("skipped", status.reason),) if status.reason else ()
-            return CommitOutcome(True, status.transaction_number, None, request_id, parts)
-        return CommitOutcome(False, reason=f"{status.outcome.value}: {status.reason}", request_id=request_id)
+            return CommitReport(True, status.transaction_number, None, request_id, parts)
+        return CommitReport(False, reason=f"{status.outcome.value}: {status.reason}", request_id=request_id)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from spark_client.committer import CommitOutcome, Committer
+from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
 from spark_client.file_io import merge_files
@@ -135,7 +135,7 @@ def plan_reference_splits(state: TableState) -> list[SplitFileReferenceRequest]:
     return requests
 
 
-def split_references_down(store: TransactionLogStateStore, committer: Committer) -> int:
+def split_references_down(store: TransactionLogStateStore, committer: JobCommitter) -> int:
     """Commit :func:`plan_reference_splits`; returns how many references moved (0 if rejected or none)."""
     requests = plan_reference_splits(store.state())
     if not requests:
@@ -187,7 +187,7 @@ def plan_compaction_jobs(
 
 def claim_jobs(
     table_id: str,
-    committer: Committer,
+    committer: JobCommitter,
     jobs: Iterable[CompactionJob],
     *,
     take_over_claimed_before: int | None = None,
@@ -205,7 +205,7 @@ def claim_jobs(
         return [], []
     requests = tuple(AssignJobIdRequest(job.job_id, job.partition_id, job.input_files) for job in jobs)
 
-    def assign(chosen: tuple[AssignJobIdRequest, ...]) -> CommitOutcome:
+    def assign(chosen: tuple[AssignJobIdRequest, ...]) -> CommitReport:
         return committer.commit(table_id, AssignJobIds(chosen, take_over_claimed_before), wait=True)
 
     if len(jobs) > 1 and assign(requests).committed:
@@ -220,7 +220,7 @@ def claim_jobs(
     return claimed, lost
 
 
-def release_claims(table_id: str, committer: Committer, jobs: Sequence[CompactionJob]) -> str | None:
+def release_claims(table_id: str, committer: JobCommitter, jobs: Sequence[CompactionJob]) -> str | None:
     """Release the claims of ``jobs``, whose outcome is final (nothing of theirs was or ever will be
     committed). Returns None once released, else why not (the cleanup's sweep releases them later).
 
@@ -277,8 +277,8 @@ def run_jobs(
 
 
 def commit_jobs(
-    store: TransactionLogStateStore, data: DataStore, committer: Committer, finished: list[FinishedJob]
-) -> tuple[list[FinishedJob], list[tuple[CompactionJob, str]], CommitOutcome | None]:
+    store: TransactionLogStateStore, data: DataStore, committer: JobCommitter, finished: list[FinishedJob]
+) -> tuple[list[FinishedJob], list[tuple[CompactionJob, str]], CommitReport | None]:
     """Commit finished jobs as one ReplaceFileReferences; returns ``(committed, lost, outcome)``.
 
     Which jobs went in is read back from the state (their output is referenced), so it is right whichever
@@ -318,7 +318,7 @@ def compact(
     spark: SparkSession,
     store: TransactionLogStateStore,
     data: DataStore,
-    committer: Committer,
+    committer: JobCommitter,
     *,
     min_files: int = 2,
     max_files: int = 32,
@@ -353,7 +353,7 @@ def compact(
 
 
 def _abandon(
-    table_id: str, data: DataStore, committer: Committer, jobs: list[CompactionJob], cause: Exception
+    table_id: str, data: DataStore, committer: JobCommitter, jobs: list[CompactionJob], cause: Exception
 ) -> CompactionFailedError:
     """After a failed merge: release the jobs' claims and delete what they wrote; the error to raise."""
     problem = release_claims(table_id, committer, jobs)

@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_client.columns import arrow_schema, check_columns, check_no_null_keys, field_type, sort_columns
-from spark_client.committer import CommitOutcome, Committer
+from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.file_io import WRITE_BATCH_ROWS, DataFileWriter
@@ -61,7 +61,7 @@ class IngestResult:
     files: tuple[FileReference, ...]
     rows: int
     seconds: float
-    outcome: CommitOutcome | None  # None when there was nothing to commit
+    outcome: CommitReport | None  # None when there was nothing to commit
     already_committed: bool = False
 
     @property
@@ -87,7 +87,7 @@ def ingest(
     df: DataFrame,
     store: TransactionLogStateStore,
     data: DataStore,
-    committer: Committer,
+    committer: JobCommitter,
     *,
     wait: bool = True,
     tasks: int | None = None,
@@ -157,14 +157,14 @@ def ingest(
 
 
 def commit_files(
-    committer: Committer,
+    committer: JobCommitter,
     table_id: str,
     references: tuple[FileReference, ...],
     *,
     wait: bool = True,
     request_id: str | None = None,
     what: str = "ingest",
-) -> CommitOutcome:
+) -> CommitReport:
     """Commit ``references`` as ONE AddFiles; raise unless committed (or pending because not ``wait``).
 
     Shared by :func:`ingest` and the data source's append. A rejection raises :class:`CommitRejectedError`

@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_client.committer import CommitOutcome, QueueCommitter
+from spark_client.committer import CommitReport, QueueCommitter
 from spark_client.compaction import compact
 from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
@@ -227,7 +227,7 @@ def write_parquet(df: DataFrame, store: DataStore, prefix: str) -> tuple[int, in
 # --- the jobs ---------------------------------------------------------------------------------------
 
 
-def _outcome(outcome: CommitOutcome | None) -> dict[str, Any] | None:
+def _outcome(outcome: CommitReport | None) -> dict[str, Any] | None:
     if outcome is None:
         return None
     return {

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_client.committer import Committer, QueueCommitter, SyncCommitter
+from spark_client.committer import JobCommitter, QueueCommitter, SyncCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import DataSourceOptionError
 from spark_client.read_plan import region_of
@@ -194,7 +194,7 @@ class SourceOptions:
         except (ValueError, StateStoreError) as e:
             raise DataSourceOptionError(f"option 'region': {e}") from None
 
-    def committer_for(self, client: StateStoreClient) -> Committer:
+    def committer_for(self, client: StateStoreClient) -> JobCommitter:
         """The committer the ``committer`` option names, for the instance of ``client``."""
         if self.committer == "sync":
             return SyncCommitter(client.state_store)

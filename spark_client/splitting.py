@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from spark_client.committer import CommitOutcome, Committer
+from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.file_io import read_batches
 from spark_client.leaves import depth
@@ -45,7 +45,7 @@ class SplitDecision:
     rows: int
     dimension: int
     split_point: Key | None
-    outcome: CommitOutcome | None = None
+    outcome: CommitReport | None = None
 
 
 def rows_per_leaf(state: TableState) -> dict[str, int]:
@@ -217,7 +217,7 @@ def split_partitions(
     spark: SparkSession,
     store: TransactionLogStateStore,
     data: DataStore,
-    committer: Committer,
+    committer: JobCommitter,
     max_rows: int,
     *,
     strategy: str = ROTATE,
@@ -265,13 +265,13 @@ def split_partitions(
 
 def split_partition_at(
     store: TransactionLogStateStore,
-    committer: Committer,
+    committer: JobCommitter,
     partition_id: str,
     dimension: int,
     split_point: Key,
     *,
     wait: bool = True,
-) -> CommitOutcome:
+) -> CommitReport:
     """Commit a split of leaf ``partition_id`` at ``split_point`` on ``dimension`` (new UUID children).
 
     Raises InvalidPartitionSplitError before sending anything if the point is not strictly inside the

@@ -1,7 +1,7 @@
 """What one batch of the committer did, for the committer Lambda's metrics (no metrics library here).
 
-:class:`BatchStats` is a small immutable value the committer leaves in ``Committer.last_batch`` after each
-call of ``process``; the handler turns it into CloudWatch metrics. Outcome counts are not repeated here:
+:class:`BatchStats` is a small immutable value the committer leaves in ``BatchCommitter.last_batch`` after
+each call of ``process``; the handler turns it into CloudWatch metrics. Outcome counts are not repeated here:
 they are the batch's ``MessageResult`` outcomes.
 """
 

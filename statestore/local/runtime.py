@@ -115,7 +115,7 @@ _active: LocalRuntime | None = None
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class LocalDeadLetter:
     """A message on the dead-letter queue. ``reason`` is the committer's, None if the queue's redrive
     policy moved it (received too often without being acknowledged)."""
 
@@ -463,10 +463,10 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
         """Pauses and resumes the poller (the committer), as ``statestore committer pause`` does."""
         return LocalCommitterSwitch(self._sqs, self.resources.commit_queue, self.queue.call)
 
-    def take_dead_letters(self, wait_seconds: int = 0) -> list[DeadLetter]:
+    def take_dead_letters(self, wait_seconds: int = 0) -> list[LocalDeadLetter]:
         """Receive and delete every message on the dead-letter queue (waiting up to ``wait_seconds`` for the
         first), with the committer's reason where it gave one."""
-        letters: list[DeadLetter] = []
+        letters: list[LocalDeadLetter] = []
         while True:
             records = self.dead_letter_queue.receive_event(10, wait_seconds if not letters else 0)["Records"]
             if not records:
@@ -474,7 +474,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
             for record in records:
                 attributes = record.get("messageAttributes") or {}
                 letters.append(
-                    DeadLetter(
+                    LocalDeadLetter(
                         body=record["body"],
                         group_id=record["attributes"].get("MessageGroupId", ""),
                         reason=(attributes.get(REASON_ATTRIBUTE) or {}).get("stringValue"),

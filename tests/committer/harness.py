@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo
 from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import Committer, MessageResult, ReceivedMessage
+from statestore.committer import BatchCommitter, MessageResult, ReceivedMessage
 from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.memory import (
     InMemoryBlobStore,
@@ -76,8 +76,8 @@ class Harness:
     def snapshots(self) -> SnapshotStore:
         return SnapshotStore(self.snapshot_metadata, self.blobs)
 
-    def committer(self, **kwargs: object) -> Committer:
-        return Committer(
+    def committer(self, **kwargs: object) -> BatchCommitter:
+        return BatchCommitter(
             self.tables,
             self.log,
             self.snapshots,

@@ -19,7 +19,7 @@ from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import CommitRequest, encode_request
 from statestore.files import FileReference
-from statestore.local.runtime import DeadLetter, LocalRuntime
+from statestore.local.runtime import LocalDeadLetter, LocalRuntime
 from statestore.ports import CommitOutcome, QueueMessage
 from statestore.transactions import AddFiles, TransactionBatch, request_ids_of
 from tests.e2e.conftest import StartRuntime
@@ -283,8 +283,8 @@ def test_a_runtime_starts_its_own_server_and_restores_the_environment_when_stopp
     assert not runtime.running
 
 
-def _dead_letters(runtime: LocalRuntime, count: int, timeout: float = 30) -> list[DeadLetter]:
-    letters: list[DeadLetter] = []
+def _dead_letters(runtime: LocalRuntime, count: int, timeout: float = 30) -> list[LocalDeadLetter]:
+    letters: list[LocalDeadLetter] = []
     deadline = time.monotonic() + timeout
     while len(letters) < count and time.monotonic() < deadline:
         letters += runtime.take_dead_letters(wait_seconds=1)

@@ -284,7 +284,7 @@ def test_without_a_statement_it_needs_the_snapshot_lambda_is_denied(
     deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
     event, _ = deployed.work_event(SNAPSHOT, "snapshot")
 
-    with pytest.raises(snapshot_lambda.TablesFailedError, match="AccessDenied"):
+    with pytest.raises(snapshot_lambda.SnapshotFailedError, match="AccessDenied"):
         deployed.invoke(SNAPSHOT, event, without=missing)
 
     assert deployed.admin.snapshots.metadata.latest(store.table_id) is None

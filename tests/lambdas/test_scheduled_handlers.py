@@ -114,7 +114,7 @@ def test_each_table_is_snapshotted_in_its_own_invocation_and_a_failing_one_fails
     for table_id, record in records.items():
         if table_id == broken:
             # The invocation fails (the errors alarm sees it) and SQS retries this one message.
-            with pytest.raises(snapshot_lambda.TablesFailedError, match="throttling"):
+            with pytest.raises(snapshot_lambda.SnapshotFailedError, match="throttling"):
                 snapshot_lambda.handler(sqs_event(record), LambdaContext())
         else:
             assert snapshot_lambda.handler(sqs_event(record), LambdaContext())["written"] == {table_id: 2}

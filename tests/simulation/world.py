@@ -46,7 +46,7 @@ from statestore.catalog import InMemoryTableIndex, TableInfo
 from statestore.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.commit_requests import CommitRequest, body_key, encode_request, new_request_id
-from statestore.committer import Committer, MessageOutcome, ReceivedMessage
+from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import (
     CommitConflictError,
@@ -462,11 +462,11 @@ class Producer(Actor):
 
 @dataclass(eq=False)
 class CommitterActor(Actor):
-    committer: Committer | None = None
+    committer: BatchCommitter | None = None
 
-    def _committer(self, world: World) -> Committer:
+    def _committer(self, world: World) -> BatchCommitter:
         if self.committer is None:
-            self.committer = Committer(
+            self.committer = BatchCommitter(
                 world.tables,
                 world.log,
                 world.snapshots,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_client.committer import CommitOutcome, SyncCommitter
+from spark_client.committer import CommitReport, SyncCommitter
 from spark_client.compaction import (
     CompactionJob,
     CompactionResult,
@@ -122,16 +122,16 @@ class ReplaceLeftPending:
 
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
-    ) -> CommitOutcome:
+    ) -> CommitReport:
         if isinstance(transaction, ReplaceFileReferences):
             self.held.append((table_id, transaction))
-            return CommitOutcome(False, reason="no outcome after 120s", request_id="r", pending=True)
+            return CommitReport(False, reason="no outcome after 120s", request_id="r", pending=True)
         return self.inner.commit(table_id, transaction, wait, request_id)
 
-    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+    def previous_outcome(self, request_id: str) -> CommitReport | None:
         return self.inner.previous_outcome(request_id)
 
-    def deliver(self) -> list[CommitOutcome]:
+    def deliver(self) -> list[CommitReport]:
         return [self.inner.commit(table_id, txn) for table_id, txn in self.held]
 
 

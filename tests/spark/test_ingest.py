@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_client.committer import CommitOutcome
+from spark_client.committer import CommitReport
 from spark_client.errors import CommitPendingError, CommitRejectedError, SchemaMismatchError
 from spark_client.ingest import ingest, ingest_request_id
 from statestore.transactions import Transaction
@@ -142,7 +142,7 @@ def test_a_rejected_commit_raises_and_leaves_nothing_in_the_state(
             dataframe(spark, KEY_SCHEMA, key_rows(100, seed=6)),
             table.store(),
             table.data,
-            Answering(CommitOutcome(False, reason="the table is read-only today")),
+            Answering(CommitReport(False, reason="the table is read-only today")),
         )
 
     assert not table.store().state().has_files()
@@ -151,17 +151,17 @@ def test_a_rejected_commit_raises_and_leaves_nothing_in_the_state(
 class Answering:
     """A committer that answers every request with ``outcome`` and commits nothing."""
 
-    def __init__(self, outcome: CommitOutcome) -> None:
+    def __init__(self, outcome: CommitReport) -> None:
         self.outcome = outcome
         self.requests: list[str | None] = []
 
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
-    ) -> CommitOutcome:
+    ) -> CommitReport:
         self.requests.append(request_id)
         return self.outcome
 
-    def previous_outcome(self, request_id: str) -> CommitOutcome | None:
+    def previous_outcome(self, request_id: str) -> CommitReport | None:
         return None
 
 
@@ -169,7 +169,7 @@ def test_an_outcome_still_pending_after_the_wait_raises_with_the_request_id(
     spark: SparkSession, make_table: MakeTable
 ) -> None:
     table = make_table(KEY_SCHEMA, SPLITS)
-    pending = Answering(CommitOutcome(False, reason="no outcome after 1s", request_id="r-42", pending=True))
+    pending = Answering(CommitReport(False, reason="no outcome after 1s", request_id="r-42", pending=True))
 
     with pytest.raises(CommitPendingError, match="no outcome yet") as raised:
         ingest(dataframe(spark, KEY_SCHEMA, key_rows(50, seed=7)), table.store(), table.data, pending)
@@ -185,7 +185,7 @@ def test_an_idempotency_key_derives_the_same_request_id_every_run_and_needs_the_
     spark: SparkSession, make_table: MakeTable
 ) -> None:
     table = make_table(KEY_SCHEMA, SPLITS)
-    answering = Answering(CommitOutcome(True, transaction_number=2, request_id="x"))
+    answering = Answering(CommitReport(True, transaction_number=2, request_id="x"))
     for _ in range(2):
         ingest(
             dataframe(spark, KEY_SCHEMA, key_rows(20, seed=8)),
