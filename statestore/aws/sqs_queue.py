@@ -56,9 +56,8 @@ class SqsCommitQueue(CommitQueue):
             entries = {f["Id"]: entries[f["Id"]] for f in failed}
             if not entries:
                 return
-            self.call.sleep(
-                self.call.rng.uniform(0.0, min(self.call.max_delay, self.call.base_delay * 2**attempt))
-            )
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
         raise StoreUnavailableError(
             f"could not send {len(entries)} message(s) to {self.queue_url}: SQS kept failing them; try again"
         )
