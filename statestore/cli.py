@@ -26,17 +26,25 @@ from urllib.parse import urlsplit
 from statestore import cli_committer, cli_ops
 from statestore import cli_format as fmt
 from statestore.catalog import TableInfo
+from statestore.cli_errors import (
+    BACKEND_ERRORS,
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_PENDING,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    describe,
+)
 from statestore.errors import (
     CodecError,
-    CommitConflictError,
     InvalidKeyError,
     InvalidSchemaError,
-    SnapshotNotFoundError,
     StateStoreError,
-    StoreUnavailableError,
     TableAlreadyExistsError,
     TableNotFoundError,
-    TransactionNotRetainedError,
     TransactionValidationError,
 )
 from statestore.ports import CommitOutcome, CommitStatus
@@ -48,14 +56,6 @@ if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help
     from statestore.commit_requests import CommitSender
     from statestore.ports import CommitStatusStore
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # the operation was refused or failed: a rejected commit, a validation error, a name taken
-EXIT_USAGE = 2  # bad usage or input: unknown option, missing file, invalid schema or transaction JSON
-EXIT_NOT_FOUND = 3  # no such table, request or log entry
-EXIT_UNAVAILABLE = 4  # the backend cannot be reached or is not set up (no endpoint, no resources, throttled)
-EXIT_PENDING = 5  # waited, but the request has no outcome yet
-EXIT_INTERNAL = 70  # a bug: the traceback is printed
-EXIT_INTERRUPTED = 130
 
 EPILOG = """\
 exit codes:
@@ -66,7 +66,7 @@ exit codes:
        transaction JSON
   3    not found: no such table, no status for the request id, log entries deleted by cleanup
   4    backend unavailable: nothing listens at the endpoint, the instance's resources do not exist,
-       no credentials, or the service kept failing
+       no credentials, access denied (IAM), or the service kept failing or throttling
   5    commit --wait: no outcome within the time given (the request may still be committed)
   70   internal error (a bug: please report it with the traceback)
   130  interrupted (Ctrl-C)
@@ -780,7 +780,7 @@ def cmd_cleanup(s: Session) -> int:
             report = cleanup_table(
                 s.client.state_store(table.table_id), table, s.client.snapshots, s.client.blobs, policy=policy
             )
-        except StoreUnavailableError:
+        except BACKEND_ERRORS:
             raise
         except StateStoreError as e:
             errors[table.table_name] = str(e)
@@ -1206,7 +1206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as e:
         return _fail(out, str(e), e.exit_code)
     except StateStoreError as e:
-        return _fail(out, *_describe(e, session))
+        return _fail(out, *describe(e, session))
     except KeyboardInterrupt:
         return _fail(out, "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:  # e.g. `statestore log t | head`
@@ -1251,44 +1251,6 @@ def _check_options(args: argparse.Namespace) -> None:
 def _fail(out: Output, message: str, code: int) -> int:
     print(f"statestore: error: {message}", file=out.stderr, flush=True)
     return code
-
-
-_MISSING_RESOURCE_CODES = (
-    "ResourceNotFoundException",
-    "NonExistentQueue",
-    "NoSuchBucket",
-    "QueueDoesNotExist",
-)
-_NO_CREDENTIALS = ("Unable to locate credentials", "UnrecognizedClientException", "InvalidClientTokenId")
-
-
-def _describe(error: StateStoreError, session: Session) -> tuple[str, int]:
-    """The one-line message and exit code for a library error."""
-    message = str(error)
-    if isinstance(error, TableNotFoundError):
-        return f"{message}; list the tables with `statestore tables list`", EXIT_NOT_FOUND
-    if isinstance(error, TransactionNotRetainedError | SnapshotNotFoundError):
-        return message, EXIT_NOT_FOUND
-    if isinstance(error, InvalidSchemaError | InvalidKeyError | CodecError):
-        return message, EXIT_USAGE
-    if isinstance(error, TransactionValidationError | TableAlreadyExistsError | CommitConflictError):
-        return message, EXIT_FAILED
-    if isinstance(error, StoreUnavailableError):
-        return message, EXIT_UNAVAILABLE
-    if any(code in message for code in _MISSING_RESOURCE_CODES):
-        instance = session.resources.instance_id
-        return (
-            f"instance {instance!r} is not set up at {session.where()} ({message}); start "
-            f"`statestore local --instance {instance}`, deploy the stack, or pass the right "
-            "--instance / --resources-json / --endpoint-url",
-            EXIT_UNAVAILABLE,
-        )
-    if any(text in message for text in _NO_CREDENTIALS):
-        return (
-            f"{message}; configure AWS credentials (e.g. `aws configure`) or use a local endpoint",
-            EXIT_UNAVAILABLE,
-        )
-    return message, EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

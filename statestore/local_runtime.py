@@ -76,7 +76,7 @@ from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
 from statestore.dynamodb_local import DynamoDBLocal
-from statestore.errors import EndpointUnavailableError, StateStoreError
+from statestore.errors import EndpointUnavailableError, ResourceSettingsConflictError, StateStoreError
 from statestore.moto_server import MotoServer, restore_s3
 from statestore.resources import ResourceNames
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
@@ -849,9 +849,8 @@ def _provision_queues(resources: ResourceNames, sqs: Any, max_receive_count: int
     """Create the queues; if they exist with another redrive policy, update it to ``max_receive_count``."""
     try:
         return provision_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
+    except ResourceSettingsConflictError:
+        pass
     call = AwsCaller()
     dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)[
         "QueueUrl"
@@ -880,9 +879,8 @@ def _provision_upkeep_queues(resources: ResourceNames, sqs: Any, max_receive_cou
     """Create the work queues; if they exist (another runtime made them with other settings), use them."""
     try:
         return provision_upkeep_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
+    except ResourceSettingsConflictError:
+        pass
     call = AwsCaller()
     names = {kind.value: resources.upkeep_queue(kind.value) for kind in UpkeepKind}
     names["dead_letters"] = str(resources.upkeep_dead_letter_queue)
