@@ -15,8 +15,8 @@ handlers AWS would:
   the messages not reported in ``batchItemFailures`` and leaves those for redelivery. The queue's redrive
   policy (honoured by moto and by SQS) moves a message received ``max_receive_count`` times to the
   dead-letter queue. Unlike the real mapping, which lets a failed message wait out the queue's visibility
-  timeout (two minutes), the poller makes it visible again after ``retry_delay`` seconds. It stops
-  receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
+  timeout (six times the committer's), the poller makes it visible again after ``retry_delay`` seconds.
+  It stops receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
   process: see :mod:`statestore.aws.committer_switch`);
 - a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
   seconds with a scheduled event, as the EventBridge schedules do: each *plans*, queueing one message per
@@ -78,7 +78,7 @@ from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
 from statestore.dynamodb_local import DynamoDBLocal
 from statestore.errors import EndpointUnavailableError, ResourceSettingsConflictError, StateStoreError
 from statestore.moto_server import MotoServer, restore_s3
-from statestore.resources import ResourceNames
+from statestore.resources import COMMITTER_TIMEOUT_SECONDS, ResourceNames
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
 __all__ = ["EndpointUnavailableError", "LocalRuntime", "connect_commit_sender"]
@@ -640,7 +640,8 @@ class LocalRuntime:
         before = replace(stats)
         try:
             response = committer.handler(
-                event, FakeLambdaContext.for_invocation(self._function_name, self.region, 120.0)
+                event,
+                FakeLambdaContext.for_invocation(self._function_name, self.region, COMMITTER_TIMEOUT_SECONDS),
             )
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
             handler_error = False
