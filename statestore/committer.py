@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from statestore import layout
+from statestore import layout, resources
 from statestore.catalog import TableIndex, TableInfo
 from statestore.codec.transaction_json import decode_entry
 from statestore.commit_requests import RequestEnvelope, parse_request
@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 SENT_TIME_SKEW_MS = 5 * 60 * 1000
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
-MAX_REASON_CHARS = 2000
+MAX_REASON_CHARS = resources.MAX_DEAD_LETTER_REASON_CHARS
 _LOG_SCAN_CHUNK = 32
 
 

@@ -132,3 +132,9 @@ def test_commit_statuses_and_reasons_use_the_definitions() -> None:
     assert DEFAULT_RETENTION_SECONDS == resources.COMMIT_STATUS_RETENTION_SECONDS
     assert resources.COMMIT_STATUS_RETENTION_SECONDS == resources.DEAD_LETTER_RETENTION_SECONDS
     assert MAX_REASON_CHARS == resources.MAX_STATUS_REASON_CHARS
+
+
+def test_a_dead_letters_reason_is_cut_to_the_definition() -> None:
+    from statestore.committer import MAX_REASON_CHARS as DEAD_LETTER_REASON_CHARS
+
+    assert DEAD_LETTER_REASON_CHARS == resources.MAX_DEAD_LETTER_REASON_CHARS
