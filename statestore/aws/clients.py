@@ -191,18 +191,20 @@ def translate_error(what: str, error: Exception) -> StateStoreError:
         code = error_code(error)
         message = error.response.get("Error", {}).get("Message", "")
         said = f"could not {what}: {code}: {message}"
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        metadata = error.response.get("ResponseMetadata", {})
+        status = metadata.get("HTTPStatusCode", 0)
+        attempts = int(metadata.get("RetryAttempts", 0)) + 1  # botocore's, the first included
         reasons = _cancellation_reasons_set(error) if code == "TransactionCanceledException" else set()
         if code in THROTTLING_CODES or (reasons and reasons <= THROTTLED_CANCELLATION_REASONS):
             return ThrottledError(
-                f"{said} (still throttled after {BOTOCORE_MAX_ATTEMPTS} attempts); try again later or "
+                f"{said} (still throttled after {attempts} attempt(s)); try again later or "
                 "give the table more capacity"
             )
         if reasons and reasons <= CONFLICT_CANCELLATION_REASONS | THROTTLED_CANCELLATION_REASONS:
             return StoreUnavailableError(f"{said} (kept conflicting with concurrent writes); try again")
         if code in UNAVAILABLE_CODES or (isinstance(status, int) and status >= 500):
             return StoreUnavailableError(
-                f"{said} (the service kept failing after {BOTOCORE_MAX_ATTEMPTS} attempts); try again later"
+                f"{said} (the service kept failing after {attempts} attempt(s)); try again later"
             )
         if code in ACCESS_DENIED_CODES:
             return AccessDeniedError(
@@ -220,8 +222,7 @@ def translate_error(what: str, error: Exception) -> StateStoreError:
         )
     if isinstance(error, ConnectionError | HTTPClientError):
         return StoreUnavailableError(
-            f"could not {what}: the service kept failing after {BOTOCORE_MAX_ATTEMPTS} attempts ({error}); "
-            "check the endpoint and try again"
+            f"could not {what}: the service kept failing ({error}); check the endpoint and try again"
         )
     return StateStoreError(f"could not {what}: {error}")
 

@@ -89,6 +89,8 @@ def test_a_failed_call_becomes_one_typed_error_after_botocores_attempts_only(
         # Throttling and server errors: botocore's standard retries, and no other layer on top of them.
         assert endpoint.calls == {"Query": attempts}
     assert type(raised.value) is expected
+    if attempts > 1:
+        assert f"after {attempts} attempt(s)" in str(raised.value)
     assert not isinstance(raised.value, botocore.exceptions.BotoCoreError | botocore.exceptions.ClientError)
     assert isinstance(raised.value.__cause__, botocore.exceptions.ClientError)  # nothing is lost
 
