@@ -10,12 +10,12 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.functions import StatestoreFunction
+from statestore import resources
 from statestore.resources import ResourceNames
 
-COMMITTER_TIMEOUT = Duration.minutes(1)
-# AWS recommends a queue visibility timeout of at least six times the consuming function's timeout,
-# so a message is not handed out again while a throttled or retried invocation still holds it.
-COMMIT_QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(6 * COMMITTER_TIMEOUT.to_seconds())
+COMMITTER_TIMEOUT = Duration.seconds(resources.COMMITTER_TIMEOUT_SECONDS)
+# Six times the function's timeout, as AWS recommends (statestore.resources.visibility_timeout_seconds).
+COMMIT_QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(resources.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS)
 # SQS's maximum batch for FIFO queues; the committer writes a table's valid requests as one log entry.
 BATCH_SIZE = 10
 

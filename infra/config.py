@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from infra.asset import DEFAULT_ASSET_DIR, REPO_ROOT
+from statestore import resources
 from statestore.cleanup import (
     CLAIM_EXPIRY_ENV,
     DEFAULT_CLAIM_EXPIRY_MS,
@@ -116,7 +117,7 @@ class InstanceConfig:
     committer_max_concurrency: int = 10
     committer_reserved_concurrency: int | None = None
     upkeep_max_concurrency: int = 10
-    dlq_max_receive_count: int = 5
+    dlq_max_receive_count: int = resources.COMMIT_MAX_RECEIVE_COUNT
     log_retention_days: int = 30
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300

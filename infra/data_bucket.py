@@ -11,7 +11,7 @@ from constructs import Construct
 
 from infra.nag import acknowledge
 from infra.state import POINT_IN_TIME_RECOVERY_DAYS
-from statestore import layout
+from statestore import layout, resources
 
 # The cleanup Lambda deletes stale commit-request bodies (``tables/<id>/requests/``) by the time in their
 # key. As a backstop for bodies no cleanup reaches (a deleted table's, say), the bucket also expires them
@@ -21,8 +21,8 @@ from statestore import layout
 # entry points at: this rule never expires a body a log entry needs (cleanup deletes it with the entry).
 REQUEST_BODY_TAG_KEY = layout.REQUEST_BODY_TAG_KEY
 REQUEST_BODY_TAG_VALUE = layout.REQUEST_BODY_TAG_VALUE
-# Longer than the dead-letter queue keeps a message (14 days), so a request can still be redriven.
-REQUEST_BODY_EXPIRY = Duration.days(15)
+# Longer than a dead-letter queue keeps a message, so a request can still be redriven.
+REQUEST_BODY_EXPIRY = Duration.days(resources.REQUEST_BODY_EXPIRY_DAYS)
 ACCESS_LOG_EXPIRY = Duration.days(90)
 # The bucket is versioned: a delete (cleanup's, a lifecycle expiry's) only adds a delete marker, and the
 # object's last version is kept this long. The tables can be restored to any point of their last 35 days

@@ -15,19 +15,20 @@ from constructs import Construct
 
 from infra.commit_queue import fifo_dead_letter_queue, per_table_fifo_queue
 from infra.functions import StatestoreFunction
+from statestore import resources
 from statestore.resources import ResourceNames
 
 # Lambda keeps an asynchronous event it could not run (throttled) for at most this long.
 _MAX_EVENT_AGE = Duration.hours(6)
 # A table's work is retried this often before its message moves to the dead-letter queue.
-WORK_MAX_RECEIVE_COUNT = 3
-WORK_RETENTION = Duration.days(1)
+WORK_MAX_RECEIVE_COUNT = resources.WORK_MAX_RECEIVE_COUNT
+WORK_RETENTION = Duration.seconds(resources.WORK_QUEUE_RETENTION_SECONDS)
 
 
 def work_visibility_timeout(function_timeout: Duration) -> Duration:
-    """AWS recommends at least six times the consuming function's timeout, so a message is not handed out
-    again while a throttled or retried invocation still holds it."""
-    return Duration.seconds(6 * function_timeout.to_seconds())
+    """Six times the consuming function's timeout, as AWS recommends (see
+    :func:`statestore.resources.visibility_timeout_seconds`)."""
+    return Duration.seconds(resources.visibility_timeout_seconds(int(function_timeout.to_seconds())))
 
 
 class UpkeepQueues(Construct):

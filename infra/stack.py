@@ -24,11 +24,11 @@ from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
-from statestore import layout
+from statestore import layout, resources
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
-SNAPSHOT_TIMEOUT = Duration.minutes(5)
-CLEANUP_TIMEOUT = Duration.minutes(10)
+SNAPSHOT_TIMEOUT = Duration.seconds(resources.SNAPSHOT_TIMEOUT_SECONDS)
+CLEANUP_TIMEOUT = Duration.seconds(resources.CLEANUP_TIMEOUT_SECONDS)
 
 
 class StatestoreStack(Stack):

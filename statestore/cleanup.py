@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from statestore import layout
+from statestore import layout, resources
 from statestore.catalog import TableIndex, TableInfo
 from statestore.commit_requests import body_key_time
 from statestore.engine import TransactionLogStateStore, now_millis
@@ -82,7 +82,8 @@ class CleanupPolicy:
     log_min_snapshot_age_ms: int = _DAY_MS
     snapshot_retention_ms: int = 2 * _DAY_MS
     delete_files_batch_size: int = 1000
-    request_body_max_age_ms: int = 15 * _DAY_MS  # SQS keeps a message at most 14 days
+    # As long as the bucket's own expiry of request bodies: longer than a dead-letter queue keeps a request.
+    request_body_max_age_ms: int = resources.REQUEST_BODY_EXPIRY_DAYS * _DAY_MS
     gc_delay_ms: int = DEFAULT_GC_DELAY_MS
     claim_expiry_ms: int = DEFAULT_CLAIM_EXPIRY_MS
     # A commit holds an uploaded body or a request body's copy for seconds before its entry is put; a day is

@@ -15,12 +15,14 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from statestore.backoff import full_jitter_delay
 from statestore.codec.transaction_json import decode_entry, encode_transaction
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     StateStoreError,
     StoreUnavailableError,
+    ThrottledError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionValidationError,
@@ -49,7 +51,7 @@ class RetryPolicy:
             raise ValueError(f"invalid retry policy: {self}")
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
+        return full_jitter_delay(attempt, self.base_delay, self.max_delay, rng)
 
 
 @dataclass(frozen=True)
@@ -253,8 +255,8 @@ class TransactionLogStateStore:
 
         Raises the transaction's TransactionValidationError (nothing is written; the state it was checked
         against was read to the end of the log), CommitConflictError when every attempt lost the race for
-        the next number, or CommitOutcomeUnknownError when the store failed so that it cannot be told
-        whether the entry was stored.
+        the next number, CommitOutcomeUnknownError when the store failed so that it cannot be told
+        whether the entry was stored, or ThrottledError when the log kept refusing the put (not stored).
         """
         encoded: list[tuple[bytes, bool]] = []
         errors: list[TransactionValidationError] = []
@@ -435,7 +437,9 @@ class TransactionLogStateStore:
         An ambiguous failure (StoreUnavailableError: the put may have landed) is resolved by reading the
         entry's number back and comparing writer tokens; while that cannot be told, the identical entry is
         put again (safe: the condition lets at most one copy in). Raises CommitOutcomeUnknownError if the
-        outcome stays unknown.
+        outcome stays unknown. A throttled first put (ThrottledError: refused, so not stored) is raised as
+        it is: botocore has retried it already. Each put and read-back is one call of at most botocore's
+        attempts, so a log that always fails sees at most ``retry.max_attempts`` of each.
         """
         number = entry.transaction_number
         last_error: StoreUnavailableError | None = None
@@ -451,6 +455,8 @@ class TransactionLogStateStore:
                     ) from None
                 return holder == entry.writer_token
             except StoreUnavailableError as e:
+                if isinstance(e, ThrottledError) and last_error is None:
+                    raise  # refused, so surely not stored (botocore has retried it already)
                 last_error = e
             try:
                 holder = self._writer_at(number)

@@ -197,6 +197,25 @@ class StoreUnavailableError(StateStoreError):
     """A backend kept failing (throttling, network) after retries."""
 
 
+class ThrottledError(StoreUnavailableError):
+    """The service kept throttling a call (``ThrottlingException``, ``ProvisionedThroughputExceeded``,
+    ``SlowDown``, ...) after botocore's retries: try again later, or give the table more capacity."""
+
+
+class AccessDeniedError(StateStoreError):
+    """The backend refused the caller: IAM denied the action, or the credentials are missing, invalid or
+    expired. Retrying does not help; fix the role's policy or the credentials."""
+
+
+class ResourceNotFoundError(StateStoreError):
+    """A table, bucket, queue or function of the instance does not exist in the backend: the instance is
+    not set up there (wrong instance, region or endpoint, or the stack is not deployed)."""
+
+
+class ResourceSettingsConflictError(StateStoreError):
+    """A resource to create exists already with other settings (e.g. a queue's redrive policy)."""
+
+
 class CommitOutcomeUnknownError(StoreUnavailableError):
     """A log append failed in a way that leaves unknown whether it was stored (e.g. the store stayed
     unreachable after the put was sent). Never a validation error: the transaction may be committed.

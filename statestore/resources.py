@@ -1,4 +1,4 @@
-"""Resource names and key schemas, defined once: the CDK stacks and the embedded mode both use these.
+"""Resource names, key schemas and shared settings, defined once for the CDK stacks and the embedded mode.
 
 Everything is derived from an *instance id* (``[a-z0-9-]``, 1-20 chars), so several instances can share
 an account. Pure data: no AWS imports here.
@@ -133,3 +133,48 @@ class ResourceNames:
 MAX_INLINE_BODY_BYTES = 300 * 1024
 # SQS's message limit is 256 KiB; a commit request bigger than this goes to the bucket first.
 MAX_INLINE_REQUEST_BYTES = 200 * 1024
+
+
+# --- settings the CDK stack and the embedded mode share -----------------------------------------------
+# One definition each: ``infra/`` builds the deployed functions and queues from these, and the embedded
+# mode creates its queues from them (``statestore.aws.sqs_queue``); ``tests/infra`` checks that the
+# synthesized template holds these values. Durations in seconds.
+
+MINUTE_SECONDS = 60
+DAY_SECONDS = 24 * 3600
+
+# The Lambda functions' timeouts.
+COMMITTER_TIMEOUT_SECONDS = 1 * MINUTE_SECONDS
+SNAPSHOT_TIMEOUT_SECONDS = 5 * MINUTE_SECONDS
+CLEANUP_TIMEOUT_SECONDS = 10 * MINUTE_SECONDS
+
+
+def visibility_timeout_seconds(function_timeout_seconds: int) -> int:
+    """A queue's visibility timeout for its consuming function's timeout: AWS recommends at least six times
+    it, so a message is not handed out again while a throttled or retried invocation still holds it."""
+    return 6 * function_timeout_seconds
+
+
+# The commit queue: a request waits at most this long; one received this many times without success
+# moves to the dead-letter queue (the stack's ``dlq_max_receive_count`` context key overrides the count).
+COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(COMMITTER_TIMEOUT_SECONDS)
+COMMIT_QUEUE_RETENTION_SECONDS = 4 * DAY_SECONDS
+COMMIT_MAX_RECEIVE_COUNT = 5
+# The per-table snapshot and cleanup work queues: a table's work is tried this many times.
+WORK_QUEUE_VISIBILITY_TIMEOUT_SECONDS = {
+    "snapshot": visibility_timeout_seconds(SNAPSHOT_TIMEOUT_SECONDS),
+    "cleanup": visibility_timeout_seconds(CLEANUP_TIMEOUT_SECONDS),
+}
+WORK_QUEUE_RETENTION_SECONDS = 1 * DAY_SECONDS
+WORK_MAX_RECEIVE_COUNT = 3
+# Every dead-letter queue keeps a message for the longest SQS allows.
+DEAD_LETTER_RETENTION_SECONDS = 14 * DAY_SECONDS
+# A commit status is kept as long as a dead-letter queue keeps a request, so a redriven one still has it.
+COMMIT_STATUS_RETENTION_SECONDS = DEAD_LETTER_RETENTION_SECONDS
+# The bucket expires a stray commit-request body after this many days: longer than a dead-letter queue
+# keeps its request, so a request can still be redriven.
+REQUEST_BODY_EXPIRY_DAYS = DEAD_LETTER_RETENTION_SECONDS // DAY_SECONDS + 1
+# Reasons stored with an outcome: a commit status's (a DynamoDB attribute, far below the 400 KB item limit)
+# and a dead letter's (an SQS message attribute, which counts towards the 256 KiB message limit).
+MAX_STATUS_REASON_CHARS = 16_000
+MAX_DEAD_LETTER_REASON_CHARS = 2_000

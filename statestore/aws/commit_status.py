@@ -21,8 +21,8 @@ _TRANSACTION_NUMBER = resources.TRANSACTION_NUMBER
 _REASON = "reason"
 _EXPIRES_AT = resources.EXPIRES_AT
 
-DEFAULT_RETENTION_SECONDS = 14 * 24 * 3600  # as long as SQS keeps a message
-MAX_REASON_CHARS = 16_000
+DEFAULT_RETENTION_SECONDS = resources.COMMIT_STATUS_RETENTION_SECONDS
+MAX_REASON_CHARS = resources.MAX_STATUS_REASON_CHARS
 _CONDITION_NAMES = {"#r": _REQUEST_ID, "#o": _OUTCOME, "#e": _EXPIRES_AT}
 _TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 _READ_BATCH = 100  # BatchGetItem's limit
@@ -65,7 +65,7 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
         todo = one_status_per_request(statuses)
         for start in range(0, len(todo), _TRANSACTION_ITEMS):
             chunk = todo[start : start + _TRANSACTION_ITEMS]
-            for _ in range(self.call.max_attempts * 2):
+            for _ in range(self.call.max_attempts):
                 failed = self._write_unless_final(chunk) if chunk else []
                 if not failed:
                     break
@@ -144,7 +144,7 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
 
     def _read(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        for attempt in range(self.call.max_attempts * 2):
+        for attempt in range(self.call.max_attempts):
             response = self.call(
                 f"read {len(keys)} commit status(es) from {self.table_name!r}",
                 self.dynamodb.batch_get_item,
@@ -154,15 +154,11 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
             keys = ((response.get("UnprocessedKeys") or {}).get(self.table_name) or {}).get("Keys", [])
             if not keys:
                 return items
-            self._backoff(attempt)
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
         raise StoreUnavailableError(
             f"could not read commit statuses from {self.table_name!r}: {len(keys)} key(s) kept coming back "
             "unprocessed; try again later"
-        )
-
-    def _backoff(self, attempt: int) -> None:
-        self.call.sleep(
-            self.call.rng.uniform(0.0, min(self.call.max_delay, self.call.base_delay * 2**attempt))
         )
 
     def _item(self, status: CommitStatus) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from statestore.aws.clients import AwsCaller
+from statestore.aws.clients import NOT_FOUND_CODES, AwsCaller
 from statestore.committer_switch import CommitterState, CommitterSwitch, QueueDepth
-from statestore.errors import StateStoreError
+from statestore.errors import ResourceNotFoundError, StateStoreError
 
 PAUSED_TAG = "statestore:committer-paused"
 _DEPTH_ATTRIBUTES = [
@@ -36,8 +36,10 @@ class _Queue:
 
     def url(self) -> str:
         def translate(code: str, _: Exception) -> StateStoreError | None:
-            if code in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
-                return StateStoreError(f"the commit queue {self.name!r} does not exist; check the instance")
+            if code in NOT_FOUND_CODES:
+                return ResourceNotFoundError(
+                    f"the commit queue {self.name!r} does not exist; check the instance"
+                )
             return None
 
         response = self.call(
@@ -86,8 +88,8 @@ class LambdaCommitterSwitch(CommitterSwitch):
 
     def _mapping(self, queue_arn: str) -> dict[str, Any]:
         def translate(code: str, _: Exception) -> StateStoreError | None:
-            if code == "ResourceNotFoundException":
-                return StateStoreError(f"the committer function {self.function_name!r} does not exist")
+            if code in NOT_FOUND_CODES:
+                return ResourceNotFoundError(f"the committer function {self.function_name!r} does not exist")
             return None
 
         mappings: list[dict[str, Any]] = []

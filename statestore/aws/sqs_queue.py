@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from statestore import resources
 from statestore.aws.clients import AwsCaller
 from statestore.errors import StateStoreError, StoreUnavailableError
 from statestore.ports import CommitQueue, QueueMessage
@@ -13,11 +14,9 @@ from statestore.resources import ResourceNames
 
 _BATCH = 10  # SendMessageBatch / DeleteMessageBatch limit
 # A message failing this many times goes to the dead-letter queue without a reason of ours (the committer
-# dead-letters what it can name a reason for itself, at once).
-MAX_RECEIVE_COUNT = 5
-# Comfortably longer than a committer Lambda runs (CDK sets the same).
-VISIBILITY_TIMEOUT_SECONDS = 120
-MESSAGE_RETENTION_SECONDS = 14 * 24 * 3600
+# dead-letters what it can name a reason for itself, at once). The queues' settings are the stack's own,
+# from statestore.resources (tests/infra checks the template against them).
+MAX_RECEIVE_COUNT = resources.COMMIT_MAX_RECEIVE_COUNT
 
 
 class SqsCommitQueue(CommitQueue):
@@ -56,9 +55,8 @@ class SqsCommitQueue(CommitQueue):
             entries = {f["Id"]: entries[f["Id"]] for f in failed}
             if not entries:
                 return
-            self.call.sleep(
-                self.call.rng.uniform(0.0, min(self.call.max_delay, self.call.base_delay * 2**attempt))
-            )
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
         raise StoreUnavailableError(
             f"could not send {len(entries)} message(s) to {self.queue_url}: SQS kept failing them; try again"
         )
@@ -129,7 +127,7 @@ def _record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
 
 
 def provision_queues(
-    resources: ResourceNames,
+    names: ResourceNames,
     sqs_client: Any,
     caller: AwsCaller | None = None,
     *,
@@ -140,44 +138,56 @@ def provision_queues(
     A message received ``max_receive_count`` times without being deleted moves to the dead-letter queue.
     """
     call = caller or AwsCaller()
-    dlq_url, dlq_arn = _create_dead_letter_queue(call, sqs_client, resources.dead_letter_queue)
-    queue_url = _create_fifo_queue(call, sqs_client, resources.commit_queue, dlq_arn, max_receive_count)
+    dlq_url, dlq_arn = _create_dead_letter_queue(call, sqs_client, names.dead_letter_queue)
+    queue_url = _create_fifo_queue(
+        call,
+        sqs_client,
+        names.commit_queue,
+        dlq_arn,
+        max_receive_count,
+        visibility_timeout_seconds=resources.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+        retention_seconds=resources.COMMIT_QUEUE_RETENTION_SECONDS,
+    )
     return queue_url, dlq_url
 
 
 def provision_upkeep_queues(
-    resources: ResourceNames,
+    names: ResourceNames,
     sqs_client: Any,
     caller: AwsCaller | None = None,
     *,
-    max_receive_count: int = MAX_RECEIVE_COUNT,
+    max_receive_count: int = resources.WORK_MAX_RECEIVE_COUNT,
 ) -> dict[str, str]:
     """Create the snapshot and cleanup work queues and their shared dead-letter queue if absent; returns
     their URLs by name (``snapshot``, ``cleanup``, ``dead_letters``)."""
     call = caller or AwsCaller()
-    dlq_name = resources.upkeep_dead_letter_queue
+    dlq_name = names.upkeep_dead_letter_queue
     if dlq_name is None:
-        raise StateStoreError(f"instance {resources.instance_id!r} names no upkeep queues")
+        raise StateStoreError(f"instance {names.instance_id!r} names no upkeep queues")
     dlq_url, dlq_arn = _create_dead_letter_queue(call, sqs_client, dlq_name)
     urls = {"dead_letters": dlq_url}
     for kind in ("snapshot", "cleanup"):
-        name = resources.upkeep_queue(kind)
-        urls[kind] = _create_fifo_queue(call, sqs_client, name, dlq_arn, max_receive_count)
+        urls[kind] = _create_fifo_queue(
+            call,
+            sqs_client,
+            names.upkeep_queue(kind),
+            dlq_arn,
+            max_receive_count,
+            visibility_timeout_seconds=resources.WORK_QUEUE_VISIBILITY_TIMEOUT_SECONDS[kind],
+            retention_seconds=resources.WORK_QUEUE_RETENTION_SECONDS,
+        )
     return urls
 
 
-_FIFO_ATTRIBUTES = {
-    "FifoQueue": "true",
-    "ContentBasedDeduplication": "false",
-    "MessageRetentionPeriod": str(MESSAGE_RETENTION_SECONDS),
-}
+_FIFO_ATTRIBUTES = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
 
 
 def _create_dead_letter_queue(call: AwsCaller, sqs_client: Any, name: str) -> tuple[str, str]:
     """Create the FIFO dead-letter queue ``name`` if absent; returns its URL and ARN."""
-    url = call(
-        f"create queue {name!r}", sqs_client.create_queue, QueueName=name, Attributes=_FIFO_ATTRIBUTES
-    )["QueueUrl"]
+    attributes = {**_FIFO_ATTRIBUTES, "MessageRetentionPeriod": str(resources.DEAD_LETTER_RETENTION_SECONDS)}
+    url = call(f"create queue {name!r}", sqs_client.create_queue, QueueName=name, Attributes=attributes)[
+        "QueueUrl"
+    ]
     arn = call(
         f"read the attributes of {name!r}",
         sqs_client.get_queue_attributes,
@@ -188,7 +198,14 @@ def _create_dead_letter_queue(call: AwsCaller, sqs_client: Any, name: str) -> tu
 
 
 def _create_fifo_queue(
-    call: AwsCaller, sqs_client: Any, name: str, dead_letter_arn: str, max_receive_count: int
+    call: AwsCaller,
+    sqs_client: Any,
+    name: str,
+    dead_letter_arn: str,
+    max_receive_count: int,
+    *,
+    visibility_timeout_seconds: int,
+    retention_seconds: int,
 ) -> str:
     """Create the FIFO queue ``name`` if absent, redriving to ``dead_letter_arn``; returns its URL."""
     return call(
@@ -197,7 +214,8 @@ def _create_fifo_queue(
         QueueName=name,
         Attributes={
             **_FIFO_ATTRIBUTES,
-            "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
+            "VisibilityTimeout": str(visibility_timeout_seconds),
+            "MessageRetentionPeriod": str(retention_seconds),
             "RedrivePolicy": json.dumps(
                 {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": max_receive_count}
             ),

@@ -9,9 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from statestore import dead_letters
 from statestore.cli import output as fmt
-from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from statestore.cli.errors import (
+    BACKEND_ERRORS,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+)
 from statestore.cli.parser import Command
-from statestore.errors import DeadLetterNotFoundError, StateStoreError, StoreUnavailableError
+from statestore.errors import DeadLetterNotFoundError, StateStoreError
 
 if TYPE_CHECKING:
     from statestore.aws.sqs_queue import SqsCommitQueue
@@ -117,7 +124,7 @@ def cmd_cleanup(s: Session) -> int:
             report = cleanup_table(
                 s.client.state_store(table.table_id), table, s.client.snapshots, s.client.blobs, policy=policy
             )
-        except StoreUnavailableError:
+        except BACKEND_ERRORS:
             raise
         except StateStoreError as e:
             errors[table.table_name] = str(e)

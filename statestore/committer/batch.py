@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from statestore import resources
 from statestore.catalog import TableIndex
 from statestore.committer.decisions import (
     DeadLettered,
@@ -46,7 +47,7 @@ logger = logging.getLogger("statestore.committer")  # one logger for the whole c
 SENT_TIME_SKEW_MS = 5 * 60 * 1000
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
-MAX_REASON_CHARS = 2000
+MAX_REASON_CHARS = resources.MAX_DEAD_LETTER_REASON_CHARS
 
 
 @dataclass

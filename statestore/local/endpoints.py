@@ -13,7 +13,7 @@ from typing import Any
 from statestore.aws.clients import AwsCaller, make_client
 from statestore.aws.sqs_queue import provision_queues, provision_upkeep_queues
 from statestore.commit_requests import CommitSender
-from statestore.errors import EndpointUnavailableError, StateStoreError
+from statestore.errors import EndpointUnavailableError, ResourceSettingsConflictError
 from statestore.resources import ResourceNames
 from statestore.upkeep import UpkeepKind
 
@@ -62,9 +62,8 @@ def provision_or_update_queues(resources: ResourceNames, sqs: Any, max_receive_c
     """Create the queues; if they exist with another redrive policy, update it to ``max_receive_count``."""
     try:
         return provision_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
+    except ResourceSettingsConflictError:
+        pass
     call = AwsCaller()
     dlq_url = call("find the dead-letter queue", sqs.get_queue_url, QueueName=resources.dead_letter_queue)[
         "QueueUrl"
@@ -95,9 +94,8 @@ def provision_or_find_upkeep_queues(
     """Create the work queues; if they exist (another runtime made them with other settings), use them."""
     try:
         return provision_upkeep_queues(resources, sqs, max_receive_count=max_receive_count)
-    except StateStoreError as e:
-        if "QueueAlreadyExists" not in str(e):
-            raise
+    except ResourceSettingsConflictError:
+        pass
     call = AwsCaller()
     names = {kind.value: resources.upkeep_queue(kind.value) for kind in UpkeepKind}
     names["dead_letters"] = str(resources.upkeep_dead_letter_queue)

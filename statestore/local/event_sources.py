@@ -19,7 +19,7 @@ from typing import Any
 from statestore.aws.committer_switch import is_paused_locally
 from statestore.aws.sqs_queue import SqsCommitQueue
 from statestore.errors import StateStoreError
-from statestore.resources import ResourceNames
+from statestore.resources import COMMITTER_TIMEOUT_SECONDS, ResourceNames
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ class CommitQueueMapping:
         before = replace(stats)
         try:
             response = committer.handler(
-                event, FakeLambdaContext.for_invocation(self._function_name, self.region, 120.0)
+                event,
+                FakeLambdaContext.for_invocation(self._function_name, self.region, COMMITTER_TIMEOUT_SECONDS),
             )
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
             handler_error = False

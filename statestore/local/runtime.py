@@ -15,8 +15,8 @@ handlers AWS would:
   the messages not reported in ``batchItemFailures`` and leaves those for redelivery. The queue's redrive
   policy (honoured by moto and by SQS) moves a message received ``max_receive_count`` times to the
   dead-letter queue. Unlike the real mapping, which lets a failed message wait out the queue's visibility
-  timeout (two minutes), the poller makes it visible again after ``retry_delay`` seconds. It stops
-  receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
+  timeout (six times the committer's), the poller makes it visible again after ``retry_delay`` seconds.
+  It stops receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
   process: see :mod:`statestore.aws.committer_switch`);
 - a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
   seconds with a scheduled event, as the EventBridge schedules do: each *plans*, queueing one message per

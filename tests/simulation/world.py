@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from statestore import layout
+from statestore import layout, resources
 from statestore.catalog import InMemoryTableIndex, TableInfo
 from statestore.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
@@ -97,8 +97,8 @@ T = TypeVar("T")
 SCHEMA = Schema.of({"key": "long"})
 SECOND = 1000
 MINUTE = 60 * SECOND
-VISIBILITY_TIMEOUT_MS = 6 * MINUTE  # longer than a committer runs, as the stack's is
-MAX_RECEIVES = 5
+VISIBILITY_TIMEOUT_MS = resources.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS * SECOND  # the stack's
+MAX_RECEIVES = resources.COMMIT_MAX_RECEIVE_COUNT
 DEDUPLICATION_WINDOW_MS = 5 * MINUTE
 MAX_CLOCK_SKEW_MS = 2 * MINUTE  # each actor's clock is off by at most this (the design tolerates 5 minutes)
 CLAIM_EXPIRY_MS = 30 * MINUTE  # far longer than the clock skew, so a fresh claim never looks expired
