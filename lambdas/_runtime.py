@@ -20,6 +20,7 @@ from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.catalog import InMemoryTableIndex, TableIndex
 from statestore.cleanup import CleanupPolicy, policy_from_environment
+from statestore.codec.parquet import freeze_loaded_states
 from statestore.committer import BatchCommitter
 from statestore.engine import TransactionLogStateStore
 from statestore.memory import (
@@ -150,9 +151,15 @@ _runtime: Runtime | None = None
 
 
 def runtime() -> Runtime:
-    """This container's runtime, built from the environment on first use."""
+    """This container's runtime, built from the environment on first use.
+
+    A container is a process of ours that keeps loaded states warm for its lifetime: it is where states
+    loaded from snapshots are frozen out of the cycle collector's reach (never in a library caller's
+    process: see :func:`statestore.codec.parquet.freeze_loaded_states`).
+    """
     global _runtime
     if _runtime is None:
+        freeze_loaded_states()
         _runtime = Runtime.for_aws(ResourceNames.from_environment())
     return _runtime
 

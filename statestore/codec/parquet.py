@@ -96,7 +96,7 @@ def state_from_parquet(
 
     Raises CodecError if either file is not a statestore snapshot of this format version and row keys.
     """
-    with _gc_paused(freeze_survivors=True):
+    with _gc_paused(freeze_survivors=_freeze_loaded_states):
         partitions = _partitions_from_parquet(schema, partitions_bytes)
         partitions_by_id = {p.id: p for p in partitions}
         files_by_name = _files_from_parquet(schema, files_bytes, partitions_by_id)
@@ -104,15 +104,33 @@ def state_from_parquet(
     return state
 
 
+# Off in a library: only a process that is ours turns it on (see freeze_loaded_states).
+_freeze_loaded_states = False
+
+
+def freeze_loaded_states(enabled: bool = True) -> None:
+    """Whether each state loaded from now on is moved to the cycle collector's permanent generation
+    (``gc.freeze``) — for a process that is ours, where it pays: a Lambda container that keeps a loaded
+    state warm for its lifetime (``lambdas/_runtime.py`` turns it on).
+
+    A loaded state is long-lived, acyclic and freed by reference counting alone; without the freeze the
+    first full collection after a load rescans millions of tuples (~0.6 s for a million references) and
+    every later one walks them again. But ``gc.freeze`` freezes *everything* the process holds at that
+    moment, not only the state, so a library must not call it inside someone else's process (a Spark
+    driver, a user's application): off by default.
+    """
+    global _freeze_loaded_states
+    _freeze_loaded_states = enabled
+
+
 @contextmanager
 def _gc_paused(freeze_survivors: bool = False) -> Iterator[None]:
     """Pause the cycle collector while millions of tuples are made: none of them can form a cycle, and
-    the collector's passes over the growing heap otherwise double the time taken.
+    the collector's passes over the growing heap otherwise double the time taken. The collector is put
+    back as it was found (a pause, not a setting: nothing of the host's tuning outlives the call).
 
-    With ``freeze_survivors``, what was made is moved to the collector's permanent generation before it is
-    switched back on (``gc.freeze``). A loaded state is long-lived (a committer keeps it warm), acyclic and
-    freed by reference counting alone; without this the first collection after a load rescans millions of
-    tuples (~0.6 s for a million references) and every full collection after it walks them again.
+    With ``freeze_survivors`` (see :func:`freeze_loaded_states`), what the process holds is moved to the
+    collector's permanent generation before it is switched back on.
     """
     was_enabled = gc.isenabled()
     gc.disable()
