@@ -118,10 +118,11 @@ def test_the_histories_reach_every_job_state() -> None:
     """The generators are worth their name: across many histories every outcome of a job shows up."""
     seen: set[JobState] = set()
 
-    # Derandomized: whether 80 histories reach every state must not depend on the run's random seed (a
-    # random run missed TAKEN_OVER once); the generators are judged on one fixed, reproducible sample.
+    # Derandomized, and 200 histories: whether they reach every state must not depend on the run (a random
+    # run missed TAKEN_OVER once; 80 derandomized histories missed it once more when run after the unit
+    # tests in one process, for a reason not found: not the string hash seed, tried with six).
     @settings(
-        max_examples=80,
+        max_examples=200,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
         database=None,

@@ -1,14 +1,7 @@
-"""The transactions that change a table's state: one small immutable class each.
-
-``validate(state)`` raises a precise :class:`~statestore.errors.TransactionValidationError` and never changes
-the state; ``apply(state, update_time)`` changes it, taking the update time (epoch ms) from the log entry so
-every replica derives the same state. ``apply`` is only called after ``validate`` passed on that state, or
-when following a log whose entries were validated before they were written.
-"""
+"""Transactions that change file references: add, claim, release, replace, split, delete, clear."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -22,120 +15,17 @@ from statestore.errors import (
     FileReferenceAssignedToJobError,
     FileReferenceNotAssignedToJobError,
     FileReferenceNotFoundError,
-    FilesPresentError,
-    InvalidPartitionSplitError,
-    InvalidPartitionTreeError,
     InvalidTransactionError,
-    PartitionAlreadyExistsError,
     PartitionNotFoundError,
-    PartitionNotLeafError,
     TransactionValidationError,
 )
 from statestore.files import FileReference, TableFile
-from statestore.partitions import (
-    Partition,
-    check_partition_for_schema,
-    check_split,
-    children_in_key_order,
-    extend_tree,
-    validate_tree,
-)
 from statestore.reference_checks import check_epoch_ms, check_new_reference, reference_in
 from statestore.state import TableState
+from statestore.transactions.base import Transaction
 
 # Builds a FileReference from a tuple of all its fields, without ``_make``'s Python call per reference.
 _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))
-
-
-class Transaction(ABC):
-    """A change to a table's state."""
-
-    TYPE: ClassVar[str]
-
-    @abstractmethod
-    def validate(self, state: TableState) -> None:
-        """Raise a TransactionValidationError if this cannot be applied to ``state``. Never changes it."""
-
-    @abstractmethod
-    def apply(self, state: TableState, update_time: int) -> None:
-        """Apply to ``state`` (which ``validate`` accepted), stamping changes with ``update_time``."""
-
-    def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
-        """Parts that ``apply`` will skip on ``state`` (only transactions with independent parts have any)."""
-        return []
-
-
-# --- partitions ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InitialisePartitions(Transaction):
-    """Replace the partition tree. Only allowed while the table has no files."""
-
-    TYPE: ClassVar[str] = "InitialisePartitions"
-    partitions: tuple[Partition, ...]
-
-    def validate(self, state: TableState) -> None:
-        if state.has_files():
-            raise FilesPresentError(len(state.files_by_name))
-        validate_tree(state.schema, self.partitions)
-
-    def apply(self, state: TableState, update_time: int) -> None:
-        state.replace_partitions(children_in_key_order(self.partitions))
-
-
-@dataclass(frozen=True)
-class SplitPartition(Transaction):
-    """Turn leaf ``parent`` (given as it is after the split) into two new leaf ``children``."""
-
-    TYPE: ClassVar[str] = "SplitPartition"
-    parent: Partition
-    children: tuple[Partition, ...]
-
-    def validate(self, state: TableState) -> None:
-        for partition in (self.parent, *self.children):
-            try:
-                check_partition_for_schema(state.schema, partition)
-            except InvalidPartitionTreeError as e:
-                raise InvalidPartitionSplitError(str(e)) from e
-        before = state.partitions_by_id.get(self.parent.id)
-        if before is None:
-            raise PartitionNotFoundError(self.parent.id)
-        if not before.leaf:
-            raise PartitionNotLeafError(self.parent.id)
-        for child in self.children:
-            if child.id in state.partitions_by_id:
-                raise PartitionAlreadyExistsError(child.id)
-        if before.parent_id != self.parent.parent_id:
-            raise InvalidPartitionSplitError(f"the split must not change the parent of {self.parent.id!r}")
-        check_split(before, self.parent, self.children)
-
-    def apply(self, state: TableState, update_time: int) -> None:
-        state.put_partitions(children_in_key_order((self.parent, *self.children)))
-
-
-@dataclass(frozen=True)
-class ExtendPartitionTree(Transaction):
-    """Split several leaves, several levels deep, in one transaction (the tree a bulk import computes).
-
-    ``updated_partitions`` are existing leaves as they are after being split; ``new_partitions`` are every
-    partition below them, leaves or split again. Validated as a whole: one wrong node rejects it all.
-    """
-
-    TYPE: ClassVar[str] = "ExtendPartitionTree"
-    updated_partitions: tuple[Partition, ...]
-    new_partitions: tuple[Partition, ...]
-
-    def validate(self, state: TableState) -> None:
-        for partition in (*self.updated_partitions, *self.new_partitions):
-            check_partition_for_schema(state.schema, partition)
-        extend_tree(state.partitions_by_id, self.updated_partitions, self.new_partitions)
-
-    def apply(self, state: TableState, update_time: int) -> None:
-        state.put_partitions(children_in_key_order((*self.updated_partitions, *self.new_partitions)))
-
-
-# --- files --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -500,85 +390,3 @@ class ClearTable(Transaction):
     def apply(self, state: TableState, update_time: int) -> None:
         state.clear_files()
         state.replace_partitions(())
-
-
-# --- group commit -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BatchItem:
-    """One commit request inside a :class:`TransactionBatch`.
-
-    ``body_key`` names the object (an attachment of the log entry) that holds the transaction's JSON when
-    the entry points at it instead of holding it: a request whose body was in the bucket.
-    """
-
-    request_id: str
-    transaction: Transaction
-    body_key: str | None = None
-
-
-@dataclass(frozen=True)
-class TransactionBatch(Transaction):
-    """Several independently validated requests written as one log entry (the committer's group commit).
-
-    Each item was validated against the state as changed by the items before it, so applying them in order
-    is valid. ``validate`` checks exactly that, applying each item to the state and undoing them all after
-    (the state is left as it was, whatever happens).
-    """
-
-    TYPE: ClassVar[str] = "Batch"
-    items: tuple[BatchItem, ...]
-
-    def validate(self, state: TableState) -> None:
-        if not self.items:
-            raise InvalidTransactionError("a batch needs at least one request")
-        for item in self.items:
-            if not isinstance(item.request_id, str) or not item.request_id:
-                raise InvalidTransactionError(
-                    f"a request id must be a non-empty string, got {item.request_id!r}"
-                )
-        if len({item.request_id for item in self.items}) != len(self.items):
-            raise InvalidTransactionError("a batch lists a request id more than once")
-        # Tried on the state itself and undone after, so validating costs what the batch changes.
-        mark = state.begin_changes()
-        try:
-            for item in self.items:
-                if isinstance(item.transaction, TransactionBatch):
-                    raise InvalidTransactionError("batches cannot be nested")
-                item.transaction.validate(state)
-                item.transaction.apply(state, 0)
-        finally:
-            state.undo_changes(mark)
-
-    def apply(self, state: TableState, update_time: int) -> None:
-        for item in self.items:
-            item.transaction.apply(state, update_time)
-
-    @property
-    def request_ids(self) -> tuple[str, ...]:
-        return tuple(item.request_id for item in self.items)
-
-
-TRANSACTION_TYPES: dict[str, type[Transaction]] = {
-    cls.TYPE: cls
-    for cls in (
-        InitialisePartitions,
-        SplitPartition,
-        ExtendPartitionTree,
-        AddFiles,
-        AssignJobIds,
-        ReleaseClaims,
-        ReplaceFileReferences,
-        SplitFileReferences,
-        DeleteFiles,
-        ClearFiles,
-        ClearTable,
-        TransactionBatch,
-    )
-}
-
-
-def request_ids_of(transaction: Transaction) -> Iterable[str]:
-    """The commit request ids a log entry's transaction carries (only batches carry any)."""
-    return transaction.request_ids if isinstance(transaction, TransactionBatch) else ()

@@ -1,0 +1,27 @@
+"""The base of every transaction: validate against a state, then apply to it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from statestore.errors import TransactionValidationError
+from statestore.state import TableState
+
+
+class Transaction(ABC):
+    """A change to a table's state."""
+
+    TYPE: ClassVar[str]
+
+    @abstractmethod
+    def validate(self, state: TableState) -> None:
+        """Raise a TransactionValidationError if this cannot be applied to ``state``. Never changes it."""
+
+    @abstractmethod
+    def apply(self, state: TableState, update_time: int) -> None:
+        """Apply to ``state`` (which ``validate`` accepted), stamping changes with ``update_time``."""
+
+    def rejected_parts(self, state: TableState) -> list[tuple[str, TransactionValidationError]]:
+        """Parts that ``apply`` will skip on ``state`` (only transactions with independent parts have any)."""
+        return []
