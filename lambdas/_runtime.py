@@ -11,7 +11,6 @@ install their own :class:`Runtime` (e.g. :meth:`Runtime.in_memory`) with :func:`
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
@@ -20,6 +19,7 @@ from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.catalog import InMemoryTableIndex, TableIndex
 from statestore.cleanup import CleanupPolicy, policy_from_environment
+from statestore.clock import now_millis
 from statestore.codec.parquet import freeze_loaded_states
 from statestore.committer import BatchCommitter
 from statestore.engine import TransactionLogStateStore
@@ -198,4 +198,4 @@ def cleanup_policy(environ: Mapping[str, str] | None = None) -> CleanupPolicy:
 def first_received_at(record: Mapping[str, Any]) -> int:
     """When SQS first delivered an event's record (epoch ms): how long its work waited behind its table's."""
     raw = record.get("attributes", {}).get("ApproximateFirstReceiveTimestamp")
-    return int(raw) if raw else time.time_ns() // 1_000_000
+    return int(raw) if raw else now_millis()

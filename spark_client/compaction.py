@@ -50,7 +50,8 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
 from spark_client.file_io import merge_files
 from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
-from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.clock import now_millis
+from statestore.engine import TransactionLogStateStore
 from statestore.errors import StateStoreError
 from statestore.files import FileReference
 from statestore.partitions import Region

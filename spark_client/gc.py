@@ -14,9 +14,8 @@ directory, another bucket) and for sweeping by hand.
 
 from __future__ import annotations
 
-import time
-
 from spark_client.data_store import DataStore
+from statestore.clock import now_millis
 from statestore.engine import TransactionLogStateStore
 
 DEFAULT_MIN_AGE_MS = 24 * 60 * 60 * 1000
@@ -26,7 +25,7 @@ def find_orphan_files(
     store: TransactionLogStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
 ) -> list[str]:
     """Data files of the table not named in its state and last modified more than ``min_age_ms`` ago."""
-    cutoff = time.time_ns() // 1_000_000 - min_age_ms
+    cutoff = now_millis() - min_age_ms
     # List first, then read the state: a file committed in between is then seen as known, never as orphan.
     listed = data.list_data_files(store.table_id)
     known = store.state().files_by_name

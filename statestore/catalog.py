@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from statestore.clock import now_millis
 from statestore.errors import InvalidSchemaError, StateStoreError, TableAlreadyExistsError, TableNotFoundError
 from statestore.schema import Schema
 
@@ -34,7 +34,7 @@ class TableInfo:
         for key, value in props.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StateStoreError(f"table properties must map strings to strings, got {key!r}: {value!r}")
-        return cls(str(uuid.uuid4()), table_name, schema, props, time.time_ns() // 1_000_000)
+        return cls(str(uuid.uuid4()), table_name, schema, props, now_millis())
 
     def renamed(self, new_name: str) -> TableInfo:
         return replace(self, table_name=new_name)

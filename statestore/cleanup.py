@@ -41,8 +41,9 @@ from dataclasses import dataclass
 
 from statestore import layout, resources
 from statestore.catalog import TableIndex, TableInfo
+from statestore.clock import now_millis
 from statestore.commit_requests import body_key_time
-from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.engine import TransactionLogStateStore
 from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
 from statestore.jobs_reader import save_job_model_beside_snapshot
 from statestore.orphans import find_orphan_files

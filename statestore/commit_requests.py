@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statestore import layout, resources
+from statestore.clock import now_millis
 from statestore.codec.transaction_json import transaction_from_json, transaction_to_json
 from statestore.errors import BlobNotFoundError, CodecError, StoreUnavailableError
 from statestore.ports import BlobStore, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
@@ -210,10 +211,6 @@ def parse_request(body: str) -> RequestEnvelope:
     return RequestEnvelope(request_id, table_id, transaction_type, transaction_json=transaction)
 
 
-def _now_millis() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class CommitSender:
     """Sends commit requests to the queue (big bodies to the bucket first) and waits for their outcomes."""
 
@@ -224,7 +221,7 @@ class CommitSender:
         blobs: BlobStore,
         *,
         max_inline_bytes: int = resources.MAX_INLINE_REQUEST_BYTES,
-        clock: Callable[[], int] = _now_millis,
+        clock: Callable[[], int] = now_millis,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.queue = queue

@@ -29,12 +29,12 @@ Library code: ports only, no AWS imports.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from statestore.clock import now_millis
 from statestore.commit_requests import parse_request
 from statestore.errors import CodecError, DeadLetterNotFoundError, UnredrivableDeadLetterError
 from statestore.ports import CommitQueue, DeadLetter, DeadLetterQueue, QueueMessage
@@ -169,7 +169,7 @@ def redrive_upkeep(
     work_queue: Callable[[UpkeepKind], CommitQueue],
     message_ids: Collection[str] | None = None,
     *,
-    now: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    now: Callable[[], int] = now_millis,
     new_deduplication_id: Callable[[], str] = lambda: f"redrive-{uuid.uuid4().hex}",
 ) -> list[DescribedUpkeepLetter]:
     """Queue fresh work for the table of each upkeep dead letter ``message_ids`` (all if None), on the work

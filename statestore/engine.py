@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from statestore.backoff import full_jitter_delay
+from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry, encode_transaction
 from statestore.errors import (
     CommitConflictError,
@@ -32,10 +33,6 @@ from statestore.schema import Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import BatchItem, Transaction, TransactionBatch
-
-
-def now_millis() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
+from statestore.clock import now_millis
 from statestore.errors import (
     BlobNotFoundError,
     StaleSnapshotError,
@@ -147,7 +147,7 @@ class InMemoryBlobStore(BlobStore):
     """Objects in a dict; ``clock`` (epoch ms) stamps each write with its last-modified time."""
 
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._clock = clock or now_millis
         self._objects: dict[str, bytes] = {}
         self._modified: dict[str, int] = {}
         self.tags: dict[str, dict[str, str]] = {}  # what S3 would hold as object tags
@@ -208,7 +208,7 @@ class InMemoryCommitQueue(CommitQueue):
     """A FIFO queue in a list; like SQS FIFO it drops a message whose deduplication id it saw in 5 minutes."""
 
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._clock = clock or now_millis
         self._messages: list[QueueMessage] = []
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()

@@ -41,7 +41,8 @@ from statestore.cleanup import (
     snapshot_table,
     transactions_since_snapshot,
 )
-from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.clock import now_millis
+from statestore.engine import TransactionLogStateStore
 from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.ports import BlobStore, CommitQueue, QueueMessage, TransactionLogStore
 from statestore.snapshots import SnapshotStore

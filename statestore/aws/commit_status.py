@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from statestore import resources
 from statestore.aws.clients import AwsCaller, cancellation_reasons
+from statestore.clock import now_millis
 from statestore.errors import StateStoreError, StoreUnavailableError
 from statestore.ports import CommitOutcome, CommitStatus, CommitStatusStore, one_status_per_request
 
@@ -28,10 +28,6 @@ _TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 _READ_BATCH = 100  # BatchGetItem's limit
 
 
-def _now_millis() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class _FinalStatusPresent(StateStoreError):
     """Some status in a write already had a final status stored (internal to this module)."""
 
@@ -47,7 +43,7 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
         caller: AwsCaller | None = None,
         *,
         retention_seconds: int = DEFAULT_RETENTION_SECONDS,
-        clock: Callable[[], int] = _now_millis,
+        clock: Callable[[], int] = now_millis,
     ) -> None:
         self.dynamodb = dynamodb_client
         self.table_name = table_name

@@ -434,7 +434,7 @@ def cmd_purge(s: Session) -> int:
 def cmd_orphan_files(s: Session) -> int:
     """``files TABLE --orphans``: data objects nothing names, older than the table's GC delay."""
     from statestore.cleanup import gc_delay_ms, policy_from_environment
-    from statestore.engine import now_millis
+    from statestore.clock import now_millis
     from statestore.orphans import find_orphan_files
 
     table = s.table(s.args.table)

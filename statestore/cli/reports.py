@@ -9,7 +9,6 @@ and ``claim`` (whether a compaction job still holds its input files). The figure
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from statestore import reports
@@ -17,6 +16,7 @@ from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command
 from statestore.cli.session import Session
+from statestore.clock import now_millis
 
 DEFAULT_LIMIT = 100
 
@@ -69,7 +69,7 @@ def _limit(p: argparse.ArgumentParser) -> None:
 
 def _before(value: str | None) -> int:
     """``--before``: epoch milliseconds or ISO 8601 (UTC unless it says otherwise); now if unset."""
-    return int(time.time() * 1000) if value is None else fmt.parse_time(value, "--before")
+    return now_millis() if value is None else fmt.parse_time(value, "--before")
 
 
 def _more_text(shown: int, total: int, what: str) -> str:

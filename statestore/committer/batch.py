@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from statestore import resources
 from statestore.catalog import TableIndex
+from statestore.clock import now_millis
 from statestore.committer.decisions import (
     DeadLettered,
     Decision,
@@ -26,7 +27,7 @@ from statestore.committer.group import WarmTable, commit_fresh, find_in_log
 from statestore.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.committer.sorting import FreshRequest, SortedBatch, parse_message, sort_batch, split_copies
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
-from statestore.engine import RetryPolicy, TransactionLogStateStore, now_millis
+from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,

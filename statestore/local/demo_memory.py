@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from statestore.clock import now_millis
 from statestore.engine import TransactionLogStateStore
 from statestore.files import FileReference
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
@@ -101,7 +102,7 @@ def run(files_per_partition: int = 200) -> None:
     )
     step(f"push {len(pushed)} references down to the two new leaves")
 
-    garbage = store.state().files_ready_for_gc(before=time.time_ns() // 1_000_000 + 1)
+    garbage = store.state().files_ready_for_gc(before=now_millis() + 1)
     store.commit(DeleteFiles(tuple(garbage)))
     step(f"garbage-collect {len(garbage)} compacted input files")
 

@@ -15,7 +15,8 @@ from lambdas import snapshot as snapshot_lambda
 from lambdas._runtime import Runtime, cleanup_policy, use_runtime
 from statestore import layout
 from statestore.catalog import TableInfo
-from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.clock import now_millis
+from statestore.engine import TransactionLogStateStore
 from statestore.errors import StoreUnavailableError
 from statestore.memory import InMemoryTransactionLog
 from statestore.ports import LogEntry

@@ -28,8 +28,9 @@ from spark_client.errors import CompactionFailedError
 from spark_client.query import query
 from statestore import layout
 from statestore.cleanup import cleanup_table
+from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TransactionLogStateStore, now_millis
+from statestore.engine import TransactionLogStateStore
 from statestore.transactions import ReleaseClaims, ReplaceFileReferences, Transaction
 from tests.invariants import replay_checking_each_entry
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, SparkTable, as_tuples

@@ -13,7 +13,7 @@ from spark_client.compaction import compact
 from spark_client.ingest import ingest
 from spark_client.query import plan_query, query, region_of
 from statestore.cleanup import cleanup_table
-from statestore.engine import now_millis
+from statestore.clock import now_millis
 from statestore.schema import Schema
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, explained, key_rows
 
