@@ -26,6 +26,12 @@ logger = logging.getLogger(__name__)
 PAUSED_CHECK_SECONDS = 1.0  # how often a paused poller looks whether it was resumed
 
 
+def pause_after_failures(failures: int) -> float:
+    """Seconds a poller waits after ``failures`` failed rounds in a row: doubling from 0.4 s, at most 5 s
+    (a polling pace, not a retry of one call: no jitter, one poller per queue)."""
+    return min(5.0, 0.2 * 2**failures)
+
+
 @dataclass
 class PollerStats:
     """What the poller has done since the runtime started (counts of messages unless said otherwise)."""
@@ -108,11 +114,11 @@ class CommitQueueMapping:
             except StateStoreError as e:
                 failures += 1
                 logger.warning("the commit queue poller could not reach the queue (will retry): %s", e)
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
+                self._stop.wait(pause_after_failures(failures))
             except Exception:
                 failures += 1
                 logger.exception("the commit queue poller failed (will retry)")
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
+                self._stop.wait(pause_after_failures(failures))
             finally:
                 self._busy.clear()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from statestore.aws.sqs_queue import SqsCommitQueue
 from statestore.errors import StateStoreError
-from statestore.local.event_sources import FakeLambdaContext, PollerStats
+from statestore.local.event_sources import FakeLambdaContext, PollerStats, pause_after_failures
 from statestore.resources import ResourceNames
 from statestore.upkeep import UpkeepKind
 
@@ -148,11 +148,11 @@ class UpkeepSchedules:
             except StateStoreError as e:
                 failures += 1
                 logger.warning("the upkeep poller could not reach its queues (will retry): %s", e)
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
+                self._stop.wait(pause_after_failures(failures))
             except Exception:
                 failures += 1
                 logger.exception("the upkeep poller failed (will retry)")
-                self._stop.wait(min(5.0, 0.2 * 2**failures))
+                self._stop.wait(pause_after_failures(failures))
             finally:
                 self._upkeep_busy.clear()
 
