@@ -10,6 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statestore.errors import TransactionValidationError
+    from statestore.files import TableFile
+    from statestore.partitions import Partition
+    from statestore.schema import Schema
+    from statestore.transactions import Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,3 +284,103 @@ class DeadLetterQueue(ABC):
     def delete(self, message_ids: Collection[str]) -> list[str]:
         """Delete the messages with these ids; returns the ids deleted (an id not on the queue is not).
         Raises StoreUnavailableError."""
+
+
+# --- file references kept as rows ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileCommitMember:
+    """One transaction of a commit to a :class:`FileReferenceStore`: a row transaction (see
+    ``statestore.file_rows``), with the id of the commit request it came in, recorded with the commit so a
+    request is never applied twice."""
+
+    transaction: Transaction
+    request_id: str
+
+
+@dataclass(frozen=True)
+class FileCommitOutcome:
+    """What a :meth:`FileReferenceStore.commit` did with each member, by position.
+
+    ``commit_number`` numbers the commit that wrote the ``committed`` members (None when nothing was
+    written); ``found`` maps members whose request id an earlier commit recorded to that commit's number;
+    ``rejected`` holds each invalid member's error; ``skipped_parts`` the skipped parts of committed members.
+    """
+
+    commit_number: int | None
+    update_time: int
+    committed: tuple[int, ...]
+    found: Mapping[int, int]
+    rejected: Mapping[int, TransactionValidationError]
+    skipped_parts: Mapping[int, tuple[tuple[str, str], ...]]
+
+
+class FileReferenceStore(ABC):
+    """A table's files and references as rows of a database with transactions (PostgreSQL): the file half
+    of a table whose partitions stay on the log. Only the current state is kept (no time travel).
+
+    Commits are decided by ``statestore.file_rows``: the store reads the rows a commit reads, locking the
+    reference rows, so concurrent commits that touch different references (compactions of different
+    partitions of the same files) never wait for each other, and those that touch the same are serialised.
+    """
+
+    @abstractmethod
+    def commit(
+        self,
+        table_id: str,
+        schema: Schema,
+        partitions_by_id: dict[str, Partition],
+        members: Sequence[FileCommitMember],
+        update_time: int,
+    ) -> FileCommitOutcome:
+        """Decide and write ``members`` atomically, in order.
+
+        A member whose request id is already recorded is found, not applied again; each other member is
+        validated against the rows as the members before it changed them (``partitions_by_id``: the table's
+        partition tree) and rejected if invalid; the valid ones are written with their request ids under one
+        new commit number, all or nothing. A race lost to a concurrent commit is redone inside (bounded),
+        against the rows it left. Raises CommitConflictError when every try lost; StoreUnavailableError
+        when the database could not be reached (nothing written), CommitOutcomeUnknownError when it failed
+        so that it cannot be told (the request ids tell afterwards, see :meth:`committed_requests`).
+        ValueError for a member that is not a row transaction.
+        """
+
+    @abstractmethod
+    def files(self, table_id: str) -> dict[str, TableFile]:
+        """Every file of the table with its references, read at one point in time (a consistent view).
+
+        A file with no reference has ``last_update_time`` = when garbage collection marked it (or it was
+        added with none), else when it was added."""
+
+    @abstractmethod
+    def has_files(self, table_id: str) -> bool:
+        """Whether the table has any file (referenced or not)."""
+
+    @abstractmethod
+    def committed_requests(self, table_id: str, request_ids: Iterable[str]) -> dict[str, int]:
+        """The commit number of each of ``request_ids`` that a commit recorded (for the table)."""
+
+    @abstractmethod
+    def clear(self, table_id: str) -> int:
+        """Delete every file and reference of the table in one commit; returns its number."""
+
+    @abstractmethod
+    def mark_unreferenced(self, table_id: str, now: int) -> int:
+        """Garbage collection's first phase: stamp ``now`` (epoch ms) on files that have lost their last
+        reference and are not marked yet; returns how many were marked."""
+
+    @abstractmethod
+    def files_ready_for_gc(self, table_id: str, before: int, limit: int | None = None) -> list[str]:
+        """Garbage collection's second phase: files with no reference, marked (or added with none) before
+        ``before`` (epoch ms), oldest first, at most ``limit``. Delete their objects, then commit a
+        DeleteFiles of them (which checks again that they have no reference)."""
+
+    @abstractmethod
+    def forget_requests(self, table_id: str, before: int) -> int:
+        """Forget request ids recorded before ``before`` (epoch ms: older than any redelivery); returns how
+        many."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every row of the table."""
