@@ -63,6 +63,11 @@ class ResourceNames:
     snapshot_queue: str | None = None
     cleanup_queue: str | None = None
     upkeep_dead_letter_queue: str | None = None
+    # The PostgreSQL file-reference database (the stack's ``postgres`` option): the host clients connect to
+    # (the RDS Proxy's endpoint, or the cluster's) and the Secrets Manager secret of its credentials; None
+    # when the instance has no database (the default) and in resources JSON written before they existed.
+    postgres_host: str | None = None
+    postgres_secret_arn: str | None = None
 
     @classmethod
     def for_instance(cls, instance_id: str, bucket: str | None = None) -> ResourceNames:
@@ -90,7 +95,14 @@ class ResourceNames:
         )
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        """JSON of every name; the PostgreSQL fields only when set, so an instance without the database
+        writes exactly what it wrote before they existed."""
+        fields = {
+            key: value
+            for key, value in asdict(self).items()
+            if value is not None or key not in _ABSENT_WHEN_UNSET
+        }
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ResourceNames:
@@ -127,6 +139,8 @@ class ResourceNames:
             self.commit_status_table: COMMIT_STATUS_KEYS,
         }
 
+
+_ABSENT_WHEN_UNSET = frozenset({"postgres_host", "postgres_secret_arn"})
 
 # Bodies above this many bytes go to the bucket, the log item holding only the key. DynamoDB's item
 # limit is 400 KB including attribute names; this leaves ample room.
