@@ -9,7 +9,7 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.functions import StatestoreFunction
+from infra.functions import FunctionNetwork, StatestoreFunction
 from statestore import resources
 from statestore.resources import ResourceNames
 
@@ -40,6 +40,7 @@ class Committer(Construct):
         max_concurrency: int,
         reserved_concurrency: int | None,
         log_retention_days: int,
+        network: FunctionNetwork | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.lambda_ = StatestoreFunction(
@@ -55,6 +56,7 @@ class Committer(Construct):
             reserved_concurrency=reserved_concurrency,
             # Named, so the CLI finds it (and its event source mapping) from the resources JSON alone.
             function_name=names.committer_function,
+            network=network,
         )
         self.function = self.lambda_.function
         # Kept: `statestore committer pause|resume` disables and enables this mapping (the admin grant).

@@ -3,10 +3,12 @@ its own log group and a role that starts with nothing but writing to that log gr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -20,8 +22,32 @@ from statestore.resources import ResourceNames
 RUNTIME = lambda_.Runtime(f"python{LAMBDA_PYTHON_VERSION}", lambda_.RuntimeFamily.PYTHON)
 ARCHITECTURE = lambda_.Architecture.X86_64 if LAMBDA_ARCHITECTURE == "x86_64" else lambda_.Architecture.ARM_64
 POWERTOOLS_NAMESPACE = "statestore"
+# The EC2 actions of AWS's AWSLambdaVPCAccessExecutionRole: Lambda manages a VPC function's network
+# interfaces with its execution role.
+VPC_ACCESS_ACTIONS = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:CreateNetworkInterface",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:UnassignPrivateIpAddresses",
+)
 # RetentionDays members are listed shortest first, like LOG_RETENTION_DAYS; INFINITE is last.
 _RETENTION = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[:-1], strict=True))
+
+
+def log_retention(days: int) -> logs.RetentionDays:
+    """CloudWatch's retention of ``days`` (one of :data:`infra.config.LOG_RETENTION_DAYS`)."""
+    return _RETENTION[days]
+
+
+@dataclass(frozen=True)
+class FunctionNetwork:
+    """A VPC placement for a function: its subnets and security groups (infra/postgres.py)."""
+
+    vpc: ec2.IVpc
+    subnets: ec2.SubnetSelection
+    security_groups: tuple[ec2.ISecurityGroup, ...]
 
 
 class StatestoreFunction(Construct):
@@ -29,6 +55,8 @@ class StatestoreFunction(Construct):
 
     Grants are added by whoever wires the function to what it uses; IAM wildcard findings that come from
     object-key patterns and X-Ray are suppressed here, once, with the reason.
+
+    ``network`` (optional) places it in a VPC (only the functions that use PostgreSQL, infra/postgres.py).
 
     ``service`` (``statestore-<instance>-<handler module>``) is its ``POWERTOOLS_SERVICE_NAME``, the
     ``service`` dimension of the metrics it emits; the instance is in it so that two instances in one
@@ -49,6 +77,7 @@ class StatestoreFunction(Construct):
         log_retention_days: int,
         reserved_concurrency: int | None = None,
         function_name: str | None = None,
+        network: FunctionNetwork | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(
@@ -82,6 +111,9 @@ class StatestoreFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
+            vpc=network.vpc if network else None,
+            vpc_subnets=network.subnets if network else None,
+            security_groups=list(network.security_groups) if network else None,
             environment={
                 "STATESTORE_RESOURCES": names.to_json(),
                 "POWERTOOLS_SERVICE_NAME": self.service,
@@ -110,11 +142,21 @@ class StatestoreFunction(Construct):
             period=Duration.minutes(5),
             label=f"{self.service} max memory used (MB)",
         )
-        acknowledge(
-            self.role,
-            "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions.",
-            "AwsSolutions-IAM5[Resource::*]",
+        wildcard_reason = (
+            "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions."
         )
+        if network is not None:
+            # What AWSLambdaVPCAccessExecutionRole gives for the function's network interfaces, less its
+            # log actions (the function's own log group is granted above). CDK attaches nothing to a role
+            # it did not create.
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=list(VPC_ACCESS_ACTIONS), resources=["*"])
+            )
+            wildcard_reason += (
+                " Nor do the EC2 network-interface actions Lambda needs to run the function in a VPC "
+                "(its ENIs are created and described before they exist to be named)."
+            )
+        acknowledge(self.role, wildcard_reason, "AwsSolutions-IAM5[Resource::*]")
         acknowledge(
             self.function,
             f"Python {LAMBDA_PYTHON_VERSION} on purpose: the asset's wheels (pyarrow) are built for it; "

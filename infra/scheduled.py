@@ -14,7 +14,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.commit_queue import fifo_dead_letter_queue, per_table_fifo_queue
-from infra.functions import StatestoreFunction
+from infra.functions import FunctionNetwork, StatestoreFunction
 from statestore import resources
 from statestore.resources import ResourceNames
 
@@ -98,6 +98,7 @@ class ScheduledFunction(Construct):
         log_retention_days: int,
         work_queue: sqs.IQueue,
         max_concurrency: int,
+        network: FunctionNetwork | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.lambda_ = StatestoreFunction(
@@ -110,6 +111,7 @@ class ScheduledFunction(Construct):
             memory_mb=memory_mb,
             timeout=timeout,
             log_retention_days=log_retention_days,
+            network=network,
         )
         self.function = self.lambda_.function
         self.function.add_environment(period_variable, str(rate_minutes))
