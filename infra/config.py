@@ -29,6 +29,16 @@
   minutes over the instance's tables (on-demand tables throttle on hot partitions or sudden growth).
 - ``memory_alarm_percent`` (90): alarm when an invocation of a function used this share of its memory
   size (50 to 100): the state a function loads grows with the table.
+- ``postgres`` (false): keep file references of the tables that choose it in Aurora PostgreSQL (design
+  record 002; infra/postgres.py): a VPC with isolated subnets and endpoints, an Aurora PostgreSQL
+  Serverless v2 cluster with its credentials in Secrets Manager, and the committer and cleanup functions
+  placed in the VPC. Off, the stack has none of it and the functions run outside any VPC. It costs money
+  at rest (the README's cost section).
+- ``postgres_proxy`` (true): put an RDS Proxy (TLS required) in front of the cluster. The cluster then
+  idles at 0.5 ACU (auto-pause does not work behind a proxy); false lets it pause at 0 ACU after 10
+  minutes without connections, the functions connecting to the cluster directly.
+- ``postgres_max_acu`` (4): the cluster's most capacity in ACUs (1 to 256; 1 ACU is about 2 GiB of memory):
+  a bound on cost.
 - ``gc_delay_minutes`` (720 = 12 hours): how long a data file that left the state (compacted away) is kept
   before garbage collection deletes it. A query reads the file list it planned with, so this must be longer
   than the longest query (EMR Serverless stops a job after 12 hours by default); a table's own
@@ -134,6 +144,9 @@ class InstanceConfig:
     emr_security_group_ids: tuple[str, ...] = ()
     gc_delay_minutes: int = DEFAULT_GC_DELAY_MS // 60_000
     claim_expiry_minutes: int = DEFAULT_CLAIM_EXPIRY_MS // 60_000
+    postgres: bool = False
+    postgres_proxy: bool = True
+    postgres_max_acu: int = 4
 
     def __post_init__(self) -> None:
         ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
@@ -169,6 +182,7 @@ class InstanceConfig:
             )
         for key in ("gc_delay_minutes", "claim_expiry_minutes"):
             _check_range(key, getattr(self, key), 1, MAX_DELAY_MS // 60_000)
+        _check_range("postgres_max_acu", self.postgres_max_acu, 1, 256)
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(
                 f"context key log_retention_days={self.log_retention_days} is not a retention CloudWatch "

@@ -6,6 +6,7 @@ Grants are made here, where the pieces meet, and each function gets only what it
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -20,7 +21,9 @@ from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, COMMITTER_TIMEOUT, 
 from infra.config import InstanceConfig
 from infra.dashboard import Dashboard
 from infra.data_bucket import DataBucket, check_bucket_name_length
+from infra.functions import FunctionNetwork, log_retention
 from infra.grants import ManagedPolicies, StateStoreGrants
+from infra.postgres import PostgresDatabase
 from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
@@ -38,7 +41,6 @@ class StatestoreStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         require_asset(config.lambda_asset)
         names = config.resource_names
-        self.names = names
         # An environment-agnostic stack deploys to the region the CLI passes as CDK_DEFAULT_REGION.
         region = None if Token.is_unresolved(self.region) else self.region
         check_bucket_name_length(config.instance_id, region or os.environ.get("CDK_DEFAULT_REGION"))
@@ -57,6 +59,25 @@ class StatestoreStack(Stack):
             visibility_timeout=COMMIT_QUEUE_VISIBILITY_TIMEOUT,
             max_receive_count=config.dlq_max_receive_count,
         )
+        # The PostgreSQL file-reference database (``postgres``, off by default): its host and secret join the
+        # resources every function and the CLI read; the functions that use it run in its VPC.
+        self.postgres: PostgresDatabase | None = None
+        network: FunctionNetwork | None = None
+        if config.postgres:
+            self.postgres = PostgresDatabase(
+                self,
+                "Postgres",
+                instance_id=config.instance_id,
+                proxy=config.postgres_proxy,
+                max_capacity_acu=config.postgres_max_acu,
+                deletion_protection=config.deletion_protection,
+                log_retention=log_retention(config.log_retention_days),
+            )
+            names = dataclasses.replace(
+                names, postgres_host=self.postgres.host, postgres_secret_arn=self.postgres.secret.secret_arn
+            )
+            network = self.postgres.network
+        self.names = names
         function_settings: dict[str, Any] = {
             "asset_dir": config.lambda_asset,
             "names": names,
@@ -69,6 +90,7 @@ class StatestoreStack(Stack):
             memory_mb=config.committer_memory_mb,
             max_concurrency=config.committer_max_concurrency,
             reserved_concurrency=config.committer_reserved_concurrency,
+            network=network,
             **function_settings,
         )
         self.upkeep = UpkeepQueues(
@@ -98,6 +120,7 @@ class StatestoreStack(Stack):
             memory_mb=config.cleanup_memory_mb,
             work_queue=self.upkeep.cleanup_queue,
             max_concurrency=config.upkeep_max_concurrency,
+            network=network,
             **function_settings,
         )
         self.functions = {
@@ -115,6 +138,11 @@ class StatestoreStack(Stack):
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
         self._grant()
+        if self.postgres is not None:
+            # The committer applies file-reference transactions; the cleanup marks and collects garbage
+            # files. The snapshot function only touches partitions (always on the log): no database.
+            self.postgres.connect(self.committer.function)
+            self.postgres.connect(self.cleanup.function)
         self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
         self.spark: SparkJobs | None = None
         if config.emr_serverless:
@@ -256,6 +284,9 @@ class StatestoreStack(Stack):
                 "EMR Serverless application for Spark jobs",
             )
             outputs["EmrJobRoleArn"] = (self.spark.job_role.role_arn, "execution role for its job runs")
+        if self.postgres is not None:
+            outputs["PostgresHost"] = (self.postgres.host, "the file-reference database (from its VPC)")
+            outputs["PostgresSecretArn"] = (self.postgres.secret.secret_arn, "its credentials")
         for key, (value, description) in outputs.items():
             CfnOutput(self, key, value=value, description=description)
 
