@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import threading
@@ -46,6 +47,8 @@ _RACE_LOST: tuple[type[psycopg.Error], ...] = (
     psycopg.errors.DeadlockDetected,
     psycopg.errors.TransactionRollback,
 )
+
+_READ_BATCH = 50_000
 
 _REFERENCE_COLUMNS = (
     "filename, partition_id, number_of_rows, count_approximate, only_contains_data_for_this_partition, "
@@ -430,27 +433,29 @@ class PostgresFileReferenceStore(FileReferenceStore):
     # --- reads and upkeep -----------------------------------------------------------------------------
 
     def files(self, table_id: str) -> dict[str, TableFile]:
-        with self._transaction(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "reading a table's files"
-        ) as conn:
+        with (
+            self._transaction(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "reading a table's files"
+            ) as conn,
+            _gc_paused(),
+        ):
             times = conn.execute(
                 f"SELECT filename, added_time, unreferenced_since FROM {FILES} WHERE table_id = %s",
                 (table_id,),
             ).fetchall()
             references: dict[str, list[FileReference]] = {name: [] for name, _, _ in times}
-            # COPY streams the rows in binary, parsed in C: a million references in a few seconds.
-            with conn.cursor().copy(
-                f"COPY (SELECT {_REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s) "
-                "TO STDOUT (FORMAT BINARY)",
-                (table_id,),
-            ) as copy:
-                copy.set_types(["text", "text", "int8", "bool", "bool", "text", "int8"])
-                for row in copy.rows():
-                    references[row[0]].append(_file_reference(row))
-        return {
-            name: TableFile(name, tuple(references[name]), added if since is None else since)
-            for name, added, since in times
-        }
+            # A server-side cursor streams the references in batches: a million never sit in memory twice.
+            with conn.cursor(name="statestore_files") as cursor:
+                cursor.execute(
+                    f"SELECT {_REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
+                )
+                while rows := cursor.fetchmany(_READ_BATCH):
+                    for row in rows:
+                        references[row[0]].append(_file_reference(row))
+            return {
+                name: TableFile(name, tuple(references[name]), added if since is None else since)
+                for name, added, since in times
+            }
 
     def has_files(self, table_id: str) -> bool:
         with self._connection("reading whether a table has files") as conn:
@@ -530,6 +535,19 @@ def _one_value(cursor: psycopg.Cursor[Any]) -> Any:
     if row is None:
         raise StoreUnavailableError("PostgreSQL returned no row where one was expected")
     return row[0]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cycle collector while a million tuples are made (none can form a cycle; its passes over
+    the growing heap would otherwise take as long as the read), and put it back as it was found."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _rollback(conn: psycopg.Connection) -> None:
