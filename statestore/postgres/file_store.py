@@ -251,11 +251,14 @@ class PostgresFileReferenceStore(FileReferenceStore):
         with self._pool.connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:
+                # The rows first, then the request ids: each statement sees at least what the one before it
+                # saw, so a concurrent commit of the same request that wrote rows read here is seen in its
+                # request rows (found), never only in the rows (which would reject the request as invalid).
+                read = self._read_rows(conn, table_id, file_rows.rows_read(m.transaction for m in members))
                 found = self._found_requests(conn, table_id, [m.request_id for m in members])
                 found_at = {i: found[m.request_id] for i, m in enumerate(members) if m.request_id in found}
                 todo = [i for i in range(len(members)) if i not in found_at]
                 transactions = [members[i].transaction for i in todo]
-                read = self._read_rows(conn, table_id, file_rows.rows_read(transactions))
                 decision = file_rows.decide(schema, partitions_by_id, read, transactions, update_time)
                 number: int | None = None
                 request_ids = list(dict.fromkeys(members[todo[p]].request_id for p in decision.committed))
@@ -473,13 +476,16 @@ class PostgresFileReferenceStore(FileReferenceStore):
             return _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
 
     def mark_unreferenced(self, table_id: str, now: int) -> int:
-        # A file never gains a reference once it has none, so a file this finds with none stays so.
+        # A file never gains a reference once it has none, so a file this finds with none stays so. The rows
+        # are locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with it.
         with self._connection("marking unreferenced files") as conn:
             cursor = conn.execute(
-                f"UPDATE {FILES} f SET unreferenced_since = %s "
-                "WHERE f.table_id = %s AND f.unreferenced_since IS NULL AND NOT EXISTS "
-                f"(SELECT 1 FROM {REFERENCES} r WHERE r.table_id = f.table_id AND r.filename = f.filename)",
-                (now, table_id),
+                f"UPDATE {FILES} f SET unreferenced_since = %s FROM ("
+                f"SELECT u.filename FROM {FILES} u WHERE u.table_id = %s AND u.unreferenced_since IS NULL "
+                f"AND NOT EXISTS (SELECT 1 FROM {REFERENCES} r WHERE r.table_id = u.table_id "
+                "AND r.filename = u.filename) ORDER BY u.filename FOR UPDATE) AS m "
+                "WHERE f.table_id = %s AND f.filename = m.filename",
+                (now, table_id, table_id),
             )
             return cursor.rowcount
 
