@@ -407,8 +407,10 @@ class PostgresFileReferenceStore(FileReferenceStore):
             )
         if changes.added_files:
             with conn.cursor().copy(
-                f"COPY {FILES} (table_id, filename, added_time, unreferenced_since) FROM STDIN"
+                f"COPY {FILES} (table_id, filename, added_time, unreferenced_since) "
+                "FROM STDIN (FORMAT BINARY)"
             ) as copy:
+                copy.set_types(["text", "text", "int8", "int8"])
                 for table_file in changes.added_files:
                     added = table_file.last_update_time
                     copy.write_row(
@@ -417,7 +419,10 @@ class PostgresFileReferenceStore(FileReferenceStore):
         new_references = [ref for f in changes.added_files for ref in f.references]
         new_references += changes.added_references
         if new_references:
-            with conn.cursor().copy(f"COPY {REFERENCES} (table_id, {_REFERENCE_COLUMNS}) FROM STDIN") as copy:
+            with conn.cursor().copy(
+                f"COPY {REFERENCES} (table_id, {_REFERENCE_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["text", "text", "text", "int8", "bool", "bool", "text", "int8"])
                 for ref in new_references:
                     copy.write_row((table_id, *ref))
         if changes.changed_references:

@@ -33,7 +33,10 @@ DDL: tuple[str, ...] = (
         unreferenced_since bigint,
         PRIMARY KEY (table_id, filename)
     )""",
-    # The primary key's prefix (table_id, filename) is the index of references by file.
+    # The primary key's prefix (table_id, filename) is the index of references by file. No foreign key to
+    # the file rows: the commit path keeps it (a reference is inserted with its file's row in the same
+    # transaction, or by a split that holds the file row's lock; a file's references go before its row),
+    # and the per-row check cost 1.5-2 s of a 100,000-reference AddFiles (4.5-5 s with it, 2.8-2.9 without).
     f"""CREATE TABLE IF NOT EXISTS {REFERENCES} (
         table_id text NOT NULL,
         filename text NOT NULL,
@@ -43,8 +46,7 @@ DDL: tuple[str, ...] = (
         only_contains_data_for_this_partition boolean NOT NULL,
         job_id text,
         last_update_time bigint NOT NULL,
-        PRIMARY KEY (table_id, filename, partition_id),
-        FOREIGN KEY (table_id, filename) REFERENCES {FILES} (table_id, filename)
+        PRIMARY KEY (table_id, filename, partition_id)
     )""",
     f"""CREATE INDEX IF NOT EXISTS file_references_by_job ON {REFERENCES} (table_id, job_id)
         WHERE job_id IS NOT NULL""",
