@@ -348,11 +348,18 @@ class PostgresFileReferenceStore(FileReferenceStore):
         # to them now: only a split adds references to an existing file, and it locks the file row first),
         # and those of the jobs (a claim made after this read belongs after this commit).
         keys = set(rows.references)
-        if whole or rows.job_ids:
+        # Two queries, not one with OR, so each uses its index (by file; the partial index by job).
+        if whole:
             cursor = conn.execute(
-                f"SELECT filename, partition_id FROM {REFERENCES} WHERE table_id = %s "
-                "AND (filename = ANY(%s) OR job_id = ANY(%s))",
-                (table_id, list(whole), list(rows.job_ids)),
+                f"SELECT filename, partition_id FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
+                (table_id, list(whole)),
+            )
+            keys.update(cursor.fetchall())
+        if rows.job_ids:
+            cursor = conn.execute(
+                f"SELECT filename, partition_id FROM {REFERENCES} WHERE table_id = %s AND job_id = ANY(%s) "
+                "AND job_id IS NOT NULL",
+                (table_id, list(rows.job_ids)),
             )
             keys.update(cursor.fetchall())
         locked: list[FileReference] = []
