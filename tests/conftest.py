@@ -17,3 +17,6 @@ os.environ.update(
     }
 )
 os.environ.pop("AWS_PROFILE", None)
+
+# A throwaway PostgreSQL server for the tests of the PostgreSQL file-reference store (and anyone else).
+pytest_plugins = ["tests.fixtures.postgres"]

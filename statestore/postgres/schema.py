@@ -1,0 +1,73 @@
+"""The PostgreSQL schema of the file-reference store: shared tables keyed by table id (design record 002,
+option 3), created idempotently by :func:`ensure_schema`.
+
+One SQL table each for files, references and request ids, shared by every statestore table, so a new table
+needs no DDL and the connection's plans are reused across tables. Commit numbers come from a sequence, not a
+counter row, which would serialise every commit of every table.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+SCHEMA = "statestore"
+FILES = f"{SCHEMA}.files"
+REFERENCES = f"{SCHEMA}.file_references"
+REQUESTS = f"{SCHEMA}.requests"
+COMMIT_NUMBERS = f"{SCHEMA}.commit_numbers"
+
+# Any constant: serialises concurrent ensure_schema calls (CREATE ... IF NOT EXISTS is not safe against a
+# concurrent CREATE of the same name: the loser fails on the catalogue's unique index).
+_DDL_LOCK_KEY = 0x5354_4154_4553_5452  # "STATESTR"
+
+DDL: tuple[str, ...] = (
+    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
+    f"CREATE SEQUENCE IF NOT EXISTS {COMMIT_NUMBERS} AS bigint",
+    # unreferenced_since: NULL while the file may have references; set by garbage collection's first phase
+    # when the last went (or at the add time for a file added with none). A file never gains a reference
+    # once it has none (only a split adds references to an existing file, and it moves one it has).
+    f"""CREATE TABLE IF NOT EXISTS {FILES} (
+        table_id text NOT NULL,
+        filename text NOT NULL,
+        added_time bigint NOT NULL,
+        unreferenced_since bigint,
+        PRIMARY KEY (table_id, filename)
+    )""",
+    # The primary key's prefix (table_id, filename) is the index of references by file. No foreign key to
+    # the file rows: the commit path keeps it (a reference is inserted with its file's row in the same
+    # transaction, or by a split that holds the file row's lock; a file's references go before its row),
+    # and the per-row check cost 1.5-2 s of a 100,000-reference AddFiles (4.5-5 s with it, 2.8-2.9 without).
+    f"""CREATE TABLE IF NOT EXISTS {REFERENCES} (
+        table_id text NOT NULL,
+        filename text NOT NULL,
+        partition_id text NOT NULL,
+        number_of_rows bigint NOT NULL,
+        count_approximate boolean NOT NULL,
+        only_contains_data_for_this_partition boolean NOT NULL,
+        job_id text,
+        last_update_time bigint NOT NULL,
+        PRIMARY KEY (table_id, filename, partition_id)
+    )""",
+    f"""CREATE INDEX IF NOT EXISTS file_references_by_job ON {REFERENCES} (table_id, job_id)
+        WHERE job_id IS NOT NULL""",
+    # Garbage collection's second phase: files marked unreferenced, oldest first.
+    f"""CREATE INDEX IF NOT EXISTS files_unreferenced ON {FILES} (table_id, unreferenced_since, filename)
+        WHERE unreferenced_since IS NOT NULL""",
+    f"""CREATE TABLE IF NOT EXISTS {REQUESTS} (
+        table_id text NOT NULL,
+        request_id text NOT NULL,
+        commit_number bigint NOT NULL,
+        recorded_time bigint NOT NULL,
+        PRIMARY KEY (table_id, request_id)
+    )""",
+    f"CREATE INDEX IF NOT EXISTS requests_by_time ON {REQUESTS} (table_id, recorded_time)",
+)
+
+
+def ensure_schema(connection: psycopg.Connection) -> None:
+    """Create the schema, tables, indexes and sequence that are missing, in one transaction; safe to call
+    from several processes at once and again on a database that has them."""
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
+        for statement in DDL:
+            connection.execute(statement)
