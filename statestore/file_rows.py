@@ -14,7 +14,7 @@ whose last reference went is found by garbage collection, which marks it, and de
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from statestore.errors import TransactionValidationError
@@ -129,7 +129,8 @@ class RowChanges:
     """What a decided group writes.
 
     ``added_files``: new files with all their references (a file added with none awaits garbage collection
-    from its ``last_update_time``). ``deleted_files``: files removed with every reference. Of the other
+    from its ``last_update_time``). ``deleted_files``: files removed with every reference; they are deleted
+    before ``added_files`` are inserted (a file deleted and added again in one group is in both). Of the other
     files, ``added_references`` are new reference rows (inserted: a row already there means another writer
     got in first, and the commit must be redone), ``changed_references`` replace rows read (same file and
     partition), ``deleted_references`` are ``(filename, partition_id)`` rows removed. File rows of files that
@@ -187,6 +188,7 @@ def decide(
     committed: list[int] = []
     rejected: dict[int, TransactionValidationError] = {}
     skipped: dict[int, tuple[tuple[str, str], ...]] = {}
+    deleted_names: set[str] = set()
     for position, transaction in enumerate(transactions):
         try:
             transaction.validate(state)
@@ -198,19 +200,28 @@ def decide(
             skipped[position] = parts
         transaction.apply(state, update_time)
         committed.append(position)
-    return RowDecision(tuple(committed), rejected, skipped, row_changes(before, state.files_by_name))
+        if isinstance(transaction, DeleteFiles):
+            deleted_names.update(transaction.filenames)
+    changes = row_changes(before, state.files_by_name, deleted_names)
+    return RowDecision(tuple(committed), rejected, skipped, changes)
 
 
-def row_changes(before: Mapping[str, TableFile], after: Mapping[str, TableFile]) -> RowChanges:
-    """The rows to write to turn ``before`` (the rows read) into ``after`` (the same rows, changed)."""
-    added_files = tuple(f for name, f in after.items() if name not in before)
-    deleted_files = tuple(name for name in before if name not in after)
+def row_changes(
+    before: Mapping[str, TableFile], after: Mapping[str, TableFile], deleted_names: Collection[str] = ()
+) -> RowChanges:
+    """The rows to write to turn ``before`` (the rows read) into ``after`` (the same rows, changed).
+
+    ``deleted_names`` names files the changes deleted: one that is in ``after`` again was added anew after its
+    deletion (in the same group), so its row is deleted and inserted, not kept with the old file's times.
+    """
+    added_files = tuple(f for name, f in after.items() if name not in before or name in deleted_names)
+    deleted_files = tuple(name for name in before if name not in after or name in deleted_names)
     added: list[FileReference] = []
     changed: list[FileReference] = []
     deleted: list[tuple[str, str]] = []
     for name, old in before.items():
         new = after.get(name)
-        if new is None or new is old:
+        if new is None or new is old or name in deleted_names:
             continue
         old_refs = {ref.partition_id: ref for ref in old.references}
         new_refs = {ref.partition_id: ref for ref in new.references}

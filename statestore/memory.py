@@ -397,13 +397,13 @@ class InMemoryFileReferenceStore(FileReferenceStore):
     def _write(self, table_id: str, changes: file_rows.RowChanges) -> None:
         files = self._files.setdefault(table_id, {})
         references = self._references.setdefault(table_id, {})
+        for filename in changes.deleted_files:
+            del files[filename]
+            references.pop(filename, None)
         for table_file in changes.added_files:
             time = table_file.last_update_time
             files[table_file.filename] = (time, None if table_file.references else time)
             references[table_file.filename] = {ref.partition_id: ref for ref in table_file.references}
-        for filename in changes.deleted_files:
-            del files[filename]
-            references.pop(filename, None)
         for ref in changes.added_references:
             held = references.setdefault(ref.filename, {})
             if ref.partition_id in held:

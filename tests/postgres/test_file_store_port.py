@@ -356,6 +356,26 @@ def test_delete_files_refuses_a_file_that_still_has_a_reference(
     assert set(file_store.files(table_id)) == {"a", "gone"}
 
 
+def test_a_file_deleted_and_added_again_in_one_group_is_a_new_file_that_waits_the_whole_delay(
+    file_store: FileReferenceStore, table_id: str
+) -> None:
+    committed(file_store, table_id, AddFiles((), unreferenced_files=("reused",)), time=1_000)
+    file_store.mark_unreferenced(table_id, now=1_000)
+
+    outcome = commit(
+        file_store, table_id, DeleteFiles(("reused",)), AddFiles((ref("reused", "p1"),)), time=50_000
+    )
+    assert outcome.committed == (0, 1)
+    assert file_store.files(table_id)["reused"].last_update_time == 50_000  # the new file's add time
+    committed(file_store, table_id, claim("j", "p1", "reused"), time=51_000)
+    committed(file_store, table_id, compaction("j", "p1", ("reused",), "out"), time=52_000)
+
+    # Unreferenced from its new life only: not ready by the old file's mark.
+    assert file_store.files_ready_for_gc(table_id, before=52_000) == []
+    file_store.mark_unreferenced(table_id, now=60_000)
+    assert file_store.files_ready_for_gc(table_id, before=60_001) == ["reused"]
+
+
 # --- groups and request ids -----------------------------------------------------------------------------
 
 
