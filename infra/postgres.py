@@ -32,11 +32,12 @@ from constructs import Construct
 
 from infra.functions import FunctionNetwork
 from infra.nag import acknowledge
+from statestore.resources import POSTGRES_DATABASE_NAME, POSTGRES_HOST_ENV, POSTGRES_SECRET_ARN_ENV
 
 # The newest Aurora PostgreSQL 16 that aws-cdk-lib offers; auto-pause needs 16.3 or later.
 ENGINE_VERSION = rds.AuroraPostgresEngineVersion.VER_16_13
 PORT = 5432
-DATABASE_NAME = "statestore"
+DATABASE_NAME = POSTGRES_DATABASE_NAME
 MASTER_USERNAME = "statestore"
 # With the proxy the cluster cannot pause, and 0.5 ACU is Serverless v2's least running capacity.
 MIN_CAPACITY_WITH_PROXY = 0.5
@@ -45,8 +46,8 @@ MIN_CAPACITY_PAUSING = 0.0
 # burst of commits, shorter than the hourly cleanup's period, so it sleeps between cleanups.
 AUTO_PAUSE = Duration.minutes(10)
 # Environment variables of the functions that use the database.
-SECRET_ARN_ENV = "STATESTORE_POSTGRES_SECRET_ARN"
-HOST_ENV = "STATESTORE_POSTGRES_HOST"
+SECRET_ARN_ENV = POSTGRES_SECRET_ARN_ENV
+HOST_ENV = POSTGRES_HOST_ENV
 
 
 class PostgresDatabase(Construct):

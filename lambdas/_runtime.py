@@ -30,8 +30,19 @@ from statestore.memory import (
     InMemorySnapshotMetadataStore,
     InMemoryTransactionLog,
 )
-from statestore.ports import BlobStore, CommitQueue, CommitStatusStore, TransactionLogStore
-from statestore.resources import ResourceNames
+from statestore.ports import (
+    BlobStore,
+    CommitQueue,
+    CommitStatusStore,
+    FileReferenceStore,
+    TransactionLogStore,
+)
+from statestore.resources import (
+    POSTGRES_HOST_ENV,
+    POSTGRES_SECRET_ARN_ENV,
+    POSTGRES_SSLMODE_ENV,
+    ResourceNames,
+)
 from statestore.snapshots import SnapshotStore
 from statestore.upkeep import (
     DEFAULT_UPKEEP_PERIOD_MINUTES,
@@ -54,6 +65,7 @@ class Runtime:
         statuses: CommitStatusStore | None = None,
         dead_letters: CommitQueue | None = None,
         upkeep_queues: Mapping[UpkeepKind, CommitQueue] | None = None,
+        file_store: FileReferenceStore | None = None,
         *,
         names: ResourceNames | None = None,
         endpoint_url: str | None = None,
@@ -67,6 +79,7 @@ class Runtime:
             "blobs": blobs,
             "statuses": statuses,
             "dead_letters": dead_letters,
+            "file_store": file_store,
         }
         # A value in the instance's __dict__ takes the place of the cached_property of that name.
         self.__dict__.update({name: piece for name, piece in given.items() if piece is not None})
@@ -125,6 +138,13 @@ class Runtime:
         sqs = make_client("sqs", endpoint_url=self.endpoint_url)
         return self._backend.queue(sqs, self._names().dead_letter_queue)
 
+    @cached_property
+    def file_store(self) -> FileReferenceStore | None:
+        """The PostgreSQL file-reference store when the function was deployed with the stack's ``postgres``
+        option (see :func:`postgres_file_store`), else None: a table whose files are in PostgreSQL is then
+        refused with a reason saying so."""
+        return postgres_file_store(os.environ, self.endpoint_url)
+
     def upkeep_queue(self, kind: UpkeepKind) -> CommitQueue:
         """The work queue the ``kind`` plan fills (SQS GetQueueUrl on first use: only that function's role
         may)."""
@@ -168,6 +188,30 @@ def use_runtime(new: Runtime | None) -> None:
     """Install ``new`` as the runtime of every handler (None: build from the environment on next use)."""
     global _runtime
     _runtime = new
+
+
+def postgres_file_store(
+    environ: Mapping[str, str], endpoint_url: str | None = None
+) -> FileReferenceStore | None:
+    """The PostgreSQL file-reference store named by the environment (``STATESTORE_POSTGRES_HOST`` and
+    ``STATESTORE_POSTGRES_SECRET_ARN``, which the stack sets on the functions it places in the database's
+    VPC), or None when neither is set; ``STATESTORE_POSTGRES_SSLMODE`` (default ``require``) for a server
+    without TLS. Reads the secret, then opens a pool of at most two connections (one
+    container handles one batch at a time) and makes sure the schema exists. Raises ValueError when only one
+    of the two is set."""
+    host, secret_arn = environ.get(POSTGRES_HOST_ENV), environ.get(POSTGRES_SECRET_ARN_ENV)
+    if not host and not secret_arn:
+        return None
+    if not host or not secret_arn:
+        raise ValueError(f"set both {POSTGRES_HOST_ENV} and {POSTGRES_SECRET_ARN_ENV}, or neither")
+    from statestore.aws.secrets import database_settings
+    from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
+
+    secrets = make_client("secretsmanager", endpoint_url=endpoint_url)
+    sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "require"
+    conninfo = conninfo_from_secret(database_settings(secrets, secret_arn, host), sslmode=sslmode)
+    # A paused Aurora cluster (no proxy) takes ~15 s to wake: allow it.
+    return PostgresFileReferenceStore.connect(conninfo, max_connections=2, connect_timeout=30.0)
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

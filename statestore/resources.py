@@ -192,3 +192,13 @@ REQUEST_BODY_EXPIRY_DAYS = DEAD_LETTER_RETENTION_SECONDS // DAY_SECONDS + 1
 # and a dead letter's (an SQS message attribute, which counts towards the 256 KiB message limit).
 MAX_STATUS_REASON_CHARS = 16_000
 MAX_DEAD_LETTER_REASON_CHARS = 2_000
+
+# The PostgreSQL file-reference database (the stack's ``postgres`` option): the database the stack creates,
+# and the environment variables that tell a function where it is (the host: the RDS Proxy's endpoint or the
+# cluster's) and which Secrets Manager secret holds its credentials.
+POSTGRES_DATABASE_NAME = "statestore"
+POSTGRES_HOST_ENV = "STATESTORE_POSTGRES_HOST"
+POSTGRES_SECRET_ARN_ENV = "STATESTORE_POSTGRES_SECRET_ARN"
+# libpq's sslmode for that connection: "require" (the default: the proxy requires TLS); "disable" for a
+# local server without TLS.
+POSTGRES_SSLMODE_ENV = "STATESTORE_POSTGRES_SSLMODE"
