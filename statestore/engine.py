@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
@@ -71,6 +72,12 @@ class GroupCommitResult:
     ``committed`` members are in entry ``transaction_number`` (None when nothing was written); ``found``
     maps members already in the log to their entry; ``rejected`` holds each invalid member's error;
     ``skipped_parts`` the parts of committed members that were skipped, with their reasons.
+
+    A store that keeps files outside the log (:class:`statestore.row_files.RowFilesStateStore`) may land
+    one group in several commits: ``numbers`` and ``update_times`` then give each committed member its own
+    (read them with :meth:`number_of` and :meth:`update_time_of`), ``transaction_number`` is the last
+    commit's, and ``log_entries`` lists the log entries written as ``(number, update_time, keys)``.
+    Left empty, every committed member is in the one entry ``transaction_number``.
     """
 
     transaction_number: int | None
@@ -80,6 +87,33 @@ class GroupCommitResult:
     found: dict[str, int]
     rejected: dict[str, TransactionValidationError]
     skipped_parts: dict[str, tuple[tuple[str, str], ...]]
+    numbers: Mapping[str, int] = field(default_factory=dict)
+    update_times: Mapping[str, int] = field(default_factory=dict)
+    log_entries: tuple[tuple[int, int, tuple[str, ...]], ...] | None = None
+
+    def number_of(self, key: str) -> int:
+        """The number of the commit that holds committed member ``key``. Raises KeyError for another."""
+        if key in self.numbers:
+            return self.numbers[key]
+        if key not in self.committed or self.transaction_number is None:
+            raise KeyError(key)
+        return self.transaction_number
+
+    def update_time_of(self, key: str) -> int:
+        """The update time of the commit that holds committed member ``key``. Raises KeyError for another."""
+        if key in self.update_times:
+            return self.update_times[key]
+        if key not in self.committed or self.update_time is None:
+            raise KeyError(key)
+        return self.update_time
+
+    def written_log_entries(self) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+        """The log entries this group wrote, as ``(number, update_time, keys)``, oldest first."""
+        if self.log_entries is not None:
+            return self.log_entries
+        if self.transaction_number is None or self.update_time is None:
+            return ()
+        return ((self.transaction_number, self.update_time, self.committed),)
 
 
 @dataclass(frozen=True)
@@ -124,6 +158,42 @@ def entries_after(
         expected += 1
 
 
+class TableStateStore(Protocol):
+    """What callers use of a table's state store: :class:`TransactionLogStateStore` (files on the log) or
+    :class:`statestore.row_files.RowFilesStateStore` (partitions on the log, files in a database)."""
+
+    table_id: str
+    schema: Schema
+    retries: int
+
+    @property
+    def log(self) -> TransactionLogStore: ...
+
+    @property
+    def loaded_state(self) -> TableState | None: ...
+
+    def state(self) -> TableState: ...
+
+    def cached_state(self) -> TableState: ...
+
+    def load(self, as_of: int | None = None) -> TableState: ...
+
+    def read_log_to_end(self) -> int: ...
+
+    def require_file_log(self, what: str) -> None: ...
+
+    def commit(self, transaction: Transaction) -> CommitResult: ...
+
+    def commit_group(
+        self,
+        members: Sequence[GroupMember],
+        *,
+        already_committed: Callable[[str], int | None] = ...,
+    ) -> GroupCommitResult: ...
+
+    def create_snapshot(self) -> SnapshotInfo | None: ...
+
+
 class TransactionLogStateStore:
     """A table's state, kept up to date from its log; commits go through :meth:`commit`.
 
@@ -160,6 +230,13 @@ class TransactionLogStateStore:
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
 
     # --- reading --------------------------------------------------------------------------------
+
+    def require_file_log(self, what: str) -> None:
+        """Nothing: every file transaction of this table is on its log (``what`` needs them)."""
+
+    def read_log_to_end(self) -> int:
+        """Catch up with the log; returns the number of its last entry."""
+        return self.state().transaction_number
 
     def state(self) -> TableState:
         """The up-to-date state (strongly consistent). Treat it as read-only."""
