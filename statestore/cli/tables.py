@@ -169,27 +169,27 @@ def _properties(pairs: Sequence[str]) -> dict[str, str]:
 def cmd_tables_list(s: Session) -> int:
     tables = s.client.list_tables()
     latest = {t.table_id: s.client.log.latest_number(t.table_id) for t in tables}
-    s.out.result(
-        [{**fmt.table_json(t), "transaction_number": latest[t.table_id]} for t in tables],
-        lambda: (
-            fmt.render_table(
-                ["NAME", "TABLE ID", "ROW KEYS", "FILES IN", "TRANSACTIONS", "CREATED"],
-                [
-                    [
-                        t.table_name,
-                        t.table_id,
-                        fmt.schema_text(t.schema.row_keys),
-                        t.file_store,
-                        latest[t.table_id],
-                        fmt.format_time(t.created_time),
-                    ]
-                    for t in tables
-                ],
-            )
-            if tables
-            else f"no tables in instance {s.resources.instance_id!r} (add one: `statestore tables create`)"
-        ),
-    )
+    # Where files live is a column only once some table keeps them elsewhere than on its log.
+    show_file_store = any(t.files_in_rows for t in tables)
+
+    def human() -> str:
+        if not tables:
+            return f"no tables in instance {s.resources.instance_id!r} (add one: `statestore tables create`)"
+        header = ["NAME", "TABLE ID", "ROW KEYS", *(["FILES IN"] if show_file_store else []), "TRANSACTIONS"]
+        rows = [
+            [
+                t.table_name,
+                t.table_id,
+                fmt.schema_text(t.schema.row_keys),
+                *([t.file_store] if show_file_store else []),
+                latest[t.table_id],
+                fmt.format_time(t.created_time),
+            ]
+            for t in tables
+        ]
+        return fmt.render_table([*header, "CREATED"], rows)
+
+    s.out.result([{**fmt.table_json(t), "transaction_number": latest[t.table_id]} for t in tables], human)
     return EXIT_OK
 
 
@@ -234,7 +234,7 @@ def cmd_tables_show(s: Session) -> int:
                 ("sort keys", fmt.schema_text(table.schema.sort_keys)),
                 ("values", fmt.schema_text(table.schema.values)),
                 ("properties", properties),
-                ("file references in", table.file_store),
+                ("files in", table.file_store),
                 ("transaction", state.transaction_number),
                 ("partitions", f"{len(state.partitions_by_id)} ({fmt.plural(leaves, 'leaf', 'leaves')})"),
                 ("files", f"{len(state.files_by_name)} ({unreferenced} awaiting garbage collection)"),

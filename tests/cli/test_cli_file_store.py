@@ -56,7 +56,7 @@ def test_tables_are_created_with_the_file_store_asked_for_and_list_and_show_say_
 
     shown = cli("tables", "show", in_rows, "--postgres-url", "postgresql://db/statestore")
     assert shown.code == EXIT_OK, shown.err
-    assert "postgres" in shown.out and "file references in" in shown.out
+    assert "files in:" in shown.out and "postgres" in shown.out
 
 
 def test_a_postgres_table_without_a_postgres_url_says_how_to_give_one(
