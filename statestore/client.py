@@ -212,8 +212,22 @@ class StateStoreClient:
         return self.state(table).is_assigned(job_id, partition_id, filenames)
 
     def files_ready_for_gc(self, table: str, before: int, limit: int | None = None) -> reports.GcCandidates:
-        """Files with no references since before ``before`` (epoch ms), oldest first, at most ``limit``."""
-        return reports.files_ready_for_gc(self.state(table), before, limit)
+        """Files with no references since before ``before`` (epoch ms), oldest first, at most ``limit``.
+
+        For a table whose files are rows, "since" counts from when garbage collection's first phase marked
+        the file (its rows do not say when its last reference went): exactly what cleanup would delete.
+        """
+        info = self.get_table(table)
+        state = self._open(info).state()
+        if info.files_in_rows:
+            marked = set(self._require_file_store(info).files_ready_for_gc(info.table_id, before))
+            state = TableState(
+                info.schema,
+                state.partitions_by_id,
+                {name: f for name, f in state.files_by_name.items() if name in marked},
+                state.transaction_number,
+            )
+        return reports.files_ready_for_gc(state, before, limit)
 
     def files_report(self, table: str, limit: int | None = None) -> reports.FilesReport:
         """Referenced and unreferenced files, at most ``limit`` of each, with their totals."""

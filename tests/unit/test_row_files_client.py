@@ -11,7 +11,13 @@ from statestore.engine import TransactionLogStateStore
 from statestore.errors import StateStoreError, UnsupportedByFileStoreError
 from statestore.ports import FileReferenceStore
 from statestore.row_files import RowFilesStateStore
-from statestore.transactions import AddFiles
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
 from tests.builders import INT_SCHEMA, ref
 from tests.file_stores import file_store  # noqa: F401  (the fixture)
 
@@ -118,3 +124,20 @@ def test_a_snapshot_of_a_postgres_table_holds_its_partitions_only(client: StateS
     client.commit("t", AddFiles((ref("b"),)))
     assert client.create_snapshot("t") is None  # files moved, the log did not: nothing to snapshot
     assert sorted(f.filename for f in client.files(table.table_id)) == ["a", "b"]
+
+
+def test_gc_candidates_of_a_postgres_table_count_from_when_cleanup_marked_them(
+    client: StateStoreClient,
+    file_store: FileReferenceStore,  # noqa: F811
+) -> None:
+    table = client.create_table("t", INT_SCHEMA, file_store="postgres")
+    client.commit("t", AddFiles((ref("a"), ref("b"))))
+    client.commit("t", AssignJobIds((AssignJobIdRequest("job", "root", ("a",)),)))
+    client.commit("t", ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("a",), ref("c")),)))
+    far_future = 2**62
+
+    assert client.files_ready_for_gc("t", far_future).files == ()  # unreferenced, not marked yet
+    file_store.mark_unreferenced(table.table_id, now=5_000)
+    ready = client.files_ready_for_gc("t", far_future)
+    assert [f.filename for f in ready.files] == ["a"] and ready.files[0].last_update_time == 5_000
+    assert client.files_ready_for_gc("t", 5_000).files == ()
