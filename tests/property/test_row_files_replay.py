@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import GroupMember, TransactionLogStateStore
 from statestore.errors import TransactionValidationError
 from statestore.memory import InMemoryFileReferenceStore, InMemoryTransactionLog
 from statestore.ports import FileReferenceStore
@@ -49,6 +49,7 @@ def run_both(data: st.DataObject, files: FileReferenceStore) -> None:
     on_log = TransactionLogStateStore(TABLE, STRING_SCHEMA, InMemoryTransactionLog(), clock=clock)
     in_rows = RowFilesStateStore(TABLE, STRING_SCHEMA, InMemoryTransactionLog(), files, clock=clock)
     names = Names()
+    names_used: list[int] = []
 
     def commit_both(transaction: Transaction) -> None:
         clock.now += 7
@@ -70,16 +71,34 @@ def run_both(data: st.DataObject, files: FileReferenceStore) -> None:
             points = sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3)))
             commit_both(InitialisePartitions(tuple(tree(STRING_SCHEMA, points))))
             continue
-        if data.draw(st.integers(0, 9)) == 0:
+        if data.draw(st.integers(0, 4)) == 0:
+            # A group drawn from one state: later members may clash with earlier ones (rejected alike).
+            members = []
+            for position in range(data.draw(st.integers(2, 5))):
+                for operation in data.draw(st.permutations(VALID_OPERATIONS)):
+                    chosen = operation(data, state, names)
+                    if chosen is not None:
+                        members.append(GroupMember(f"r{len(names_used)}-{position}", chosen))
+                        break
+            names_used.append(len(members))
+            clock.now += 7
+            on_log_outcome = on_log.commit_group(members)
+            rows_outcome = in_rows.commit_group(members)
+            assert set(rows_outcome.committed) == set(on_log_outcome.committed)
+            assert {k: type(e) for k, e in rows_outcome.rejected.items()} == {
+                k: type(e) for k, e in on_log_outcome.rejected.items()
+            }
+        elif data.draw(st.integers(0, 9)) == 0:
             transaction = invalid(data, state, names)
             assert transaction is not None
             commit_both(transaction)
             continue
-        for operation in data.draw(st.permutations(VALID_OPERATIONS)):
-            chosen = operation(data, state, names)
-            if chosen is not None:
-                commit_both(chosen)
-                break
+        else:
+            for operation in data.draw(st.permutations(VALID_OPERATIONS)):
+                chosen = operation(data, state, names)
+                if chosen is not None:
+                    commit_both(chosen)
+                    break
         log_state, rows_state = on_log.state(), in_rows.state()
         assert rows_state.partitions_by_id == log_state.partitions_by_id
         assert files_and_references(rows_state) == files_and_references(log_state)
