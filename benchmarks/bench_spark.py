@@ -47,7 +47,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from spark_client import DataStore, QueueCommitter, SyncCommitter, ingest, local_session, query  # noqa: E402
 from spark_client.committer import JobCommitter  # noqa: E402
 from statestore.client import StateStoreClient  # noqa: E402
-from statestore.engine import TransactionLogStateStore  # noqa: E402
+from statestore.engine import TableStateStore  # noqa: E402
 from statestore.schema import Schema  # noqa: E402
 
 SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string", "amount": "double"})
@@ -117,7 +117,7 @@ def measure(
     spark: SparkSession,
     df: DataFrame,
     rows: int,
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     data: DataStore,
     committer: JobCommitter,
     outcome_of: Callable[[str], object] | None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from statestore.commit_requests import CommitSender
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.errors import TransactionValidationError
 from statestore.ports import CommitOutcome, CommitStatus
 from statestore.transactions import Transaction
@@ -62,24 +62,24 @@ class JobCommitter(Protocol):
 
 
 class SyncCommitter:
-    """Commits directly through :meth:`TransactionLogStateStore.commit` (the caller does the conditional put).
+    """Commits directly through :meth:`TableStateStore.commit` (the caller does the conditional put).
 
     Fine for tests, benchmarks and rare writers. ``wait`` is ignored: the outcome is always final.
     Thread-safe: commits to one table are serialised on one store instance (the store is not
     thread-safe, and concurrent writers still coordinate through the log).
     """
 
-    def __init__(self, stores: Callable[[str], TransactionLogStateStore]) -> None:
+    def __init__(self, stores: Callable[[str], TableStateStore]) -> None:
         """``stores(table_id)`` builds a state store for a table; one is built per table and reused."""
         self._factory = stores
-        self._stores: dict[str, TransactionLogStateStore] = {}
+        self._stores: dict[str, TableStateStore] = {}
         self._lock = threading.Lock()
 
     @classmethod
-    def for_store(cls, store: TransactionLogStateStore) -> SyncCommitter:
+    def for_store(cls, store: TableStateStore) -> SyncCommitter:
         """A committer for the one table of ``store`` (used only by this committer from now on)."""
 
-        def only(table_id: str) -> TransactionLogStateStore:
+        def only(table_id: str) -> TableStateStore:
             if table_id != store.table_id:
                 raise ValueError(f"this committer only commits to table {store.table_id!r}, not {table_id!r}")
             return store

@@ -51,7 +51,7 @@ from spark_client.errors import CompactionFailedError
 from spark_client.file_io import merge_files
 from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
 from statestore.clock import now_millis
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.errors import StateStoreError
 from statestore.files import FileReference
 from statestore.partitions import Region
@@ -136,7 +136,7 @@ def plan_reference_splits(state: TableState) -> list[SplitFileReferenceRequest]:
     return requests
 
 
-def split_references_down(store: TransactionLogStateStore, committer: JobCommitter) -> int:
+def split_references_down(store: TableStateStore, committer: JobCommitter) -> int:
     """Commit :func:`plan_reference_splits`; returns how many references moved (0 if rejected or none)."""
     requests = plan_reference_splits(store.state())
     if not requests:
@@ -278,7 +278,7 @@ def run_jobs(
 
 
 def commit_jobs(
-    store: TransactionLogStateStore, data: DataStore, committer: JobCommitter, finished: list[FinishedJob]
+    store: TableStateStore, data: DataStore, committer: JobCommitter, finished: list[FinishedJob]
 ) -> tuple[list[FinishedJob], list[tuple[CompactionJob, str]], CommitReport | None]:
     """Commit finished jobs as one ReplaceFileReferences; returns ``(committed, lost, outcome)``.
 
@@ -317,7 +317,7 @@ def commit_jobs(
 
 def compact(
     spark: SparkSession,
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     data: DataStore,
     committer: JobCommitter,
     *,

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from spark_client.data_store import DataStore
 from statestore.clock import now_millis
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 
 DEFAULT_MIN_AGE_MS = 24 * 60 * 60 * 1000
 
 
 def find_orphan_files(
-    store: TransactionLogStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
+    store: TableStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
 ) -> list[str]:
     """Data files of the table not named in its state and last modified more than ``min_age_ms`` ago."""
     cutoff = now_millis() - min_age_ms
@@ -33,7 +33,7 @@ def find_orphan_files(
 
 
 def delete_orphan_files(
-    store: TransactionLogStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
+    store: TableStateStore, data: DataStore, min_age_ms: int = DEFAULT_MIN_AGE_MS
 ) -> list[str]:
     """Delete the files :func:`find_orphan_files` finds; returns their names."""
     orphans = find_orphan_files(store, data, min_age_ms)

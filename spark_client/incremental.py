@@ -33,7 +33,7 @@ from spark_client.data_store import DataStore
 from spark_client.errors import DataFileMissingError
 from spark_client.query import read_parts
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.errors import TransactionNotRetainedError
 from statestore.files import FileReference
 from statestore.transactions import AddFiles, Transaction, TransactionBatch
@@ -58,11 +58,13 @@ def added_references(transaction: Transaction) -> list[FileReference]:
     return []
 
 
-def files_added_between(store: TransactionLogStateStore, after: int, up_to: int) -> list[str]:
+def files_added_between(store: TableStateStore, after: int, up_to: int) -> list[str]:
     """Names of the files added by transactions ``after+1 .. up_to``, in commit order.
 
-    Raises TransactionNotRetainedError when cleanup already deleted some of those entries.
+    Raises TransactionNotRetainedError when cleanup already deleted some of those entries, and
+    UnsupportedByFileStoreError for a table whose files are not on its log.
     """
+    store.require_file_log("an incremental read")
     files: dict[str, None] = {}
     expected = after + 1
     for entry in store.log.read(store.table_id, after + 1, up_to):
@@ -80,7 +82,7 @@ def files_added_between(store: TransactionLogStateStore, after: int, up_to: int)
 
 
 def read_added_since(
-    spark: SparkSession, store: TransactionLogStateStore, data: DataStore, watermark: int
+    spark: SparkSession, store: TableStateStore, data: DataStore, watermark: int
 ) -> IncrementalBatch:
     """The rows of files added after ``watermark`` up to the latest transaction now, and the new watermark.
 
@@ -90,6 +92,7 @@ def read_added_since(
     """
     if watermark < 0:
         raise ValueError(f"a watermark is a transaction number >= 0, got {watermark}")
+    store.require_file_log("an incremental read")
     latest = store.log.latest_number(store.table_id)
     if latest < watermark:
         raise ValueError(

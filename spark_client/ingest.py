@@ -36,7 +36,7 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.file_io import WRITE_BATCH_ROWS, DataFileWriter
 from spark_client.leaves import leaf_index_column
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.files import FileReference
 from statestore.schema import Schema
 from statestore.transactions import AddFiles
@@ -85,7 +85,7 @@ def ingest_request_id(table_id: str, job_name: str, batch_id: str) -> str:
 
 def ingest(
     df: DataFrame,
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     data: DataStore,
     committer: JobCommitter,
     *,

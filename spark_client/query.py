@@ -17,7 +17,7 @@ from spark_client.data_store import DataStore
 from spark_client.datasource import can_read_planned, read_planned
 from spark_client.file_io import read_file, table_rows
 from spark_client.read_plan import MAX_READ_TASKS, ReadPlan, plan_query, plan_read, region_of
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.partitions import Region
 from statestore.schema import Key, Schema
 
@@ -53,7 +53,7 @@ def read_parts(
 
 def query(
     spark: SparkSession,
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     data: DataStore,
     region: Region | Mapping[str, tuple[Key | None, Key | None]] | None = None,
     *,

@@ -22,7 +22,7 @@ from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.file_io import read_batches
 from spark_client.leaves import depth
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.partitions import Partition, Region, new_partition_id
 from statestore.schema import Key, Schema
 from statestore.state import TableState
@@ -215,7 +215,7 @@ def decide_split(
 
 def split_partitions(
     spark: SparkSession,
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     data: DataStore,
     committer: JobCommitter,
     max_rows: int,
@@ -264,7 +264,7 @@ def split_partitions(
 
 
 def split_partition_at(
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     committer: JobCommitter,
     partition_id: str,
     dimension: int,

@@ -14,27 +14,49 @@ from statestore.errors import InvalidSchemaError, StateStoreError, TableAlreadyE
 from statestore.schema import Schema
 
 MAX_TABLE_NAME_LENGTH = 255
+# Where a table's file references live: on its transaction log, or as rows in PostgreSQL (design record 002).
+FILE_STORE_LOG = "log"
+FILE_STORE_POSTGRES = "postgres"
+FILE_STORES = (FILE_STORE_LOG, FILE_STORE_POSTGRES)
 
 
 @dataclass(frozen=True)
 class TableInfo:
-    """A table's identity: a generated ``table_id`` that never changes, and a unique, renameable name."""
+    """A table's identity: a generated ``table_id`` that never changes, and a unique, renameable name.
+
+    ``file_store`` says where its file references live (:data:`FILE_STORES`), chosen when it is created.
+    """
 
     table_id: str
     table_name: str
     schema: Schema
     properties: Mapping[str, str] = field(default_factory=dict)
     created_time: int = 0  # epoch milliseconds
+    file_store: str = FILE_STORE_LOG
+
+    def __post_init__(self) -> None:
+        check_file_store(self.file_store)
+
+    @property
+    def files_in_rows(self) -> bool:
+        """Whether the table's file references are rows of a file-reference store, not on its log."""
+        return self.file_store != FILE_STORE_LOG
 
     @classmethod
-    def new(cls, table_name: str, schema: Schema, properties: Mapping[str, str] | None = None) -> TableInfo:
-        """A new table's info with a fresh id, after checking the name and properties."""
+    def new(
+        cls,
+        table_name: str,
+        schema: Schema,
+        properties: Mapping[str, str] | None = None,
+        file_store: str = FILE_STORE_LOG,
+    ) -> TableInfo:
+        """A new table's info with a fresh id, after checking the name, properties and file store."""
         check_table_name(table_name)
         props = dict(properties or {})
         for key, value in props.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StateStoreError(f"table properties must map strings to strings, got {key!r}: {value!r}")
-        return cls(str(uuid.uuid4()), table_name, schema, props, now_millis())
+        return cls(str(uuid.uuid4()), table_name, schema, props, now_millis(), file_store)
 
     def renamed(self, new_name: str) -> TableInfo:
         return replace(self, table_name=new_name)
@@ -46,6 +68,7 @@ class TableInfo:
             "schema": self.schema.to_json(),
             "properties": dict(self.properties),
             "created_time": self.created_time,
+            "file_store": self.file_store,
         }
 
     @classmethod
@@ -57,9 +80,19 @@ class TableInfo:
                 schema=Schema.from_json(data["schema"]),
                 properties=dict(data.get("properties", {})),
                 created_time=int(data.get("created_time", 0)),
+                file_store=data.get("file_store", FILE_STORE_LOG),
             )
         except KeyError as e:
             raise StateStoreError(f"table record is missing {e.args[0]!r}") from e
+
+
+def check_file_store(file_store: object) -> None:
+    """Raise StateStoreError unless ``file_store`` names a place file references can live."""
+    if file_store not in FILE_STORES:
+        raise StateStoreError(
+            f"unknown file store {file_store!r} for a table's file references: use one of "
+            + ", ".join(FILE_STORES)
+        )
 
 
 def check_table_name(name: object) -> None:

@@ -43,11 +43,12 @@ from statestore import layout, resources
 from statestore.catalog import TableIndex, TableInfo
 from statestore.clock import now_millis
 from statestore.commit_requests import body_key_time
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore, TransactionLogStateStore
 from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
 from statestore.jobs_reader import save_job_model_beside_snapshot
 from statestore.orphans import find_orphan_files
-from statestore.ports import BlobStore, SnapshotInfo, TransactionLogStore
+from statestore.ports import BlobStore, FileReferenceStore, SnapshotInfo, TransactionLogStore
+from statestore.row_files import RowFilesStateStore
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import DeleteFiles, ReleaseClaims
 
@@ -162,6 +163,8 @@ class CleanupReport:
     released_jobs: tuple[str, ...] = ()  # the jobs that held them, presumed dead
     orphan_files_deleted: int = 0  # data objects nothing named, older than the GC delay
     orphan_log_bodies_deleted: int = 0  # objects under the log prefix no log entry holds
+    files_marked_unreferenced: int = 0  # postgres tables: files found with no reference, marked for GC
+    requests_forgotten: int = 0  # postgres tables: request ids older than any redelivery, forgotten
 
 
 def gc_delay_ms(table: TableInfo, default_ms: int = DEFAULT_GC_DELAY_MS) -> int:
@@ -200,7 +203,7 @@ def may_delete_data_file(table_id: str, filename: str) -> bool:
 
 
 def cleanup_table(
-    store: TransactionLogStateStore,
+    store: TableStateStore,
     table: TableInfo,
     snapshots: SnapshotStore,
     blobs: BlobStore,
@@ -231,10 +234,19 @@ def cleanup_table(
 
     released_jobs, claims_released = release_expired_claims(store, before=now - policy.claim_expiry_ms)
 
-    # Data files.
-    state = store.state()
+    # Data files. A table whose files are rows collects them in two phases: files that lost their last
+    # reference are marked now, and those marked before the delay are deleted (the rows keep no history
+    # of when a reference went, so the mark stands in for the log's update time).
     gc_before = now - gc_delay_ms(table, policy.gc_delay_ms)
-    ready = sorted(state.files_ready_for_gc(before=gc_before))
+    marked = forgotten = 0
+    if isinstance(store, RowFilesStateStore):
+        marked = store.file_store.mark_unreferenced(table_id, now)
+        ready = sorted(store.file_store.files_ready_for_gc(table_id, before=gc_before))
+        forgotten = store.file_store.forget_requests(
+            table_id, before=now - resources.COMMIT_STATUS_RETENTION_SECONDS * 1000
+        )
+    else:
+        ready = sorted(store.state().files_ready_for_gc(before=gc_before))
     refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
     if refused:
         logger.warning(
@@ -289,10 +301,12 @@ def cleanup_table(
         released_jobs=released_jobs,
         orphan_files_deleted=len(orphans),
         orphan_log_bodies_deleted=len(orphan_bodies),
+        files_marked_unreferenced=marked,
+        requests_forgotten=forgotten,
     )
 
 
-def release_expired_claims(store: TransactionLogStateStore, before: int) -> tuple[tuple[str, ...], int]:
+def release_expired_claims(store: TableStateStore, before: int) -> tuple[tuple[str, ...], int]:
     """Release every claim made before ``before`` (epoch ms) in one ``ReleaseClaims``; returns the jobs that
     held them and how many references were freed.
 
@@ -313,7 +327,7 @@ def release_expired_claims(store: TransactionLogStateStore, before: int) -> tupl
     return jobs, count
 
 
-def _commit_delete_files(store: TransactionLogStateStore, filenames: list[str]) -> int:
+def _commit_delete_files(store: TableStateStore, filenames: list[str]) -> int:
     """Commit ``DeleteFiles`` for those of ``filenames`` still in the state (another cleanup may have been
     first); returns how many commits were made (0 or 1)."""
     try:
@@ -378,6 +392,8 @@ def snapshot_table(
     """Snapshot ``table`` if its log moved at least ``min_transactions`` since its latest snapshot.
 
     A table that has not moved is skipped without loading it (:func:`transactions_since_snapshot`).
+    A table whose files are rows is snapshotted from its log alone: its partitions (the file store keeps
+    the files and needs no snapshot), and it moves only when its partitions do.
     ``stores`` keeps tables' states warm between calls (a Lambda container's). A failure of the store is
     reported in the outcome, not raised.
     """
@@ -397,7 +413,8 @@ def snapshot_table(
             written = snapshots.write(table_id, state, clock())
         except StaleSnapshotError as e:
             return SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}")
-        save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
+        if not table.files_in_rows:  # a postgres table's log holds no file transaction: no job history
+            save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
         return SnapshotOutcome(table_id, snapshot=written)
     except StateStoreError as e:
         logger.exception("could not snapshot table %r", table_id)
@@ -421,10 +438,14 @@ def cleanup_tables(
     *,
     policy: CleanupPolicy | None = None,
     clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
 ) -> list[CleanupOutcome]:
     """Clean up every table, one after another (see :func:`cleanup_one`); a failing table is reported and the
     others go on."""
-    return [cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock) for table in tables.list()]
+    return [
+        cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)
+        for table in tables.list()
+    ]
 
 
 def cleanup_one(
@@ -435,9 +456,22 @@ def cleanup_one(
     *,
     policy: CleanupPolicy | None = None,
     clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
 ) -> CleanupOutcome:
-    """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised."""
-    store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
+    """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised.
+    ``file_store`` holds the files of a table that keeps them as rows (without it such a table is reported
+    as an error)."""
+    store: TableStateStore
+    if not table.files_in_rows:
+        store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
+    elif file_store is None:
+        return CleanupOutcome(
+            table.table_id,
+            error=f"table {table.table_name!r} keeps its file references in {table.file_store}, and cleanup "
+            "was given no file store (set STATESTORE_POSTGRES_URL)",
+        )
+    else:
+        store = RowFilesStateStore(table.table_id, table.schema, log, file_store, snapshots, clock=clock)
     try:
         report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
     except StateStoreError as e:

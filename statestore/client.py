@@ -10,16 +10,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from statestore import layout, reports
-from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo, parse_schema
-from statestore.engine import CommitResult, RetryPolicy, TransactionLogStateStore
-from statestore.errors import TableNotFoundError
+from statestore.catalog import FILE_STORE_LOG, InMemoryTableIndex, TableIndex, TableInfo, parse_schema
+from statestore.engine import CommitResult, RetryPolicy, TableStateStore, TransactionLogStateStore
+from statestore.errors import StateStoreError, TableNotFoundError, UnsupportedByFileStoreError
 from statestore.files import TableFile
 from statestore.jobs_model import JobRun, JobState
 from statestore.jobs_reader import JobStatusReader, save_job_model_beside_snapshot
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.partitions import Partition, partitions_from_split_points
-from statestore.ports import BlobStore, SnapshotInfo, SnapshotMetadataStore, TransactionLogStore
+from statestore.ports import (
+    BlobStore,
+    FileReferenceStore,
+    SnapshotInfo,
+    SnapshotMetadataStore,
+    TransactionLogStore,
+)
 from statestore.resources import ResourceNames
+from statestore.row_files import RowFilesStateStore
 from statestore.schema import Key, Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
@@ -31,6 +38,8 @@ class StateStoreClient:
 
     Tables are named by name or by id wherever ``table`` is asked for; a name is tried first.
     Thread-safe as far as its ports are; each :meth:`state_store` is for one thread.
+    ``file_store`` holds the files of tables created with ``file_store="postgres"`` (None: such tables
+    cannot be opened).
     """
 
     def __init__(
@@ -41,19 +50,22 @@ class StateStoreClient:
         blobs: BlobStore,
         *,
         retry: RetryPolicy | None = None,
+        file_store: FileReferenceStore | None = None,
     ) -> None:
         self.table_index = table_index
         self.log = log
         self.snapshots = SnapshotStore(snapshot_metadata, blobs)
         self.blobs = blobs
         self.retry = retry
+        self.file_store = file_store
 
     @classmethod
-    def in_memory(cls) -> StateStoreClient:
-        """Everything in this process: for tests, examples and the in-memory demo."""
+    def in_memory(cls, file_store: FileReferenceStore | None = None) -> StateStoreClient:
+        """Everything in this process: for tests, examples and the in-memory demo. ``file_store`` (e.g. an
+        :class:`statestore.memory.InMemoryFileReferenceStore`) holds the files of postgres tables."""
         blobs = InMemoryBlobStore()
         log = InMemoryTransactionLog(blobs)
-        return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs)
+        return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs, file_store=file_store)
 
     @classmethod
     def for_aws(
@@ -63,19 +75,27 @@ class StateStoreClient:
         *,
         region: str | None = None,
         provision: bool = False,
+        file_store: FileReferenceStore | None = None,
         **connect: Any,
     ) -> StateStoreClient:
         """The instance named by ``resources`` on AWS, or on a local endpoint such as a moto server.
 
         ``provision=True`` first creates any missing tables and the bucket (embedded mode and tests).
-        Extra keyword arguments go to :meth:`statestore.aws.backend.AwsBackend.connect`.
+        ``file_store`` holds the files of postgres tables. Extra keyword arguments go to
+        :meth:`statestore.aws.backend.AwsBackend.connect`.
         """
         from statestore.aws.backend import AwsBackend
 
         backend = AwsBackend.connect(resources, endpoint_url, region=region, **connect)
         if provision:
             backend.provision()
-        return cls(backend.table_index, backend.log, backend.snapshot_metadata, backend.blobs)
+        return cls(
+            backend.table_index,
+            backend.log,
+            backend.snapshot_metadata,
+            backend.blobs,
+            file_store=file_store,
+        )
 
     # --- tables ---------------------------------------------------------------------------------
 
@@ -85,15 +105,21 @@ class StateStoreClient:
         schema: Schema | Mapping[str, Any] | str,
         split_points: Sequence[Key] | None = None,
         properties: Mapping[str, str] | None = None,
+        file_store: str = FILE_STORE_LOG,
     ) -> TableInfo:
         """Add a table and initialise its partitions (cut at ``split_points`` on the first row key).
 
+        ``file_store`` says where its file references live: ``"log"`` (its transaction log) or
+        ``"postgres"`` (rows of this client's file store; partitions stay on the log).
         Raises InvalidSchemaError, InvalidKeyError/InvalidPartitionSplitError for bad split points (nothing
-        is written), TableAlreadyExistsError if the name is taken.
+        is written), TableAlreadyExistsError if the name is taken, StateStoreError for an unknown file
+        store or a postgres table on a client without one.
         """
         parsed = parse_schema(schema)
         partitions = partitions_from_split_points(parsed, list(split_points or []))
-        table = TableInfo.new(name, parsed, properties)
+        table = TableInfo.new(name, parsed, properties, file_store)
+        if table.files_in_rows:
+            self._require_file_store(table)
         self.table_index.create(table)
         try:
             self._open(table).commit(InitialisePartitions(tuple(partitions)))
@@ -126,6 +152,8 @@ class StateStoreClient:
         """Delete a table: its log with the bodies, its snapshots, every object under its prefix, and last
         its index entries, so an interrupted delete can simply be run again."""
         info = self.get_table(table)
+        if info.files_in_rows:
+            self._require_file_store(info).delete_table(info.table_id)
         self.log.delete_table(info.table_id)
         self.snapshots.delete_table(info.table_id)
         self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
@@ -133,14 +161,36 @@ class StateStoreClient:
 
     # --- state ----------------------------------------------------------------------------------
 
-    def state_store(self, table: str) -> TransactionLogStateStore:
+    def state_store(self, table: str) -> TableStateStore:
         """A state store for one table (give each thread its own)."""
         return self._open(self.get_table(table))
 
-    def _open(self, info: TableInfo) -> TransactionLogStateStore:
+    def _open(self, info: TableInfo) -> TableStateStore:
+        if info.files_in_rows:
+            return RowFilesStateStore(
+                info.table_id,
+                info.schema,
+                self.log,
+                self._require_file_store(info),
+                self.snapshots,
+                retry=self.retry,
+            )
         return TransactionLogStateStore(
             info.table_id, info.schema, self.log, self.snapshots, retry=self.retry
         )
+
+    def _require_file_store(self, info: TableInfo) -> FileReferenceStore:
+        """This client's file store, for a table that keeps its files in one. Raises StateStoreError when
+        the client has none."""
+        if not info.files_in_rows:
+            raise StateStoreError(f"table {info.table_name!r} keeps its files on its transaction log")
+        if self.file_store is None:
+            raise StateStoreError(
+                f"table {info.table_name!r} keeps its file references in {info.file_store}, and this client "
+                "has no file store: give one (the CLI's --postgres-url or STATESTORE_POSTGRES_URL, or "
+                "StateStoreClient(..., file_store=...))"
+            )
+        return self.file_store
 
     def state(self, table: str, as_of: int | None = None) -> TableState:
         """The table's state now, or as of transaction ``as_of`` while the log still holds it."""
@@ -162,8 +212,22 @@ class StateStoreClient:
         return self.state(table).is_assigned(job_id, partition_id, filenames)
 
     def files_ready_for_gc(self, table: str, before: int, limit: int | None = None) -> reports.GcCandidates:
-        """Files with no references since before ``before`` (epoch ms), oldest first, at most ``limit``."""
-        return reports.files_ready_for_gc(self.state(table), before, limit)
+        """Files with no references since before ``before`` (epoch ms), oldest first, at most ``limit``.
+
+        For a table whose files are rows, "since" counts from when garbage collection's first phase marked
+        the file (its rows do not say when its last reference went): exactly what cleanup would delete.
+        """
+        info = self.get_table(table)
+        state = self._open(info).state()
+        if info.files_in_rows:
+            marked = set(self._require_file_store(info).files_ready_for_gc(info.table_id, before))
+            state = TableState(
+                info.schema,
+                state.partitions_by_id,
+                {name: f for name, f in state.files_by_name.items() if name in marked},
+                state.transaction_number,
+            )
+        return reports.files_ready_for_gc(state, before, limit)
 
     def files_report(self, table: str, limit: int | None = None) -> reports.FilesReport:
         """Referenced and unreferenced files, at most ``limit`` of each, with their totals."""
@@ -186,7 +250,8 @@ class StateStoreClient:
         since the last snapshot."""
         info = self.get_table(table)
         written = self._open(info).create_snapshot()
-        if written is not None:
+        # A postgres table's log holds no file transaction, so it has no job history to save.
+        if written is not None and not info.files_in_rows:
             save_job_model_beside_snapshot(
                 info.table_id, info.schema, self.log, self.snapshots, written.transaction_number
             )
@@ -197,6 +262,8 @@ class StateStoreClient:
     def job_status_reader(self, table: str) -> JobStatusReader:
         """A reader of the table's job-status model (keep it to read only new entries on each call)."""
         info = self.get_table(table)
+        if info.files_in_rows:
+            raise UnsupportedByFileStoreError(info.table_id, "the job history")
         return JobStatusReader(info.table_id, info.schema, self.log, self.snapshots)
 
     def jobs(

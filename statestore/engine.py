@@ -13,11 +13,13 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry, encode_transaction
+from statestore.commit_results import CommitResult, GroupCommitResult, GroupMember
+from statestore.commit_results import TableStateStore as TableStateStore
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -52,37 +54,6 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
-class GroupMember:
-    """One request of a group commit: ``key`` (the commit request id) names it in the log entry.
-
-    ``stored_body`` is ``(blob key, bytes)`` of an object under the table's log body prefix that already
-    holds the transaction's JSON: the entry then points at it (as an attachment) instead of holding it.
-    """
-
-    key: str
-    transaction: Transaction
-    stored_body: tuple[str, bytes] | None = None
-
-
-@dataclass(frozen=True)
-class GroupCommitResult:
-    """What a group commit did with each member.
-
-    ``committed`` members are in entry ``transaction_number`` (None when nothing was written); ``found``
-    maps members already in the log to their entry; ``rejected`` holds each invalid member's error;
-    ``skipped_parts`` the parts of committed members that were skipped, with their reasons.
-    """
-
-    transaction_number: int | None
-    update_time: int | None
-    attempts: int
-    committed: tuple[str, ...]
-    found: dict[str, int]
-    rejected: dict[str, TransactionValidationError]
-    skipped_parts: dict[str, tuple[tuple[str, str], ...]]
-
-
-@dataclass(frozen=True)
 class _Draft:
     """What one attempt would append: the transaction, the undo mark it was applied under (None: not applied
     yet, apply it on success to the state it was validated on), its encoded body and the bodies that body
@@ -93,16 +64,6 @@ class _Draft:
     encoded: tuple[bytes, bool]
     rejected_parts: tuple[tuple[str, str], ...]
     attachments: tuple[tuple[str, bytes], ...] = ()
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """Where a committed transaction landed, and the parts of it that were skipped with their reasons."""
-
-    transaction_number: int
-    update_time: int
-    attempts: int = 1
-    rejected_parts: tuple[tuple[str, str], ...] = field(default=())
 
 
 def entries_after(
@@ -160,6 +121,13 @@ class TransactionLogStateStore:
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
 
     # --- reading --------------------------------------------------------------------------------
+
+    def require_file_log(self, what: str) -> None:
+        """Nothing: every file transaction of this table is on its log (``what`` needs them)."""
+
+    def read_log_to_end(self) -> int:
+        """Catch up with the log; returns the number of its last entry."""
+        return self.state().transaction_number
 
     def state(self) -> TableState:
         """The up-to-date state (strongly consistent). Treat it as read-only."""

@@ -175,6 +175,21 @@ class TransactionNotRetainedError(StateStoreError):
     """The log entries needed to rebuild the requested point in time were deleted by cleanup."""
 
 
+class UnsupportedByFileStoreError(StateStoreError):
+    """The table keeps its files in a file-reference store (PostgreSQL), which holds only the current state:
+    what needs the history of its file transactions (time travel, incremental reads, job history) needs a
+    table whose files are on the transaction log."""
+
+    def __init__(self, table_id: str, what: str) -> None:
+        super().__init__(
+            f"table {table_id!r} keeps its file references in PostgreSQL, which holds only the current "
+            f"state: {what} needs the history of its file transactions, which only a table whose files "
+            "are on the transaction log keeps (create the table with --file-store log for that)"
+        )
+        self.table_id = table_id
+        self.what = what
+
+
 class TableNotFoundError(StateStoreError):
     def __init__(self, table: str) -> None:
         super().__init__(f"table not found: {table!r}")

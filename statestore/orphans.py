@@ -19,7 +19,7 @@ from typing import Any
 
 from statestore import layout
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.ports import BlobStore, SnapshotMetadataStore
 
 
@@ -30,7 +30,7 @@ class OrphanFile:
 
 
 def find_orphan_files(
-    store: TransactionLogStateStore, snapshots: SnapshotMetadataStore, blobs: BlobStore, *, before: int
+    store: TableStateStore, snapshots: SnapshotMetadataStore, blobs: BlobStore, *, before: int
 ) -> list[OrphanFile]:
     """Objects under the table's data prefix named by neither its state nor a log entry since its latest
     snapshot, last modified before ``before`` (epoch ms), sorted by name."""

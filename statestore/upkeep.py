@@ -44,7 +44,7 @@ from statestore.cleanup import (
 from statestore.clock import now_millis
 from statestore.engine import TransactionLogStateStore
 from statestore.errors import StateStoreError, TableNotFoundError
-from statestore.ports import BlobStore, CommitQueue, QueueMessage, TransactionLogStore
+from statestore.ports import BlobStore, CommitQueue, FileReferenceStore, QueueMessage, TransactionLogStore
 from statestore.snapshots import SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -244,11 +244,13 @@ def run_cleanup_work(
     first_received_at: int,
     policy: CleanupPolicy | None = None,
     clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
 ) -> CleanupOutcome:
-    """Clean up the work's table (see :func:`statestore.cleanup.cleanup_table`)."""
+    """Clean up the work's table (see :func:`statestore.cleanup.cleanup_table`); ``file_store`` holds the
+    files of tables that keep them as rows."""
     if work.kind is not UpkeepKind.CLEANUP:
         raise MalformedWorkError(f"{work.kind.value} work on the cleanup queue, for table {work.table_id!r}")
     table = _table_for(work, tables, first_received_at)
     if isinstance(table, str):
         return CleanupOutcome(work.table_id, skipped=table)
-    return cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock)
+    return cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from statestore import resources
 from statestore.aws.clients import AwsCaller, cancellation_reasons
-from statestore.catalog import TableIndex, TableInfo, check_table_name
+from statestore.catalog import FILE_STORE_LOG, TableIndex, TableInfo, check_table_name
 from statestore.errors import StateStoreError, TableAlreadyExistsError, TableNotFoundError
 from statestore.schema import Schema
 
@@ -19,6 +19,7 @@ _NAME = resources.TABLE_NAME
 _SCHEMA = "schema"  # JSON
 _PROPERTIES = "properties"  # JSON object of strings
 _CREATED = "created_time"
+_FILE_STORE = "file_store"  # absent on records written before tables could keep files in PostgreSQL: "log"
 
 _RENAME_ATTEMPTS = 5
 
@@ -195,6 +196,7 @@ def _record_item(table: TableInfo) -> dict[str, Any]:
         _SCHEMA: {"S": json.dumps(table.schema.to_json(), sort_keys=True)},
         _PROPERTIES: {"S": json.dumps(dict(table.properties), sort_keys=True)},
         _CREATED: {"N": str(table.created_time)},
+        _FILE_STORE: {"S": table.file_store},
     }
 
 
@@ -209,4 +211,5 @@ def _record(item: dict[str, Any]) -> TableInfo:
         schema=Schema.from_json(item[_SCHEMA]["S"]),
         properties=json.loads(item[_PROPERTIES]["S"]),
         created_time=int(item[_CREATED]["N"]),
+        file_store=item.get(_FILE_STORE, {}).get("S", FILE_STORE_LOG),
     )

@@ -196,6 +196,7 @@ def table_json(table: TableInfo) -> dict[str, Any]:
         "schema": table.schema.to_json(),
         "properties": dict(table.properties),
         "created_time": table.created_time,
+        "file_store": table.file_store,
     }
 
 

@@ -33,6 +33,7 @@ environment:
   AWS_ENDPOINT_URL_DYNAMODB  default for --dynamodb-endpoint-url (:4567 from `statestore local`)
   STATESTORE_INSTANCE_ID     default for --instance (else "local")
   STATESTORE_RESOURCES       default for --resources-json (the stack's output)
+  STATESTORE_POSTGRES_URL    default for --postgres-url (where postgres tables keep their file references)
 """
 
 # How long the CLI waits for a commit outcome when --wait is given without a number.
@@ -72,6 +73,13 @@ def global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help="the stack's STATESTORE_RESOURCES output, or a file holding it (default: $STATESTORE_RESOURCES)",
     )
     group.add_argument("--region", metavar="REGION", default=default, help="AWS region (default: AWS config)")
+    group.add_argument(
+        "--postgres-url",
+        metavar="URL",
+        default=default,
+        help="the PostgreSQL database that tables created with --file-store postgres keep their file "
+        "references in (default: $STATESTORE_POSTGRES_URL)",
+    )
     group.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS if suppress else False, help="JSON output"
     )

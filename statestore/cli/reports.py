@@ -79,7 +79,7 @@ def _more_text(shown: int, total: int, what: str) -> str:
 def cmd_gc(s: Session) -> int:
     table = s.table(s.args.table)
     before = _before(s.args.before)
-    ready = reports.files_ready_for_gc(s.client.state(table.table_id), before, s.args.limit)
+    ready = s.client.files_ready_for_gc(table.table_id, before, s.args.limit)
 
     def human() -> str:
         if not ready.files:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help
     from statestore.aws.backend import AwsBackend
     from statestore.client import StateStoreClient
     from statestore.commit_requests import CommitSender
-    from statestore.ports import CommitStatusStore
+    from statestore.ports import CommitStatusStore, FileReferenceStore
 
 
 class Session:
@@ -79,7 +79,23 @@ class Session:
         from statestore.client import StateStoreClient
 
         b = self.backend
-        return StateStoreClient(b.table_index, b.log, b.snapshot_metadata, b.blobs)
+        return StateStoreClient(
+            b.table_index, b.log, b.snapshot_metadata, b.blobs, file_store=self.file_store
+        )
+
+    @cached_property
+    def postgres_url(self) -> str | None:
+        url: str | None = (
+            getattr(self.args, "postgres_url", None) or os.environ.get("STATESTORE_POSTGRES_URL") or None
+        )
+        return url
+
+    @cached_property
+    def file_store(self) -> FileReferenceStore | None:
+        """The file store of postgres tables, when ``--postgres-url`` (or $STATESTORE_POSTGRES_URL) is set."""
+        if self.postgres_url is None:
+            return None
+        return postgres_file_store(self.postgres_url)
 
     @property
     def statuses(self) -> CommitStatusStore:
@@ -126,6 +142,23 @@ class Session:
 
     def where(self) -> str:
         return self.endpoint_url or "AWS"
+
+
+def postgres_file_store(url: str) -> FileReferenceStore:
+    """The file-reference store in the PostgreSQL database at ``url`` (the one place the CLI, and the
+    Lambdas through the same call, connect to one). Raises CliError when the PostgreSQL adapter is not
+    installed."""
+    try:
+        import statestore.postgres as postgres  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:
+        raise CliError(
+            "--postgres-url / STATESTORE_POSTGRES_URL is set, but the PostgreSQL file store cannot be "
+            f"loaded ({e}); install statestore with its postgres extra, or leave the URL unset to use "
+            "only tables whose files are on the log",
+            EXIT_USAGE,
+        ) from None
+    store: FileReferenceStore = postgres.connect_file_store(url)
+    return store
 
 
 def _parse_resources(raw: str) -> ResourceNames:

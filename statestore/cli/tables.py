@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from statestore.catalog import FILE_STORE_LOG, FILE_STORES
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command
@@ -48,6 +49,14 @@ def register(commands: Any, command: Command) -> None:
         "--split-point", metavar="V", action="append", help="a split point (repeat for several)"
     )
     p.add_argument("--property", metavar="NAME=VALUE", action="append", help="a table property (repeatable)")
+    p.add_argument(
+        "--file-store",
+        choices=FILE_STORES,
+        default=FILE_STORE_LOG,
+        help="where the table keeps its file references: on its transaction log (default), or in PostgreSQL "
+        "(give --postgres-url; partitions stay on the log, and time travel, incremental reads and job "
+        "history need the log)",
+    )
     command(table_commands, "list", "list the tables", cmd_tables_list)
     p = command(table_commands, "show", "a table's schema, properties and state in figures", cmd_tables_show)
     p.add_argument("name", metavar="TABLE")
@@ -85,7 +94,7 @@ def cmd_tables_create(s: Session) -> int:
         f"creating table {args.name!r} with {fmt.plural(len(points), 'split point')} at {s.where()}"
     )
     try:
-        table = s.client.create_table(args.name, schema, points, properties)
+        table = s.client.create_table(args.name, schema, points, properties, args.file_store)
     except TableAlreadyExistsError as e:
         raise CliError(f"{e}; choose another name, or delete it first (statestore tables delete)") from None
     leaves = sum(1 for p in partitions if p.leaf)
@@ -160,26 +169,27 @@ def _properties(pairs: Sequence[str]) -> dict[str, str]:
 def cmd_tables_list(s: Session) -> int:
     tables = s.client.list_tables()
     latest = {t.table_id: s.client.log.latest_number(t.table_id) for t in tables}
-    s.out.result(
-        [{**fmt.table_json(t), "transaction_number": latest[t.table_id]} for t in tables],
-        lambda: (
-            fmt.render_table(
-                ["NAME", "TABLE ID", "ROW KEYS", "TRANSACTIONS", "CREATED"],
-                [
-                    [
-                        t.table_name,
-                        t.table_id,
-                        fmt.schema_text(t.schema.row_keys),
-                        latest[t.table_id],
-                        fmt.format_time(t.created_time),
-                    ]
-                    for t in tables
-                ],
-            )
-            if tables
-            else f"no tables in instance {s.resources.instance_id!r} (add one: `statestore tables create`)"
-        ),
-    )
+    # Where files live is a column only once some table keeps them elsewhere than on its log.
+    show_file_store = any(t.files_in_rows for t in tables)
+
+    def human() -> str:
+        if not tables:
+            return f"no tables in instance {s.resources.instance_id!r} (add one: `statestore tables create`)"
+        header = ["NAME", "TABLE ID", "ROW KEYS", *(["FILES IN"] if show_file_store else []), "TRANSACTIONS"]
+        rows = [
+            [
+                t.table_name,
+                t.table_id,
+                fmt.schema_text(t.schema.row_keys),
+                *([t.file_store] if show_file_store else []),
+                latest[t.table_id],
+                fmt.format_time(t.created_time),
+            ]
+            for t in tables
+        ]
+        return fmt.render_table([*header, "CREATED"], rows)
+
+    s.out.result([{**fmt.table_json(t), "transaction_number": latest[t.table_id]} for t in tables], human)
     return EXIT_OK
 
 
@@ -224,6 +234,7 @@ def cmd_tables_show(s: Session) -> int:
                 ("sort keys", fmt.schema_text(table.schema.sort_keys)),
                 ("values", fmt.schema_text(table.schema.values)),
                 ("properties", properties),
+                ("files in", table.file_store),
                 ("transaction", state.transaction_number),
                 ("partitions", f"{len(state.partitions_by_id)} ({fmt.plural(leaves, 'leaf', 'leaves')})"),
                 ("files", f"{len(state.files_by_name)} ({unreferenced} awaiting garbage collection)"),

@@ -27,8 +27,9 @@ from statestore.committer.group import WarmTable, commit_fresh, find_in_log
 from statestore.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.committer.sorting import FreshRequest, SortedBatch, parse_message, sort_batch, split_copies
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.engine import RetryPolicy, TableStateStore, TransactionLogStateStore
 from statestore.errors import StateStoreError, TableNotFoundError
+from statestore.file_rows import ROW_TRANSACTION_TYPES
 from statestore.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -36,9 +37,11 @@ from statestore.ports import (
     CommitOutcome,
     CommitQueue,
     CommitStatusStore,
+    FileReferenceStore,
     QueueMessage,
     TransactionLogStore,
 )
+from statestore.row_files import RowFilesStateStore
 from statestore.snapshots import SnapshotStore
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
@@ -49,6 +52,9 @@ SENT_TIME_SKEW_MS = 5 * 60 * 1000
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
 MAX_REASON_CHARS = resources.MAX_DEAD_LETTER_REASON_CHARS
+# Requests a table whose files are rows commits to its file store, which records their request ids for
+# longer than any redelivery: such a redelivered request is found there, never undecidable.
+_ROW_REQUEST_TYPES = frozenset(t.TYPE for t in ROW_TRANSACTION_TYPES)
 
 
 @dataclass
@@ -56,6 +62,11 @@ class BatchCommitter:
     """Commits batches of commit request messages. Keep one per process: it keeps tables warm between calls.
 
     Not thread-safe; the queue gives each table's messages to one consumer at a time.
+
+    ``file_store`` holds the files of tables whose record says they keep them as rows (postgres). Without
+    one, such a table's messages are retried (not dead-lettered): the committer is misconfigured, the
+    requests are fine, and they commit once it is given one; the queue's redrive policy dead-letters them
+    if that never happens.
     """
 
     tables: TableIndex
@@ -64,6 +75,7 @@ class BatchCommitter:
     statuses: CommitStatusStore
     blobs: BlobStore
     dead_letters: CommitQueue
+    file_store: FileReferenceStore | None = None
     retry_policy: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
     clock: Callable[[], int] = now_millis
     sleep: Callable[[float], None] = time.sleep
@@ -183,6 +195,8 @@ class BatchCommitter:
         dead-lettered for an operator to see, with a final "unknown" status so that no copy of it is ever
         applied. (The others found in the log are left in ``table.followed`` for the commit to see.)"""
         redelivered = [request for request in firsts if request.message.receive_count > 1]
+        if table.info.files_in_rows:
+            redelivered = [r for r in redelivered if r.envelope.transaction_type not in _ROW_REQUEST_TYPES]
         if not redelivered:
             return {}
         since = min(request.message.sent_timestamp for request in redelivered) - self.sent_time_skew_ms
@@ -220,21 +234,41 @@ class BatchCommitter:
         except TableNotFoundError:
             self._tables.pop(table_id, None)
             raise
-        if table is not None and table.info.schema == info.schema:
+        if table is not None and (table.info.schema, table.info.file_store) == (info.schema, info.file_store):
             table.info, table.checked_time = info, now
             return table
         followed = FollowedRequests(self.remembered_entries)
-        store = TransactionLogStateStore(
-            table_id,
-            info.schema,
-            self.log,
-            self.snapshots,
-            retry=self.retry_policy,
-            clock=self.clock,
-            sleep=self.sleep,
-            rng=self.rng,
-            on_follow=followed.follow,
-        )
+        store: TableStateStore
+        if info.files_in_rows:
+            if self.file_store is None:
+                raise StateStoreError(
+                    f"table {info.table_name!r} keeps its file references in {info.file_store}, and this "
+                    "committer has no file store (set STATESTORE_POSTGRES_URL); its requests wait for one"
+                )
+            store = RowFilesStateStore(
+                table_id,
+                info.schema,
+                self.log,
+                self.file_store,
+                self.snapshots,
+                retry=self.retry_policy,
+                clock=self.clock,
+                sleep=self.sleep,
+                rng=self.rng,
+                on_follow=followed.follow,
+            )
+        else:
+            store = TransactionLogStateStore(
+                table_id,
+                info.schema,
+                self.log,
+                self.snapshots,
+                retry=self.retry_policy,
+                clock=self.clock,
+                sleep=self.sleep,
+                rng=self.rng,
+                on_follow=followed.follow,
+            )
         table = self._tables[table_id] = WarmTable(info, store, followed, now)
         return table
 

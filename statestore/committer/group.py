@@ -14,7 +14,7 @@ from statestore.committer.followed import FollowedRequests
 from statestore.committer.messages import CommitterStats
 from statestore.committer.sorting import FreshRequest
 from statestore.committer_stats import BatchStatsBuilder
-from statestore.engine import GroupMember, TransactionLogStateStore
+from statestore.engine import GroupMember, TableStateStore
 from statestore.errors import BlobNotFoundError, CodecError, StateStoreError
 from statestore.ports import BlobStore, TransactionLogStore
 from statestore.transactions import request_ids_of
@@ -29,7 +29,7 @@ class WarmTable:
     """A table the committer keeps loaded between batches, with the request ids of its newest entries."""
 
     info: TableInfo
-    store: TransactionLogStateStore
+    store: TableStateStore
     followed: FollowedRequests
     checked_time: int
 
@@ -47,13 +47,13 @@ def find_in_log(
     Returns the request ids it could not decide: not found, but the search could not reach back to
     ``since`` (cleanup deleted the entries, or the scan limit was reached).
     """
-    state = table.store.state()
-    table.followed.follow_to(state.transaction_number)
+    last_number = table.store.read_log_to_end()
+    table.followed.follow_to(last_number)
     missing = {r for r in request_ids if table.followed.number_of(r) is None}
     if not missing or table.followed.covers_since(since):
         return set()
     first = table.followed.first_number
-    high = (first - 1) if first is not None else state.transaction_number
+    high = (first - 1) if first is not None else last_number
     lowest = max(1, high - max_scan_entries + 1)
     reached_since = high < 1  # nothing before the followed entries: the whole log was seen
     while high >= lowest and missing:
@@ -85,7 +85,8 @@ def commit_fresh(
 ) -> dict[str, Decision]:
     """Commit ``requests`` (one per request id) as one group through the engine, which validates each
     against the state as changed by the ones before it and redoes the group on a lost race; requests found
-    in the log are duplicates. Returns each request's decision by request id.
+    in the log (or, for a table whose files are rows, in the file store's request rows) are duplicates.
+    Returns each request's decision by request id.
 
     Raises StateStoreError when a store fails: nothing is decided then.
     """
@@ -133,14 +134,16 @@ def commit_fresh(
         decisions[request_id] = FoundInLog(number, clock())
     for request_id, error in outcome.rejected.items():
         decisions[request_id] = Rejected(str(error), now)
-    if outcome.transaction_number is None or outcome.update_time is None:
-        return decisions
-    stats.log_appends += 1
-    table.followed.add(outcome.transaction_number, outcome.update_time, outcome.committed)
+    # One group may land in several commits (a table whose files are rows): each member has its number.
+    for number, update_time, keys in outcome.written_log_entries():
+        stats.log_appends += 1
+        table.followed.add(number, update_time, keys)
     for request_id in outcome.committed:
         skipped = outcome.skipped_parts.get(request_id, ())
         note = "; ".join(f"skipped {part}: {error}" for part, error in skipped) or None
-        decisions[request_id] = Committed(outcome.transaction_number, outcome.update_time, note)
+        decisions[request_id] = Committed(
+            outcome.number_of(request_id), outcome.update_time_of(request_id), note
+        )
     return decisions
 
 

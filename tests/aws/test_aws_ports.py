@@ -274,6 +274,18 @@ def test_a_created_table_is_found_by_id_and_by_name(ports: Ports) -> None:
     assert ports.table_index.list() == [table]
 
 
+def test_a_table_record_keeps_where_its_files_live_through_a_rename(ports: Ports) -> None:
+    on_log = TableInfo.new("on-log", SCHEMA)
+    in_rows = TableInfo.new("in-rows", SCHEMA, file_store="postgres")
+    ports.table_index.create(on_log)
+    ports.table_index.create(in_rows)
+
+    assert ports.table_index.get(on_log.table_id).file_store == "log"
+    assert ports.table_index.get(in_rows.table_id) == in_rows
+    assert ports.table_index.rename(in_rows.table_id, "renamed").file_store == "postgres"
+    assert ports.table_index.get_by_name("renamed").file_store == "postgres"
+
+
 def test_a_second_table_with_the_same_name_is_refused(ports: Ports) -> None:
     first = TableInfo.new("orders", SCHEMA)
     ports.table_index.create(first)

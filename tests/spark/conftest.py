@@ -22,7 +22,7 @@ from spark_client.data_store import DataStore
 from spark_client.datasource import FORMAT
 from spark_client.session import local_session
 from statestore.client import StateStoreClient
-from statestore.engine import TransactionLogStateStore
+from statestore.engine import TableStateStore
 from statestore.resources import ResourceNames
 from statestore.schema import Key, Schema
 from statestore.state import TableState
@@ -52,7 +52,7 @@ class SparkTable:
     def schema(self) -> Schema:
         return self.store().schema
 
-    def store(self) -> TransactionLogStateStore:
+    def store(self) -> TableStateStore:
         """A fresh state store for this table (one per thread)."""
         return self.client.state_store(self.table_id)
 
@@ -137,7 +137,7 @@ class SourceTable:
     def append(self, df: DataFrame, **extra: str) -> None:
         df.write.format(FORMAT).options(**self.options, committer="sync", **extra).mode("append").save()
 
-    def store(self) -> TransactionLogStateStore:
+    def store(self) -> TableStateStore:
         return self.client.state_store(self.table_id)
 
     def state(self) -> TableState:

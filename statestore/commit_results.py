@@ -1,0 +1,128 @@
+"""What a commit to a table's state store returns, and the surface callers use of a state store.
+
+Kept apart from the engine so that both stores share them: :class:`statestore.engine.TransactionLogStateStore`
+(files on the log) and :class:`statestore.row_files.RowFilesStateStore` (files as rows). The engine
+re-exports every name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from statestore.errors import TransactionValidationError
+from statestore.ports import SnapshotInfo, TransactionLogStore
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import Transaction
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One request of a group commit: ``key`` (the commit request id) names it in the log entry.
+
+    ``stored_body`` is ``(blob key, bytes)`` of an object under the table's log body prefix that already
+    holds the transaction's JSON: the entry then points at it (as an attachment) instead of holding it.
+    """
+
+    key: str
+    transaction: Transaction
+    stored_body: tuple[str, bytes] | None = None
+
+
+@dataclass(frozen=True)
+class GroupCommitResult:
+    """What a group commit did with each member.
+
+    ``committed`` members are in entry ``transaction_number`` (None when nothing was written); ``found``
+    maps members already in the log to their entry; ``rejected`` holds each invalid member's error;
+    ``skipped_parts`` the parts of committed members that were skipped, with their reasons.
+
+    A store that keeps files outside the log (:class:`statestore.row_files.RowFilesStateStore`) may land
+    one group in several commits: ``numbers`` and ``update_times`` then give each committed member its own
+    (read them with :meth:`number_of` and :meth:`update_time_of`), ``transaction_number`` is the last
+    commit's, and ``log_entries`` lists the log entries written as ``(number, update_time, keys)``.
+    Left empty, every committed member is in the one entry ``transaction_number``.
+    """
+
+    transaction_number: int | None
+    update_time: int | None
+    attempts: int
+    committed: tuple[str, ...]
+    found: dict[str, int]
+    rejected: dict[str, TransactionValidationError]
+    skipped_parts: dict[str, tuple[tuple[str, str], ...]]
+    numbers: Mapping[str, int] = field(default_factory=dict)
+    update_times: Mapping[str, int] = field(default_factory=dict)
+    log_entries: tuple[tuple[int, int, tuple[str, ...]], ...] | None = None
+
+    def number_of(self, key: str) -> int:
+        """The number of the commit that holds committed member ``key``. Raises KeyError for another."""
+        if key in self.numbers:
+            return self.numbers[key]
+        if key not in self.committed or self.transaction_number is None:
+            raise KeyError(key)
+        return self.transaction_number
+
+    def update_time_of(self, key: str) -> int:
+        """The update time of the commit that holds committed member ``key``. Raises KeyError for another."""
+        if key in self.update_times:
+            return self.update_times[key]
+        if key not in self.committed or self.update_time is None:
+            raise KeyError(key)
+        return self.update_time
+
+    def written_log_entries(self) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+        """The log entries this group wrote, as ``(number, update_time, keys)``, oldest first."""
+        if self.log_entries is not None:
+            return self.log_entries
+        if self.transaction_number is None or self.update_time is None:
+            return ()
+        return ((self.transaction_number, self.update_time, self.committed),)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Where a committed transaction landed, and the parts of it that were skipped with their reasons."""
+
+    transaction_number: int
+    update_time: int
+    attempts: int = 1
+    rejected_parts: tuple[tuple[str, str], ...] = field(default=())
+
+
+class TableStateStore(Protocol):
+    """What callers use of a table's state store: :class:`TransactionLogStateStore` (files on the log) or
+    :class:`statestore.row_files.RowFilesStateStore` (partitions on the log, files in a database)."""
+
+    table_id: str
+    schema: Schema
+    retries: int
+
+    @property
+    def log(self) -> TransactionLogStore: ...
+
+    @property
+    def loaded_state(self) -> TableState | None: ...
+
+    def state(self) -> TableState: ...
+
+    def cached_state(self) -> TableState: ...
+
+    def load(self, as_of: int | None = None) -> TableState: ...
+
+    def read_log_to_end(self) -> int: ...
+
+    def require_file_log(self, what: str) -> None: ...
+
+    def commit(self, transaction: Transaction) -> CommitResult: ...
+
+    def commit_group(
+        self,
+        members: Sequence[GroupMember],
+        *,
+        already_committed: Callable[[str], int | None] = ...,
+    ) -> GroupCommitResult: ...
+
+    def create_snapshot(self) -> SnapshotInfo | None: ...

@@ -1,0 +1,354 @@
+"""A table whose partitions are on the transaction log and whose files are rows in a file-reference store.
+
+Design record 002, option 3: file references live in PostgreSQL (a :class:`FileReferenceStore`), partitions
+stay on the log. :class:`RowFilesStateStore` has the surface of
+:class:`statestore.engine.TransactionLogStateStore` that callers use (:class:`TableStateStore`), so the
+client, the committer, the CLI and the Spark jobs work unchanged on either kind of table.
+
+Where each transaction goes: partition transactions to the log (an inner ``TransactionLogStateStore`` that
+only ever holds partition transactions); row transactions (``statestore.file_rows``) to the file store,
+validated against the log's partition tree; ``ClearFiles`` and ``ClearTable`` clear the file store, then are
+written to the log too (``ClearTable`` clears the partitions there; both record their request id there, so a
+redelivered clear is found like any log request). The file store keeps only the current state: time travel
+and whatever reads the history of file transactions raise :class:`UnsupportedByFileStoreError`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from statestore.clock import now_millis
+from statestore.engine import (
+    CommitResult,
+    GroupCommitResult,
+    GroupMember,
+    RetryPolicy,
+    TransactionLogStateStore,
+)
+from statestore.errors import (
+    FilesPresentError,
+    StateStoreError,
+    TransactionValidationError,
+    UnsupportedByFileStoreError,
+)
+from statestore.file_rows import is_row_transaction
+from statestore.files import TableFile
+from statestore.ports import (
+    FileCommitMember,
+    FileCommitOutcome,
+    FileReferenceStore,
+    LogEntry,
+    SnapshotInfo,
+    TransactionLogStore,
+)
+from statestore.schema import Schema
+from statestore.snapshots import SnapshotStore
+from statestore.state import TableState
+from statestore.transactions import (
+    ClearFiles,
+    ClearTable,
+    InitialisePartitions,
+    Transaction,
+    TransactionBatch,
+)
+
+_CLEARS = (ClearFiles, ClearTable)
+
+
+@dataclass
+class _Merged:
+    """A group's outcome gathered over its runs, in the members' order."""
+
+    committed: list[str] = field(default_factory=list)
+    found: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, TransactionValidationError] = field(default_factory=dict)
+    skipped: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    numbers: dict[str, int] = field(default_factory=dict)
+    update_times: dict[str, int] = field(default_factory=dict)
+    log_entries: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
+    attempts: int = 0
+    last: tuple[int, int] | None = None  # (number, update time) of the last commit written
+
+    def add_committed(self, key: str, number: int, update_time: int) -> None:
+        self.committed.append(key)
+        self.numbers[key] = number
+        self.update_times[key] = update_time
+        self.last = (number, update_time)
+
+    def result(self) -> GroupCommitResult:
+        number, update_time = self.last if self.last is not None else (None, None)
+        return GroupCommitResult(
+            number,
+            update_time,
+            max(self.attempts, 1),
+            tuple(self.committed),
+            self.found,
+            self.rejected,
+            self.skipped,
+            self.numbers,
+            self.update_times,
+            tuple(self.log_entries),
+        )
+
+
+class RowFilesStateStore:
+    """A table's state: partitions from its log, files from a :class:`FileReferenceStore`.
+
+    Not thread-safe: give each thread its own instance (they coordinate through the log and the file store).
+    """
+
+    def __init__(
+        self,
+        table_id: str,
+        schema: Schema,
+        log: TransactionLogStore,
+        file_store: FileReferenceStore,
+        snapshots: SnapshotStore | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], int] = now_millis,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        on_follow: Callable[[LogEntry, Transaction], None] | None = None,
+        max_unread_ms: int = 5 * 60_000,
+    ) -> None:
+        self.table_id = table_id
+        self.schema = schema
+        self.file_store = file_store
+        self._clock = clock
+        # Holds partition transactions (and clears) only: its state never has a file.
+        self.partition_log = TransactionLogStateStore(
+            table_id,
+            schema,
+            log,
+            snapshots,
+            retry=retry,
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
+            on_follow=on_follow,
+            max_unread_ms=max_unread_ms,
+        )
+        self._state: TableState | None = None
+
+    @property
+    def log(self) -> TransactionLogStore:
+        return self.partition_log.log
+
+    @property
+    def snapshots(self) -> SnapshotStore | None:
+        return self.partition_log.snapshots
+
+    @property
+    def retries(self) -> int:
+        """Collisions seen on the log (the file store redoes its own races inside a commit)."""
+        return self.partition_log.retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self.partition_log.retries = value
+
+    def require_file_log(self, what: str) -> None:
+        """Raise UnsupportedByFileStoreError: ``what`` needs the history of file transactions, which this
+        table does not keep."""
+        raise UnsupportedByFileStoreError(self.table_id, what)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def state(self) -> TableState:
+        """The up-to-date state: the file store's files, then the log's partitions (read after the files, so
+        every partition a reference names is there). Numbered by the log. Treat it as read-only."""
+        files = self.file_store.files(self.table_id)
+        self._state = self._combined(self.partition_log.state(), files)
+        return self._state
+
+    @property
+    def loaded_state(self) -> TableState | None:
+        """The state as last read, or None if it was never read; reads nothing."""
+        return self._state
+
+    def cached_state(self) -> TableState:
+        """The cached partition tree with the files as they are now (the file store is read: it keeps no
+        history to catch up from)."""
+        files = self.file_store.files(self.table_id)
+        self._state = self._combined(self.partition_log.cached_state(), files)
+        return self._state
+
+    def load(self, as_of: int | None = None) -> TableState:
+        """A fresh state; ``as_of`` (time travel) raises UnsupportedByFileStoreError."""
+        if as_of is not None:
+            self.require_file_log(f"the state as of transaction {as_of} (time travel)")
+        files = self.file_store.files(self.table_id)
+        return self._combined(self.partition_log.load(), files)
+
+    def read_log_to_end(self) -> int:
+        """Catch the partition tree up with the log; returns the number of its last entry."""
+        return self.partition_log.state().transaction_number
+
+    def _combined(self, partitions: TableState, files: dict[str, TableFile]) -> TableState:
+        return TableState(
+            self.schema, dict(partitions.partitions_by_id), files, partitions.transaction_number
+        )
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def commit(self, transaction: Transaction) -> CommitResult:
+        """Commit one transaction where it belongs (see the module's docstring).
+
+        Raises the transaction's TransactionValidationError (a row transaction is only rejected against a
+        partition tree read to the end of the log), or a store's StateStoreError. A TransactionBatch is
+        refused (StateStoreError): groups go through :meth:`commit_group`.
+        """
+        if isinstance(transaction, TransactionBatch):
+            raise StateStoreError(
+                f"table {self.table_id!r} keeps its files in a file-reference store: commit a group of "
+                "requests with commit_group, not a TransactionBatch"
+            )
+        if is_row_transaction(transaction):
+            key = uuid.uuid4().hex
+            merged = _Merged()
+            self._commit_rows([GroupMember(key, transaction)], merged)
+            if key in merged.rejected:
+                raise merged.rejected[key]
+            return CommitResult(merged.numbers[key], merged.update_times[key], 1, merged.skipped.get(key, ()))
+        if isinstance(transaction, _CLEARS):
+            self.file_store.clear(self.table_id)
+        elif isinstance(transaction, InitialisePartitions):
+            self._check_no_files()
+        return self.partition_log.commit(transaction)
+
+    def commit_group(
+        self,
+        members: Sequence[GroupMember],
+        *,
+        already_committed: Callable[[str], int | None] = lambda key: None,
+    ) -> GroupCommitResult:
+        """Commit requests in their order: each run of consecutive row transactions in one file-store
+        commit, each run of partition transactions in one log entry, each clear on its own.
+
+        Members whose request id the file store (row transactions) or ``already_committed`` (the log's)
+        knows are found. Raises as :meth:`TransactionLogStateStore.commit_group` does; runs committed
+        before the one that raised stay committed (their requests are found when they come back).
+        """
+        keys = [m.key for m in members]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a commit group names a key more than once")
+        merged = _Merged()
+        for kind, run in _runs(members):
+            if kind == "rows":
+                self._commit_rows(run, merged)
+            elif kind == "clear":
+                self._commit_clear(run[0], merged, already_committed)
+            else:
+                self._commit_log_run(run, merged, already_committed)
+        return merged.result()
+
+    def _commit_rows(self, run: Sequence[GroupMember], merged: _Merged) -> None:
+        """One file-store commit of ``run``, validated on the cached partition tree; members rejected on it
+        are decided once more on the tree read to the end of the log, if the log had moved."""
+        tree = self.partition_log.cached_state()
+        seen = tree.transaction_number  # the cached state is caught up in place: remember where it was
+        outcome = self._file_commit(tree, run)
+        self._merge_rows(run, outcome, merged, final=False)
+        retry = [run[i] for i in sorted(outcome.rejected)]
+        if retry:
+            caught_up = self.partition_log.state()
+            if caught_up.transaction_number != seen:
+                # A rejection made on a stale tree is never reported: decide those members again (they
+                # land after the run's other members, which did not depend on them).
+                again = self._file_commit(caught_up, retry)
+                self._merge_rows(retry, again, merged, final=True)
+            else:
+                for i, error in outcome.rejected.items():
+                    merged.rejected[run[i].key] = error
+
+    def _file_commit(self, tree: TableState, run: Sequence[GroupMember]) -> FileCommitOutcome:
+        merged_members = [FileCommitMember(m.transaction, m.key) for m in run]
+        return self.file_store.commit(
+            self.table_id, self.schema, tree.partitions_by_id, merged_members, self._clock()
+        )
+
+    def _merge_rows(
+        self, run: Sequence[GroupMember], outcome: FileCommitOutcome, merged: _Merged, *, final: bool
+    ) -> None:
+        merged.attempts += 1
+        for i, number in outcome.found.items():
+            merged.found[run[i].key] = number
+        if outcome.commit_number is not None:
+            for i in outcome.committed:
+                merged.add_committed(run[i].key, outcome.commit_number, outcome.update_time)
+                merged.skipped[run[i].key] = outcome.skipped_parts.get(i, ())
+        if final:
+            for i, error in outcome.rejected.items():
+                merged.rejected[run[i].key] = error
+
+    def _commit_clear(
+        self, member: GroupMember, merged: _Merged, already_committed: Callable[[str], int | None]
+    ) -> None:
+        """Clear the file store, then write the clear to the log, where its request id is recorded (and, for
+        ClearTable, the partitions go). A crash between the two clears again on redelivery: harmless."""
+        number = already_committed(member.key)
+        if number is not None:
+            merged.found[member.key] = number
+            return
+        self.file_store.clear(self.table_id)
+        self._commit_log_run([member], merged, already_committed)
+
+    def _commit_log_run(
+        self, run: Sequence[GroupMember], merged: _Merged, already_committed: Callable[[str], int | None]
+    ) -> None:
+        todo = []
+        for member in run:
+            if isinstance(member.transaction, InitialisePartitions) and already_committed(member.key) is None:
+                try:
+                    self._check_no_files()
+                except FilesPresentError as e:
+                    merged.rejected[member.key] = e
+                    continue
+            todo.append(member)
+        if not todo:
+            return
+        outcome = self.partition_log.commit_group(todo, already_committed=already_committed)
+        merged.attempts += outcome.attempts
+        merged.found.update(outcome.found)
+        merged.rejected.update(outcome.rejected)
+        if outcome.transaction_number is None or outcome.update_time is None:
+            return
+        merged.log_entries.append((outcome.transaction_number, outcome.update_time, outcome.committed))
+        for key in outcome.committed:
+            merged.add_committed(key, outcome.transaction_number, outcome.update_time)
+            merged.skipped[key] = outcome.skipped_parts.get(key, ())
+
+    def _check_no_files(self) -> None:
+        if self.file_store.has_files(self.table_id):
+            raise FilesPresentError(len(self.file_store.files(self.table_id)))
+
+    # --- snapshots ------------------------------------------------------------------------------
+
+    def create_snapshot(self) -> SnapshotInfo | None:
+        """Snapshot the partitions (the log holds no file transaction; the file store keeps the files);
+        None if the log has not moved since the last one."""
+        return self.partition_log.create_snapshot()
+
+
+def _runs(members: Sequence[GroupMember]) -> list[tuple[str, list[GroupMember]]]:
+    """``members`` cut, in order, into runs of row transactions, runs of log transactions, and clears (one
+    each)."""
+    runs: list[tuple[str, list[GroupMember]]] = []
+    for member in members:
+        if is_row_transaction(member.transaction):
+            kind = "rows"
+        elif isinstance(member.transaction, _CLEARS):
+            runs.append(("clear", [member]))
+            continue
+        else:
+            kind = "log"
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(member)
+        else:
+            runs.append((kind, [member]))
+    return runs
