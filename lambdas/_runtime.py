@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from statestore.aws.backend import AwsBackend
@@ -41,6 +41,7 @@ from statestore.resources import (
     POSTGRES_HOST_ENV,
     POSTGRES_SECRET_ARN_ENV,
     POSTGRES_SSLMODE_ENV,
+    POSTGRES_URL_ENV,
     ResourceNames,
 )
 from statestore.snapshots import SnapshotStore
@@ -162,7 +163,13 @@ class Runtime:
         """The container's committer, built on first use and kept warm."""
         if self._committer is None:
             self._committer = BatchCommitter(
-                self.tables, self.log, self.snapshots, self.statuses, self.blobs, self.dead_letters
+                self.tables,
+                self.log,
+                self.snapshots,
+                self.statuses,
+                self.blobs,
+                self.dead_letters,
+                file_store=self.file_store,
             )
         return self._committer
 
@@ -193,25 +200,32 @@ def use_runtime(new: Runtime | None) -> None:
 def postgres_file_store(
     environ: Mapping[str, str], endpoint_url: str | None = None
 ) -> FileReferenceStore | None:
-    """The PostgreSQL file-reference store named by the environment (``STATESTORE_POSTGRES_HOST`` and
-    ``STATESTORE_POSTGRES_SECRET_ARN``, which the stack sets on the functions it places in the database's
-    VPC), or None when neither is set; ``STATESTORE_POSTGRES_SSLMODE`` (default ``require``) for a server
-    without TLS. Reads the secret, then opens a pool of at most two connections (one
-    container handles one batch at a time) and makes sure the schema exists. Raises ValueError when only one
-    of the two is set."""
+    """The PostgreSQL file-reference store the environment names, or None when it names none.
+
+    ``STATESTORE_POSTGRES_URL`` (a libpq URL or conninfo: the embedded runtime, a self-managed database);
+    else ``STATESTORE_POSTGRES_HOST`` and ``STATESTORE_POSTGRES_SECRET_ARN``, which the stack sets on the
+    functions it places in the database's VPC: the secret is read and the host given wins over the one in
+    it; ``STATESTORE_POSTGRES_SSLMODE`` (default ``require``) for a server without TLS. A pool of at most
+    two connections (one container handles one batch at a time); the schema is made if missing. Raises
+    ValueError when only one of host and secret is set.
+    """
+    from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
+
+    # A paused Aurora cluster (no proxy) takes ~15 s to wake: allow it.
+    connect = partial(PostgresFileReferenceStore.connect, max_connections=2, connect_timeout=30.0)
+    url = environ.get(POSTGRES_URL_ENV)
+    if url:
+        return connect(url)
     host, secret_arn = environ.get(POSTGRES_HOST_ENV), environ.get(POSTGRES_SECRET_ARN_ENV)
     if not host and not secret_arn:
         return None
     if not host or not secret_arn:
         raise ValueError(f"set both {POSTGRES_HOST_ENV} and {POSTGRES_SECRET_ARN_ENV}, or neither")
     from statestore.aws.secrets import database_settings
-    from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
 
     secrets = make_client("secretsmanager", endpoint_url=endpoint_url)
     sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "require"
-    conninfo = conninfo_from_secret(database_settings(secrets, secret_arn, host), sslmode=sslmode)
-    # A paused Aurora cluster (no proxy) takes ~15 s to wake: allow it.
-    return PostgresFileReferenceStore.connect(conninfo, max_connections=2, connect_timeout=30.0)
+    return connect(conninfo_from_secret(database_settings(secrets, secret_arn, host), sslmode=sslmode))
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

@@ -45,6 +45,7 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
             rt.blobs,
             first_received_at=first_received_at(record),
             policy=policy,
+            file_store=rt.file_store,
         )
         for record in records
     ]

@@ -202,3 +202,6 @@ POSTGRES_SECRET_ARN_ENV = "STATESTORE_POSTGRES_SECRET_ARN"
 # libpq's sslmode for that connection: "require" (the default: the proxy requires TLS); "disable" for a
 # local server without TLS.
 POSTGRES_SSLMODE_ENV = "STATESTORE_POSTGRES_SSLMODE"
+# A PostgreSQL connection URL (libpq conninfo): where tables whose files are in PostgreSQL keep them, for
+# the CLI, the embedded runtime and self-managed databases (the stack's functions use the two above).
+POSTGRES_URL_ENV = "STATESTORE_POSTGRES_URL"

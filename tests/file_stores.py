@@ -1,6 +1,7 @@
 """The file-reference stores every row-files suite runs against: one fixture, ``file_store``, to import.
 
-Only the in-memory twin here; a real store (PostgreSQL) joins by adding a parameter that yields one.
+The in-memory twin and PostgreSQL (a database of the test's own on the session's throwaway server, so
+suites may reuse table ids).
 """
 
 from __future__ import annotations
@@ -13,10 +14,16 @@ from statestore.memory import InMemoryFileReferenceStore
 from statestore.ports import FileReferenceStore
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "postgres"])
 def file_store(request: pytest.FixtureRequest) -> Iterator[FileReferenceStore]:
     """A fresh, empty file-reference store."""
     if request.param == "memory":
         yield InMemoryFileReferenceStore()
-    else:  # pragma: no cover - a kind added later must say how it is made
-        raise AssertionError(f"no file store of kind {request.param!r}")
+        return
+    from statestore.postgres import PostgresFileReferenceStore
+
+    store = PostgresFileReferenceStore.connect(request.getfixturevalue("fresh_postgres_conninfo"))
+    try:
+        yield store
+    finally:
+        store.close()

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from statestore.catalog import TableInfo
 from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from statestore.cli.output import Output
-from statestore.resources import ResourceNames
+from statestore.resources import POSTGRES_URL_ENV, ResourceNames
 
 if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help` stays fast
     from statestore.aws.backend import AwsBackend
@@ -85,9 +85,7 @@ class Session:
 
     @cached_property
     def postgres_url(self) -> str | None:
-        url: str | None = (
-            getattr(self.args, "postgres_url", None) or os.environ.get("STATESTORE_POSTGRES_URL") or None
-        )
+        url: str | None = getattr(self.args, "postgres_url", None) or os.environ.get(POSTGRES_URL_ENV) or None
         return url
 
     @cached_property
@@ -149,7 +147,7 @@ def postgres_file_store(url: str) -> FileReferenceStore:
     Lambdas through the same call, connect to one). Raises CliError when the PostgreSQL adapter is not
     installed."""
     try:
-        import statestore.postgres as postgres  # type: ignore[import-not-found,unused-ignore]
+        from statestore.postgres import PostgresFileReferenceStore
     except ImportError as e:
         raise CliError(
             "--postgres-url / STATESTORE_POSTGRES_URL is set, but the PostgreSQL file store cannot be "
@@ -157,8 +155,7 @@ def postgres_file_store(url: str) -> FileReferenceStore:
             "only tables whose files are on the log",
             EXIT_USAGE,
         ) from None
-    store: FileReferenceStore = postgres.connect_file_store(url)
-    return store
+    return PostgresFileReferenceStore.connect(url)
 
 
 def _parse_resources(raw: str) -> ResourceNames:

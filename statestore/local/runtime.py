@@ -414,12 +414,16 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
     # --- for callers ----------------------------------------------------------------------------
 
     def client(self) -> StateStoreClient:
-        """A client of this instance (tables, their state, synchronous commits)."""
+        """A client of this instance (tables, their state, synchronous commits); tables whose files are in
+        PostgreSQL use the database ``STATESTORE_POSTGRES_URL`` names, as the runtime's committer does."""
+        from lambdas._runtime import runtime
+
         return StateStoreClient.for_aws(
             self.resources,
             self.endpoint_url,
             region=self.region,
             dynamodb_endpoint_url=self.dynamodb_endpoint_url,
+            file_store=runtime().file_store,
         )
 
     def sender(self) -> CommitSender:

@@ -10,10 +10,15 @@ import pytest
 
 from statestore.cli import EXIT_OK, EXIT_USAGE, session
 from statestore.cli.errors import CliError
+from statestore.client import StateStoreClient
+from statestore.files import FileReference
 from statestore.memory import InMemoryFileReferenceStore
 from statestore.ports import FileReferenceStore
+from statestore.resources import POSTGRES_URL_ENV
+from statestore.transactions import AddFiles
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import SCHEMA, unique, write
+from tests.fixtures.postgres import PostgresServer
 
 
 @pytest.fixture
@@ -76,3 +81,36 @@ def test_the_postgres_factory_says_what_is_missing_until_the_adapter_is_installe
     monkeypatch.setitem(sys.modules, "statestore.postgres", None)  # not importable
     with pytest.raises(CliError, match="PostgreSQL file store cannot be loaded"):
         session.postgres_file_store("postgresql://db/statestore")
+
+
+def test_on_a_real_postgresql_a_table_made_by_the_cli_keeps_its_files_there_and_the_cli_reads_them(
+    cli: Cli, tmp_path: Path, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(POSTGRES_URL_ENV, raising=False)
+    url = postgres_server.create_database("cli")
+    schema = write(tmp_path / "schema.json", SCHEMA)
+    name = unique("real-rows")
+    made = cli(
+        "tables", "create", name, "--schema", schema, "--file-store", "postgres", "--postgres-url", url
+    )  # fmt: skip
+    assert made.code == EXIT_OK, made.err
+
+    from statestore.postgres import PostgresFileReferenceStore
+
+    with PostgresFileReferenceStore.connect(url) as rows:
+        client = StateStoreClient.for_aws(
+            cli.runtime.resources,
+            cli.runtime.endpoint_url,
+            dynamodb_endpoint_url=cli.runtime.dynamodb_endpoint_url,
+            file_store=rows,
+        )
+        table_id = client.get_table(name).table_id
+        client.commit(name, AddFiles((FileReference(f"tables/{table_id}/data/a.parquet", "root", 7),)))
+        assert set(rows.files(table_id)) == {f"tables/{table_id}/data/a.parquet"}
+
+    listed = cli("files", name, "--json", "--postgres-url", url)
+    assert listed.code == EXIT_OK, listed.err
+    assert f"tables/{table_id}/data/a.parquet" in listed.out
+    # Without the URL the CLI cannot read the table's files, and says how to give it.
+    refused = cli("files", name)
+    assert refused.code != EXIT_OK and "--postgres-url" in refused.err
