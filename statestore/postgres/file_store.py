@@ -10,8 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from functools import partial
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import psycopg
 import psycopg.errors
@@ -33,11 +32,9 @@ from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition
 from statestore.ports import FileCommitMember, FileCommitOutcome, FileReferenceStore
 from statestore.postgres import schema
+from statestore.postgres.rows import REFERENCE_COLUMNS, file_reference, read_rows, write_changes
 from statestore.postgres.schema import COMMIT_NUMBERS, FILES, REFERENCES, REQUESTS
 from statestore.schema import Schema
-
-# Builds a FileReference from a row of its seven fields in order, without a Python call per field.
-_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))
 
 # A lost race: roll back and decide again. (psycopg's SerializationFailure and DeadlockDetected are not
 # subclasses of its TransactionRollback, so each is named.)
@@ -49,11 +46,6 @@ _RACE_LOST: tuple[type[psycopg.Error], ...] = (
 )
 
 _READ_BATCH = 50_000
-
-_REFERENCE_COLUMNS = (
-    "filename, partition_id, number_of_rows, count_approximate, only_contains_data_for_this_partition, "
-    "job_id, last_update_time"
-)
 
 
 class _Redo(Exception):
@@ -254,7 +246,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
                 # The rows first, then the request ids: each statement sees at least what the one before it
                 # saw, so a concurrent commit of the same request that wrote rows read here is seen in its
                 # request rows (found), never only in the rows (which would reject the request as invalid).
-                read = self._read_rows(conn, table_id, file_rows.rows_read(m.transaction for m in members))
+                read = read_rows(conn, table_id, file_rows.rows_read(m.transaction for m in members))
                 found = self._found_requests(conn, table_id, [m.request_id for m in members])
                 found_at = {i: found[m.request_id] for i, m in enumerate(members) if m.request_id in found}
                 todo = [i for i in range(len(members)) if i not in found_at]
@@ -264,7 +256,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
                 request_ids = list(dict.fromkeys(members[todo[p]].request_id for p in decision.committed))
                 if decision.committed:
                     number = _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
-                    self._write(conn, table_id, decision.changes)
+                    write_changes(conn, table_id, decision.changes)
                     conn.execute(
                         f"INSERT INTO {REQUESTS} (table_id, request_id, commit_number, recorded_time) "
                         "SELECT %s, r, %s, %s FROM unnest(%s::text[]) AS r",
@@ -332,119 +324,6 @@ class PostgresFileReferenceStore(FileReferenceStore):
         )
         return dict(cursor.fetchall())
 
-    def _read_rows(
-        self, conn: psycopg.Connection, table_id: str, rows: file_rows.RowsRead
-    ) -> dict[str, TableFile]:
-        """The rows ``rows`` names, locking what the commit may change (see the class docstring)."""
-        whole: dict[str, tuple[int, int | None]] = {}
-        if rows.whole_files:
-            cursor = conn.execute(
-                f"SELECT filename, added_time, unreferenced_since FROM {FILES} "
-                "WHERE table_id = %s AND filename = ANY(%s) ORDER BY filename FOR UPDATE",
-                (table_id, sorted(rows.whole_files)),
-            )
-            whole = {name: (added, since) for name, added, since in cursor}
-        # The reference rows to lock: those named, every one of the whole files (no other commit can add one
-        # to them now: only a split adds references to an existing file, and it locks the file row first),
-        # and those of the jobs (a claim made after this read belongs after this commit).
-        keys = set(rows.references)
-        # Two queries, not one with OR, so each uses its index (by file; the partial index by job).
-        if whole:
-            cursor = conn.execute(
-                f"SELECT filename, partition_id FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
-                (table_id, list(whole)),
-            )
-            keys.update(cursor.fetchall())
-        if rows.job_ids:
-            cursor = conn.execute(
-                f"SELECT filename, partition_id FROM {REFERENCES} WHERE table_id = %s AND job_id = ANY(%s) "
-                "AND job_id IS NOT NULL",
-                (table_id, list(rows.job_ids)),
-            )
-            keys.update(cursor.fetchall())
-        locked: list[FileReference] = []
-        if keys:
-            ordered = sorted(keys)
-            cursor = conn.execute(
-                f"SELECT {', '.join('r.' + c for c in _REFERENCE_COLUMNS.split(', '))} FROM {REFERENCES} r "
-                "JOIN unnest(%s::text[], %s::text[]) AS k(filename, partition_id) "
-                "ON r.filename = k.filename AND r.partition_id = k.partition_id "
-                "WHERE r.table_id = %s ORDER BY r.filename, r.partition_id FOR UPDATE OF r",
-                ([f for f, _ in ordered], [p for _, p in ordered], table_id),
-            )
-            locked = [_file_reference(row) for row in cursor]
-        wanted = (set(rows.filenames) | {f for f, _ in rows.references} | {r.filename for r in locked}) - set(
-            whole
-        )
-        times = dict(whole)
-        if wanted:
-            cursor = conn.execute(
-                f"SELECT filename, added_time, unreferenced_since FROM {FILES} "
-                "WHERE table_id = %s AND filename = ANY(%s)",
-                (table_id, list(wanted)),
-            )
-            times.update((name, (added, since)) for name, added, since in cursor)
-        references: dict[str, list[FileReference]] = {name: [] for name in times}
-        for ref in locked:
-            references[ref.filename].append(ref)
-        return {
-            name: TableFile(name, tuple(references[name]), added if since is None else since)
-            for name, (added, since) in times.items()
-        }
-
-    def _write(self, conn: psycopg.Connection, table_id: str, changes: file_rows.RowChanges) -> None:
-        if changes.deleted_references:
-            conn.execute(
-                f"DELETE FROM {REFERENCES} r "
-                "USING unnest(%s::text[], %s::text[]) AS d(filename, partition_id) "
-                "WHERE r.table_id = %s AND r.filename = d.filename AND r.partition_id = d.partition_id",
-                (
-                    [f for f, _ in changes.deleted_references],
-                    [p for _, p in changes.deleted_references],
-                    table_id,
-                ),
-            )
-        if changes.deleted_files:
-            deleted = list(changes.deleted_files)
-            conn.execute(
-                f"DELETE FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)", (table_id, deleted)
-            )
-            conn.execute(
-                f"DELETE FROM {FILES} WHERE table_id = %s AND filename = ANY(%s)", (table_id, deleted)
-            )
-        if changes.added_files:
-            with conn.cursor().copy(
-                f"COPY {FILES} (table_id, filename, added_time, unreferenced_since) "
-                "FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["text", "text", "int8", "int8"])
-                for table_file in changes.added_files:
-                    added = table_file.last_update_time
-                    copy.write_row(
-                        (table_id, table_file.filename, added, None if table_file.references else added)
-                    )
-        new_references = [ref for f in changes.added_files for ref in f.references]
-        new_references += changes.added_references
-        if new_references:
-            with conn.cursor().copy(
-                f"COPY {REFERENCES} (table_id, {_REFERENCE_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["text", "text", "text", "int8", "bool", "bool", "text", "int8"])
-                for ref in new_references:
-                    copy.write_row((table_id, *ref))
-        if changes.changed_references:
-            columns = list(zip(*changes.changed_references, strict=True))
-            conn.execute(
-                f"UPDATE {REFERENCES} r SET number_of_rows = c.number_of_rows, "
-                "count_approximate = c.count_approximate, "
-                "only_contains_data_for_this_partition = c.only_contains_data_for_this_partition, "
-                "job_id = c.job_id, last_update_time = c.last_update_time "
-                "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::boolean[], %s::boolean[], %s::text[], "
-                f"%s::bigint[]) AS c({_REFERENCE_COLUMNS}) "
-                "WHERE r.table_id = %s AND r.filename = c.filename AND r.partition_id = c.partition_id",
-                (*(list(column) for column in columns), table_id),
-            )
-
     # --- reads and upkeep -----------------------------------------------------------------------------
 
     def files(self, table_id: str) -> dict[str, TableFile]:
@@ -462,11 +341,11 @@ class PostgresFileReferenceStore(FileReferenceStore):
             # A server-side cursor streams the references in batches: a million never sit in memory twice.
             with conn.cursor(name="statestore_files") as cursor:
                 cursor.execute(
-                    f"SELECT {_REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
+                    f"SELECT {REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
                 )
                 while rows := cursor.fetchmany(_READ_BATCH):
                     for row in rows:
-                        references[row[0]].append(_file_reference(row))
+                        references[row[0]].append(file_reference(row))
             return {
                 name: TableFile(name, tuple(references[name]), added if since is None else since)
                 for name, added, since in times
