@@ -35,7 +35,7 @@ $(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock
 	$(SPARK_LATEST_PY) -m pip install --quiet --upgrade pip==25.3
 	mkdir -p build && grep -v '^pyspark==' requirements.lock > build/constraints-spark-latest.txt
 	$(SPARK_LATEST_PY) -m pip install --quiet -c build/constraints-spark-latest.txt \
-		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local]' pytest hypothesis
+		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local,postgres]' pytest hypothesis
 	touch $@
 
 # The peers of benchmarks/bench_peers.py (Delta Lake's delta-rs, Apache Iceberg's pyiceberg): the `bench`

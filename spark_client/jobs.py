@@ -41,7 +41,7 @@ from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
 from statestore.errors import StateStoreError
-from statestore.resources import ResourceNames
+from statestore.resources import POSTGRES_URL_ENV, ResourceNames
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING = 0, 1, 2, 3
 
@@ -130,11 +130,25 @@ class Instance:
             region=bucket_region(self.backend.s3, bucket) or self.region,
         )
 
+    @cached_property
+    def file_store(self) -> Any:
+        """Where tables created with ``file_store="postgres"`` keep their files: the database
+        ``STATESTORE_POSTGRES_URL`` names (only the driver connects; executors never read the state), or
+        None."""
+        url = os.environ.get(POSTGRES_URL_ENV)
+        if not url:
+            return None
+        from statestore.postgres import PostgresFileReferenceStore
+
+        return PostgresFileReferenceStore.connect(url, max_connections=2)
+
     def store(self, table: str) -> Any:
         from statestore.client import StateStoreClient
 
         b = self.backend
-        client = StateStoreClient(b.table_index, b.log, b.snapshot_metadata, b.blobs)
+        client = StateStoreClient(
+            b.table_index, b.log, b.snapshot_metadata, b.blobs, file_store=self.file_store
+        )
         return client.state_store(client.get_table(table).table_id)
 
     def location(self, uri: str) -> tuple[DataStore, str]:
