@@ -48,7 +48,7 @@ from statestore.errors import StaleSnapshotError, StateStoreError, TransactionVa
 from statestore.jobs_reader import save_job_model_beside_snapshot
 from statestore.orphans import find_orphan_files
 from statestore.ports import BlobStore, FileReferenceStore, SnapshotInfo, TransactionLogStore
-from statestore.row_files import RowFilesStateStore
+from statestore.row_files import RowFilesStateStore, open_state_store
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import DeleteFiles, ReleaseClaims
 
@@ -461,18 +461,15 @@ def cleanup_one(
     """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised.
     ``file_store`` holds the files of a table that keeps them as rows (without it such a table is reported
     as an error)."""
-    store: TableStateStore
-    if not table.files_in_rows:
-        store = TransactionLogStateStore(table.table_id, table.schema, log, snapshots, clock=clock)
-    elif file_store is None:
-        return CleanupOutcome(
-            table.table_id,
-            error=f"table {table.table_name!r} keeps its file references in {table.file_store}, and cleanup "
-            "was given no file store (set STATESTORE_POSTGRES_URL)",
-        )
-    else:
-        store = RowFilesStateStore(table.table_id, table.schema, log, file_store, snapshots, clock=clock)
     try:
+        store = open_state_store(
+            table,
+            log,
+            snapshots,
+            file_store,
+            missing_file_store="cleanup was given no file store (set STATESTORE_POSTGRES_URL)",
+            clock=clock,
+        )
         report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
     except StateStoreError as e:
         logger.exception("could not clean up table %r", table.table_id)

@@ -11,7 +11,7 @@ from typing import Any
 
 from statestore import layout, reports
 from statestore.catalog import FILE_STORE_LOG, InMemoryTableIndex, TableIndex, TableInfo, parse_schema
-from statestore.engine import CommitResult, RetryPolicy, TableStateStore, TransactionLogStateStore
+from statestore.engine import CommitResult, RetryPolicy, TableStateStore
 from statestore.errors import StateStoreError, TableNotFoundError, UnsupportedByFileStoreError
 from statestore.files import TableFile
 from statestore.jobs_model import JobRun, JobState
@@ -26,11 +26,16 @@ from statestore.ports import (
     TransactionLogStore,
 )
 from statestore.resources import ResourceNames
-from statestore.row_files import RowFilesStateStore
+from statestore.row_files import open_state_store
 from statestore.schema import Key, Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions, Transaction
+
+_NO_FILE_STORE = (
+    "this client has no file store: give one (the CLI's --postgres-url or STATESTORE_POSTGRES_URL, or "
+    "StateStoreClient(..., file_store=...))"
+)
 
 
 class StateStoreClient:
@@ -166,17 +171,13 @@ class StateStoreClient:
         return self._open(self.get_table(table))
 
     def _open(self, info: TableInfo) -> TableStateStore:
-        if info.files_in_rows:
-            return RowFilesStateStore(
-                info.table_id,
-                info.schema,
-                self.log,
-                self._require_file_store(info),
-                self.snapshots,
-                retry=self.retry,
-            )
-        return TransactionLogStateStore(
-            info.table_id, info.schema, self.log, self.snapshots, retry=self.retry
+        return open_state_store(
+            info,
+            self.log,
+            self.snapshots,
+            self.file_store,
+            missing_file_store=_NO_FILE_STORE,
+            retry=self.retry,
         )
 
     def _require_file_store(self, info: TableInfo) -> FileReferenceStore:
@@ -186,9 +187,8 @@ class StateStoreClient:
             raise StateStoreError(f"table {info.table_name!r} keeps its files on its transaction log")
         if self.file_store is None:
             raise StateStoreError(
-                f"table {info.table_name!r} keeps its file references in {info.file_store}, and this client "
-                "has no file store: give one (the CLI's --postgres-url or STATESTORE_POSTGRES_URL, or "
-                "StateStoreClient(..., file_store=...))"
+                f"table {info.table_name!r} keeps its file references in {info.file_store}, and "
+                + _NO_FILE_STORE
             )
         return self.file_store
 

@@ -21,12 +21,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from statestore.catalog import TableInfo
 from statestore.clock import now_millis
 from statestore.engine import (
     CommitResult,
     GroupCommitResult,
     GroupMember,
     RetryPolicy,
+    TableStateStore,
     TransactionLogStateStore,
 )
 from statestore.errors import (
@@ -352,3 +354,53 @@ def _runs(members: Sequence[GroupMember]) -> list[tuple[str, list[GroupMember]]]
         else:
             runs.append((kind, [member]))
     return runs
+
+
+def open_state_store(
+    info: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore | None,
+    file_store: FileReferenceStore | None,
+    *,
+    missing_file_store: str,
+    retry: RetryPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    on_follow: Callable[[LogEntry, Transaction], None] | None = None,
+) -> TableStateStore:
+    """The state store of ``info``'s table, as its record says: on the log, or partitions on the log and
+    files in ``file_store``. The one place that decides, for the client, the committer and cleanup.
+
+    Raises StateStoreError when the table keeps its files in a file store and ``file_store`` is None, its
+    message ending with ``missing_file_store`` (what the caller's user can do about it).
+    """
+    if not info.files_in_rows:
+        return TransactionLogStateStore(
+            info.table_id,
+            info.schema,
+            log,
+            snapshots,
+            retry=retry,
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
+            on_follow=on_follow,
+        )
+    if file_store is None:
+        raise StateStoreError(
+            f"table {info.table_name!r} keeps its file references in {info.file_store}, and "
+            + missing_file_store
+        )
+    return RowFilesStateStore(
+        info.table_id,
+        info.schema,
+        log,
+        file_store,
+        snapshots,
+        retry=retry,
+        clock=clock,
+        sleep=sleep,
+        rng=rng,
+        on_follow=on_follow,
+    )

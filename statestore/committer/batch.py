@@ -27,7 +27,7 @@ from statestore.committer.group import WarmTable, commit_fresh, find_in_log
 from statestore.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.committer.sorting import FreshRequest, SortedBatch, parse_message, sort_batch, split_copies
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
-from statestore.engine import RetryPolicy, TableStateStore, TransactionLogStateStore
+from statestore.engine import RetryPolicy
 from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.file_rows import ROW_TRANSACTION_TYPES
 from statestore.ports import (
@@ -41,7 +41,7 @@ from statestore.ports import (
     QueueMessage,
     TransactionLogStore,
 )
-from statestore.row_files import RowFilesStateStore
+from statestore.row_files import open_state_store
 from statestore.snapshots import SnapshotStore
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
@@ -238,37 +238,19 @@ class BatchCommitter:
             table.info, table.checked_time = info, now
             return table
         followed = FollowedRequests(self.remembered_entries)
-        store: TableStateStore
-        if info.files_in_rows:
-            if self.file_store is None:
-                raise StateStoreError(
-                    f"table {info.table_name!r} keeps its file references in {info.file_store}, and this "
-                    "committer has no file store (set STATESTORE_POSTGRES_URL); its requests wait for one"
-                )
-            store = RowFilesStateStore(
-                table_id,
-                info.schema,
-                self.log,
-                self.file_store,
-                self.snapshots,
-                retry=self.retry_policy,
-                clock=self.clock,
-                sleep=self.sleep,
-                rng=self.rng,
-                on_follow=followed.follow,
-            )
-        else:
-            store = TransactionLogStateStore(
-                table_id,
-                info.schema,
-                self.log,
-                self.snapshots,
-                retry=self.retry_policy,
-                clock=self.clock,
-                sleep=self.sleep,
-                rng=self.rng,
-                on_follow=followed.follow,
-            )
+        store = open_state_store(
+            info,
+            self.log,
+            self.snapshots,
+            self.file_store,
+            missing_file_store="this committer has no file store (set STATESTORE_POSTGRES_URL); its "
+            "requests wait for one",
+            retry=self.retry_policy,
+            clock=self.clock,
+            sleep=self.sleep,
+            rng=self.rng,
+            on_follow=followed.follow,
+        )
         table = self._tables[table_id] = WarmTable(info, store, followed, now)
         return table
 
