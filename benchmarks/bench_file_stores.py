@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import math
@@ -56,7 +57,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ REGION = "eu-west-2"
 SYSTEMS = ("log", "postgres")
 INSTANCE = "bench-file-stores"
 BATCH = 10  # messages per committer call, as the SQS event source hands them to the Lambda
+PG_BIN = "/usr/lib/postgresql/15/bin"  # Debian's PostgreSQL 15, when its tools are not on the PATH
 CHUNK = 10_000  # references per AddFiles when a big table is built (and files per compaction in the GC case)
 
 
@@ -176,7 +178,7 @@ class System:
         if not self.on_postgres:
             return None
         postgres = importlib.import_module("statestore.postgres")
-        return postgres.PostgresFileReferenceStore.connect(self.case["postgres_dsn"])
+        return postgres.PostgresFileReferenceStore.connect(self.case["postgres_dsn"], ensure_schema=False)
 
     def client(self) -> Any:
         """A client of its own (its own AWS clients and, on PostgreSQL, its own file store)."""
@@ -203,13 +205,10 @@ class System:
 
     @staticmethod
     def retries(store: Any) -> int:
-        """Races a store lost and redid: on the log, collisions on the next number; on PostgreSQL, commits
-        the database refused (serialization failures, deadlocks) and the store redid."""
-        total = int(getattr(store, "retries", 0))
+        """Races a store lost and redid: collisions on the log's next number, and on PostgreSQL the commits
+        it redid (a unique key taken, a deadlock, a serialisation failure)."""
         file_store = getattr(store, "file_store", None)
-        if file_store is not None:
-            total += int(getattr(file_store, "redos", 0))
-        return total
+        return int(store.retries) + (int(file_store.redo_count) if file_store is not None else 0)
 
 
 def data_file(table_id: str, tag: str) -> str:
@@ -526,6 +525,15 @@ def child_main(case_json: str) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def attempt(case: Mapping[str, Any], timeout: float = 3600) -> dict[str, Any] | None:
+    """:func:`run_child`, or None (saying why) when the case failed: one system's failure leaves the rest."""
+    try:
+        return run_child(case, timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"  {case['work']} {case['system']}: not run: {str(e)[-1500:]}", flush=True)
+        return None
+
+
 def run_child(case: Mapping[str, Any], timeout: float = 3600) -> dict[str, Any]:
     completed = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(case)],
@@ -546,12 +554,23 @@ def run_child(case: Mapping[str, Any], timeout: float = 3600) -> dict[str, Any]:
 # --- the parent: servers, the order of runs, the table ----------------------------------------------------
 
 
+def postgres_missing() -> str | None:
+    """Why the postgres system cannot run here, or None."""
+    if importlib.util.find_spec("statestore.postgres") is None:
+        return "statestore.postgres (the PostgreSQL adapter) is not in this tree"
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg is not installed (the postgres extra)"
+    if not (shutil.which("initdb") or Path(PG_BIN, "initdb").exists()):
+        return f"PostgreSQL's initdb is neither on the PATH nor in {PG_BIN}"
+    return None
+
+
 @contextmanager
 def postgres_cluster(directory: Path) -> Iterator[tuple[str, int]]:
     """A throwaway PostgreSQL cluster in ``directory`` (initdb, pg_ctl; as the ``postgres`` user when run as
     root), reached on a Unix socket in it; yields ``(dsn, postmaster pid)`` and stops it at the end."""
-    pg_ctl = shutil.which("pg_ctl") or "/usr/lib/postgresql/15/bin/pg_ctl"
-    initdb = shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb"
+    pg_ctl = shutil.which("pg_ctl") or str(Path(PG_BIN, "pg_ctl"))
+    initdb = shutil.which("initdb") or str(Path(PG_BIN, "initdb"))
     as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     directory.mkdir(parents=True)
     if os.geteuid() == 0:
@@ -678,6 +697,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale = replace(scale, load_references=args.references)
     works = args.only or ["commits", "contention", "gc", "load"]
     systems: list[str] = args.systems
+    missing = postgres_missing() if "postgres" in systems else None
+    if missing:
+        print(f"postgres: not run: {missing}", flush=True)
+        systems.remove("postgres")
     started = time.perf_counter()
     print(
         f"file references on the log vs in PostgreSQL, {'quick' if args.quick else 'full'} run, "
@@ -698,7 +721,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     moto, moto_endpoint = start_moto_server()
     dynamodb = DynamoDBLocal.start()
     try:
-        with postgres_cluster(directory / "postgres") as (dsn, postmaster):
+        cluster = (
+            postgres_cluster(directory / "postgres") if "postgres" in systems else nullcontext((None, None))
+        )
+        with cluster as (dsn, postmaster):
+            if dsn is not None:  # the schema once, so each client's store can skip it
+                postgres = importlib.import_module("statestore.postgres")
+                postgres.PostgresFileReferenceStore.connect(dsn, max_connections=1).close()
             AwsBackend.connect(
                 ResourceNames.for_instance(INSTANCE),
                 moto_endpoint,
@@ -732,27 +761,24 @@ def run_cases(
     base: Mapping[str, Any],
     results: Results,
 ) -> None:
-    def case(work: str, system: str, **fields: Any) -> dict[str, Any]:
-        return {**base, "work": work, "system": system, **fields}
+    """Every case of ``works``, systems interleaved, each in a child; a failed case is said and left out."""
+
+    def run(work: str, system: str, **fields: Any) -> dict[str, Any] | None:
+        return attempt({**base, "work": work, "system": system, **fields})
 
     for system in systems:  # DynamoDB Local's JIT (and PostgreSQL's caches): warm them up, untimed
-        run_child(case("commits", system, writers=8, commits=16, leaves=scale.commit_leaves))
+        run("commits", system, writers=8, commits=16, leaves=scale.commit_leaves)
     if "commits" in works:
         print(f"\ncommits: {scale.commits} AddFiles of 1 file each, {scale.commit_leaves} leaves", flush=True)
         for _ in range(args.repeat):
             for writers in scale.writers:
                 for system in systems:
-                    r = run_child(
-                        case(
-                            "commits",
-                            system,
-                            writers=writers,
-                            commits=scale.commits,
-                            leaves=scale.commit_leaves,
-                        )
+                    r = run(
+                        "commits", system, writers=writers, commits=scale.commits, leaves=scale.commit_leaves
                     )
-                    describe("commits", f"{writers} writer(s)", system, r)
-                    results.add("commits", str(writers), system, r)
+                    if r is not None:
+                        describe("commits", f"{writers} writer(s)", system, r)
+                        results.add("commits", str(writers), system, r)
     if "contention" in works:
         print(
             f"\ncontention: {scale.contention_leaves:,} leaves, {scale.contention_files} ingests of a file "
@@ -761,7 +787,7 @@ def run_cases(
         )
         for mode in ("threads", "committer"):
             for system in systems:
-                c = case(
+                r = run(
                     "contention",
                     system,
                     mode=mode,
@@ -769,12 +795,7 @@ def run_cases(
                     files=scale.contention_files,
                     threads=scale.contention_threads,
                 )
-                try:
-                    r = run_child(c)
-                except RuntimeError as e:
-                    print(
-                        f"  contention {mode:<16} {system:<8} not run: {str(e).splitlines()[-1]}", flush=True
-                    )
+                if r is None:
                     continue
                 detail = f"{scale.contention_threads} threads" if mode == "threads" else "committer"
                 describe("contention", detail, system, r)
@@ -787,22 +808,25 @@ def run_cases(
             f"\nGC of {scale.gc_files:,} files that lost their references (S3 deletes left out):", flush=True
         )
         for system in systems:
-            r = run_child(case("gc", system, files=scale.gc_files))
-            describe("gc", f"{scale.gc_files:,} files", system, r)
-            results.add("gc", "", system, r)
+            r = run("gc", system, files=scale.gc_files)
+            if r is not None:
+                describe("gc", f"{scale.gc_files:,} files", system, r)
+                results.add("gc", "", system, r)
     if "load" in works:
         references = scale.load_references
         print(f"\nload of {references:,} references over {max(1, references // 10):,} leaves:", flush=True)
         tables = {}
         for system in systems:
-            r = run_child(case("prepare_load", system, references=references))
-            print(f"  wrote {system:<8} in {r['seconds']:.1f} s (not judged)", flush=True)
-            tables[system] = r["table_id"]
+            r = run("prepare_load", system, references=references)
+            if r is not None:
+                print(f"  wrote {system:<8} in {r['seconds']:.1f} s (not judged)", flush=True)
+                tables[system] = r["table_id"]
         for _ in range(args.load_repeat):
-            for system in systems:
-                r = run_child(case("load", system, table_id=tables[system]))
-                describe("load", f"{references:,} refs", system, r)
-                results.add("load", "", system, r)
+            for system in tables:
+                r = run("load", system, table_id=tables[system])
+                if r is not None:
+                    describe("load", f"{references:,} refs", system, r)
+                    results.add("load", "", system, r)
 
 
 ROWS = (  # label, work, detail, unit ("rate": commits/s, else seconds)
