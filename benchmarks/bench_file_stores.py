@@ -33,8 +33,11 @@ The work, each case in a fresh child process (its memory its own, no case warmin
 Figures are wall-clock seconds with this child's CPU seconds (every thread), the emulators' CPU (DynamoDB
 Local's JVM and moto, from /proc) and PostgreSQL's (the postmaster and its backends, live and exited, from
 /proc) while the case was timed. DynamoDB Local is warmed up (its JIT) by an untimed run of each system
-first. Every store retries a lost race with the default ``RetryPolicy`` (12 attempts, 5 ms doubling,
-capped at 1 s).
+first. A lost race is retried with each store's own policy: the log's default ``RetryPolicy`` (12
+attempts, 5 ms doubling, capped at 1 s; the committer's 8), the PostgreSQL store's redo (10 attempts, 10 ms
+doubling, capped at 1 s). The cluster runs PostgreSQL's default settings (``max_connections`` raised) on
+tmpfs; it is started here with ``initdb``/``pg_ctl`` (as the ``postgres`` user when root), as the tests'
+fixture does, which is a pytest fixture and so not reused.
 
     python benchmarks/bench_file_stores.py [--quick] [--only commits contention gc load] [--references N]
 """
