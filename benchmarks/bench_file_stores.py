@@ -544,8 +544,11 @@ def attempt(case: Mapping[str, Any], timeout: float = 3600) -> dict[str, Any] | 
     """:func:`run_child`, or None (saying why) when the case failed: one system's failure leaves the rest."""
     try:
         return run_child(case, timeout)
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"  {case['work']} {case['system']}: not run: {str(e)[-1500:]}", flush=True)
+    except subprocess.TimeoutExpired:
+        print(f"  {case['work']:<10} {case['system']}: did not finish within {timeout:.0f} s", flush=True)
+        return None
+    except RuntimeError as e:
+        print(f"  {case['work']:<10} {case['system']}: not run: {str(e)[-1500:]}", flush=True)
         return None
 
 
@@ -600,8 +603,10 @@ def postgres_cluster(directory: Path) -> Iterator[tuple[str, int]]:
         check=True,
         capture_output=True,
     )
+    # A backend whose client went away (a case killed at its timeout) stops its query within a second.
     options = (
-        f"-p {port} -k {directory} -c listen_addresses='' -c max_connections=300 -c shared_buffers=256MB"
+        f"-p {port} -k {directory} -c listen_addresses='' -c max_connections=300 -c shared_buffers=256MB "
+        "-c client_connection_check_interval=1000"
     )
     subprocess.run(
         [
@@ -696,6 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--load-repeat", type=int, default=3, help="loads of each table, best kept (default 3)"
     )
+    parser.add_argument(
+        "--gc-timeout", type=float, default=300, help="seconds a GC case may take, table built (default 300)"
+    )
     parser.add_argument("--references", type=int, help="references in the loaded table (default 100,000)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -778,8 +786,8 @@ def run_cases(
 ) -> None:
     """Every case of ``works``, systems interleaved, each in a child; a failed case is said and left out."""
 
-    def run(work: str, system: str, **fields: Any) -> dict[str, Any] | None:
-        return attempt({**base, "work": work, "system": system, **fields})
+    def run(work: str, system: str, timeout: float = 3600, **fields: Any) -> dict[str, Any] | None:
+        return attempt({**base, "work": work, "system": system, **fields}, timeout)
 
     for system in systems:  # DynamoDB Local's JIT (and PostgreSQL's caches): warm them up, untimed
         run("commits", system, writers=8, commits=16, leaves=scale.commit_leaves)
@@ -823,7 +831,7 @@ def run_cases(
             f"\nGC of {scale.gc_files:,} files that lost their references (S3 deletes left out):", flush=True
         )
         for system in systems:
-            r = run("gc", system, files=scale.gc_files)
+            r = run("gc", system, timeout=args.gc_timeout, files=scale.gc_files)
             if r is not None:
                 describe("gc", f"{scale.gc_files:,} files", system, r)
                 results.add("gc", "", system, r)
