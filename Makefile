@@ -13,7 +13,7 @@ export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint bench bench-peers soak synth lambda-asset spark-package clean
+.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
@@ -82,6 +82,11 @@ bench: venv
 # statestore side by side with Delta Lake and Iceberg (README: Benchmarks). DynamoDB Local needs node.
 bench-peers: venv-bench node
 	$(BENCH_PY) benchmarks/bench_peers.py
+
+# File references on the log against PostgreSQL, one run (README: Benchmarks). DynamoDB Local needs node;
+# the PostgreSQL cluster it starts needs PostgreSQL 15's initdb and pg_ctl.
+bench-file-stores: venv node
+	$(PY) benchmarks/bench_file_stores.py
 
 # The commit-path simulation over many more seeds than make test runs (README: Correctness under faults).
 SOAK_SEEDS ?= 0:4000
