@@ -46,6 +46,8 @@ _RACE_LOST: tuple[type[psycopg.Error], ...] = (
 )
 
 _READ_BATCH = 50_000
+# Files marked unreferenced per transaction by garbage collection's first phase.
+_MARK_CHUNK = 10_000
 
 
 class _Redo(Exception):
@@ -367,31 +369,62 @@ class PostgresFileReferenceStore(FileReferenceStore):
             return _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
 
     def mark_unreferenced(self, table_id: str, now: int) -> int:
-        # A file never gains a reference once it has none, so a file this finds with none stays so. The rows
-        # are locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with it.
-        with self._connection("marking unreferenced files") as conn:
-            cursor = conn.execute(
-                f"UPDATE {FILES} f SET unreferenced_since = %s FROM ("
-                f"SELECT u.filename FROM {FILES} u WHERE u.table_id = %s AND u.unreferenced_since IS NULL "
-                f"AND NOT EXISTS (SELECT 1 FROM {REFERENCES} r WHERE r.table_id = u.table_id "
-                "AND r.filename = u.filename) ORDER BY u.filename FOR UPDATE) AS m "
-                "WHERE f.table_id = %s AND f.filename = m.filename",
-                (now, table_id, table_id),
+        # A file never gains a reference once it has none, so a file found with none stays so. The set
+        # difference is an EXCEPT, not a NOT EXISTS: with statistics that predate the table's rows (a new
+        # table id is in no histogram) the planner made the anti-join a nested loop over every reference of
+        # the table for every file, and 2,000 files took 36 s; a set operation has no such plan. The rows are
+        # then locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with
+        # it, a chunk per transaction so no lock is held for the whole table.
+        with self._connection("finding unreferenced files") as conn:
+            names = sorted(
+                name
+                for (name,) in conn.execute(
+                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND unreferenced_since IS NULL "
+                    f"EXCEPT SELECT filename FROM {REFERENCES} WHERE table_id = %s",
+                    (table_id, table_id),
+                )
             )
-            return cursor.rowcount
+        marked = 0
+        for start in range(0, len(names), _MARK_CHUNK):
+            chunk = names[start : start + _MARK_CHUNK]
+            begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
+            with self._transaction(begin, "marking unreferenced files") as conn:
+                locked = [
+                    name
+                    for (name,) in conn.execute(
+                        f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename = ANY(%s) "
+                        "AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
+                        (table_id, chunk),
+                    )
+                ]
+                marked += conn.execute(
+                    f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s AND filename = ANY(%s)",
+                    (now, table_id, locked),
+                ).rowcount
+        return marked
 
     def files_ready_for_gc(self, table_id: str, before: int, limit: int | None = None) -> list[str]:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         with self._connection("finding files ready for garbage collection") as conn:
-            cursor = conn.execute(
-                f"SELECT f.filename FROM {FILES} f WHERE f.table_id = %s "
-                "AND f.unreferenced_since IS NOT NULL AND f.unreferenced_since < %s AND NOT EXISTS "
-                f"(SELECT 1 FROM {REFERENCES} r WHERE r.table_id = f.table_id AND r.filename = f.filename) "
-                "ORDER BY f.unreferenced_since, f.filename LIMIT %s",
-                (table_id, before, limit),
-            )
-            return [name for (name,) in cursor]
+            marked = [
+                name
+                for (name,) in conn.execute(
+                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND unreferenced_since IS NOT NULL "
+                    "AND unreferenced_since < %s ORDER BY unreferenced_since, filename LIMIT %s",
+                    (table_id, before, limit),
+                )
+            ]
+            # A marked file has no references; checked again by name (an index lookup, whatever the
+            # statistics say) rather than trusted.
+            referenced = {
+                name
+                for (name,) in conn.execute(
+                    f"SELECT DISTINCT filename FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
+                    (table_id, marked),
+                )
+            }
+            return [name for name in marked if name not in referenced]
 
     def forget_requests(self, table_id: str, before: int) -> int:
         with self._connection("forgetting old requests") as conn:
