@@ -71,6 +71,7 @@ from bench_peers import Best, peak_rss_mb, rss_mb  # noqa: E402
 from bench_peers import Timer as EmulatorTimer  # noqa: E402
 
 from statestore.ports import BlobStore  # noqa: E402
+from statestore.resources import POSTGRES_SERVER_SETTINGS  # noqa: E402
 
 REGION = "eu-west-2"
 SYSTEMS = ("log", "postgres")
@@ -606,7 +607,8 @@ def postgres_cluster(directory: Path) -> Iterator[tuple[str, int]]:
     # A backend whose client went away (a case killed at its timeout) stops its query within a second.
     options = (
         f"-p {port} -k {directory} -c listen_addresses='' -c max_connections=300 -c shared_buffers=256MB "
-        "-c client_connection_check_interval=1000"
+        "-c client_connection_check_interval=1000 "
+        + " ".join(f"-c {name}={value}" for name, value in POSTGRES_SERVER_SETTINGS.items())
     )
     subprocess.run(
         [

@@ -32,7 +32,12 @@ from constructs import Construct
 
 from infra.functions import FunctionNetwork
 from infra.nag import acknowledge
-from statestore.resources import POSTGRES_DATABASE_NAME, POSTGRES_HOST_ENV, POSTGRES_SECRET_ARN_ENV
+from statestore.resources import (
+    POSTGRES_DATABASE_NAME,
+    POSTGRES_HOST_ENV,
+    POSTGRES_SECRET_ARN_ENV,
+    POSTGRES_SERVER_SETTINGS,
+)
 
 # The newest Aurora PostgreSQL 16 that aws-cdk-lib offers; auto-pause needs 16.3 or later.
 ENGINE_VERSION = rds.AuroraPostgresEngineVersion.VER_16_13
@@ -124,6 +129,7 @@ class PostgresDatabase(Construct):
             serverless_v2_auto_pause_duration=None if proxy else AUTO_PAUSE,
             credentials=rds.Credentials.from_generated_secret(MASTER_USERNAME),
             default_database_name=DATABASE_NAME,
+            parameters=dict(POSTGRES_SERVER_SETTINGS),  # a cluster parameter group of the planner's settings
             storage_encrypted=True,
             vpc=self.vpc,
             vpc_subnets=isolated,

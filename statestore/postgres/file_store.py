@@ -374,7 +374,8 @@ class PostgresFileReferenceStore(FileReferenceStore):
         # table id is in no histogram) the planner made the anti-join a nested loop over every reference of
         # the table for every file, and 2,000 files took 36 s; a set operation has no such plan. The rows are
         # then locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with
-        # it, a chunk per transaction so no lock is held for the whole table.
+        # it, a chunk per transaction so no lock is held for the whole table; each chunk is a range of names,
+        # so it reads its own part of the primary key, not the table's.
         with self._connection("finding unreferenced files") as conn:
             names = sorted(
                 name
@@ -392,14 +393,15 @@ class PostgresFileReferenceStore(FileReferenceStore):
                 locked = [
                     name
                     for (name,) in conn.execute(
-                        f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename = ANY(%s) "
-                        "AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
-                        (table_id, chunk),
+                        f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename BETWEEN %s AND %s "
+                        "AND filename = ANY(%s) AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
+                        (table_id, chunk[0], chunk[-1], chunk),
                     )
                 ]
                 marked += conn.execute(
-                    f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s AND filename = ANY(%s)",
-                    (now, table_id, locked),
+                    f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s "
+                    "AND filename BETWEEN %s AND %s AND filename = ANY(%s)",
+                    (now, table_id, chunk[0], chunk[-1], locked),
                 ).rowcount
         return marked
 

@@ -61,6 +61,21 @@ DDL: tuple[str, ...] = (
         PRIMARY KEY (table_id, request_id)
     )""",
     f"CREATE INDEX IF NOT EXISTS requests_by_time ON {REQUESTS} (table_id, recorded_time)",
+    # Statistics that keep up with a new table. Every statestore table shares these SQL tables, so by
+    # default they are analysed again only when a tenth of all their rows changed: a table created (or
+    # grown) since is in no statistics, the planner expects one row of it, and picked plans that read all
+    # its rows per lookup (a commit) or per row (garbage collection's anti-join, 36 s for 2,000 files).
+    # Analysed after every 10,000 changed rows instead, with room for 1,000 table ids among the most
+    # common values. (Both are per-table storage settings: idempotent, no rewrite, no lock on DML.)
+    *(
+        statement
+        for table in (FILES, REFERENCES)
+        for statement in (
+            f"ALTER TABLE {table} SET (autovacuum_analyze_scale_factor = 0, "
+            "autovacuum_analyze_threshold = 10000)",
+            f"ALTER TABLE {table} ALTER COLUMN table_id SET STATISTICS 1000",
+        )
+    ),
 )
 
 

@@ -11,6 +11,7 @@ from aws_cdk import assertions
 
 from infra.functions import VPC_ACCESS_ACTIONS
 from infra.postgres import HOST_ENV, SECRET_ARN_ENV
+from statestore.resources import POSTGRES_SERVER_SETTINGS
 from tests.infra.conftest import SynthStack
 from tests.infra.test_stack import CLEANUP, COMMITTER, SNAPSHOT, statements_of
 
@@ -96,6 +97,16 @@ def test_the_cluster_is_aurora_postgresql_16_serverless_v2_encrypted_with_a_gene
         {"GenerateSecretString": Match.object_like({"GenerateStringKey": "password"})},
     )
     with_proxy.resource_count_is("AWS::RDS::DBInstance", 1)
+
+
+def test_the_cluster_runs_with_the_planner_settings_the_store_is_planned_for(with_proxy: Any) -> None:
+    groups = with_proxy.find_resources("AWS::RDS::DBClusterParameterGroup")
+    (group,) = groups.values()
+    assert group["Properties"]["Family"] == "aurora-postgresql16"
+    assert group["Properties"]["Parameters"] == POSTGRES_SERVER_SETTINGS
+    with_proxy.has_resource_properties(
+        "AWS::RDS::DBCluster", {"DBClusterParameterGroupName": {"Ref": next(iter(groups))}}
+    )
 
 
 def test_behind_the_proxy_the_cluster_idles_at_half_an_acu_as_auto_pause_cannot_work(with_proxy: Any) -> None:

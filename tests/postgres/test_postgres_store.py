@@ -64,6 +64,48 @@ def test_the_schema_is_created_once_even_by_several_processes_at_once(fresh_post
         assert commit(store, "t", AddFiles((ref("a", "p1"),))).committed == (0,)
 
 
+def test_the_shared_tables_are_analysed_after_ten_thousand_changed_rows_with_room_for_many_table_ids(
+    fresh_postgres_conninfo: str,
+) -> None:
+    PostgresFileReferenceStore.connect(fresh_postgres_conninfo, max_connections=1).close()
+    with psycopg.connect(fresh_postgres_conninfo) as conn:
+        for table in ("files", "file_references"):
+            options, target = conn.execute(
+                "SELECT c.reloptions, a.attstattarget FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid "
+                "WHERE n.nspname = 'statestore' AND c.relname = %s AND a.attname = 'table_id'",
+                (table,),
+            ).fetchone() or (None, None)
+            assert set(options) == {"autovacuum_analyze_scale_factor=0", "autovacuum_analyze_threshold=10000"}
+            assert target == 1000
+
+
+def test_a_commit_finds_its_files_by_name_not_by_reading_the_whole_table(
+    fresh_postgres_conninfo: str,
+) -> None:
+    # Analysed, as autovacuum does after 10,000 changed rows, on a server with the stack's planner
+    # settings: the lookup of 1,000 of 20,000 files descends the primary key by name. With the planner's
+    # default random_page_cost it read every file row of every table (a sequential scan).
+    with PostgresFileReferenceStore.connect(fresh_postgres_conninfo, max_connections=1) as store:
+        names = [f"f{i:06d}" for i in range(20_000)]
+        for start in range(0, len(names), 5_000):
+            commit(
+                store, "t", AddFiles(tuple(ref(n, "p1") for n in names[start : start + 5_000])), f"r{start}"
+            )
+    with psycopg.connect(fresh_postgres_conninfo, autocommit=True) as conn:
+        conn.execute("ANALYZE statestore.files")
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT filename, added_time, unreferenced_since FROM statestore.files "
+                "WHERE table_id = %s AND filename = ANY(%s) ORDER BY filename FOR UPDATE",
+                ("t", names[5_000:6_000]),
+            )
+        )
+    assert "Seq Scan" not in plan
+    assert "Index Cond: ((table_id = 't'::text) AND (filename = ANY" in plan
+
+
 def test_a_database_without_the_schema_says_how_to_create_it(fresh_postgres_conninfo: str) -> None:
     with PostgresFileReferenceStore.connect(fresh_postgres_conninfo, ensure_schema=False) as store:
         with pytest.raises(ResourceNotFoundError, match="ensure_schema=True"):
