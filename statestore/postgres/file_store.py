@@ -398,10 +398,20 @@ class PostgresFileReferenceStore(FileReferenceStore):
                         (table_id, chunk[0], chunk[-1], chunk),
                     )
                 ]
+                # Checked again under the lock: a file deleted and added again with references since the
+                # difference was read is a new row, and would otherwise be marked as if it had none.
+                referenced = {
+                    name
+                    for (name,) in conn.execute(
+                        f"SELECT DISTINCT filename FROM {REFERENCES} "
+                        "WHERE table_id = %s AND filename = ANY(%s)",
+                        (table_id, locked),
+                    )
+                }
                 marked += conn.execute(
                     f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s "
                     "AND filename BETWEEN %s AND %s AND filename = ANY(%s)",
-                    (now, table_id, chunk[0], chunk[-1], locked),
+                    (now, table_id, chunk[0], chunk[-1], [n for n in locked if n not in referenced]),
                 ).rowcount
         return marked
 

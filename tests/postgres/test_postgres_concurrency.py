@@ -264,3 +264,34 @@ def test_a_split_racing_a_claim_of_the_reference_it_moves_serialises(
         else:
             assert isinstance(split_outcome.rejected[0], FileReferenceAssignedToJobError)
             assert [(r.partition_id, r.job_id) for r in references] == [("root", "j")]
+
+
+def test_a_file_deleted_and_added_again_with_references_while_gc_marks_is_not_marked(
+    store: PostgresFileReferenceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first phase reads the files with no reference, then locks and marks them: between the two, the
+    # file is deleted and added again with a reference. The new row must not be marked.
+    table_id = table()
+    partitions = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
+    commit(store, table_id, partitions, AddFiles((ref("a", "p1"), ref("b", "p1"))), time=1_000)
+    commit(store, table_id, partitions, AssignJobIds((AssignJobIdRequest("j", "p1", ("a", "b")),)))
+    job = ReplaceFileReferencesJob("j", "p1", ("a", "b"), ref("c", "p1"))
+    assert commit(store, table_id, partitions, ReplaceFileReferences((job,))).committed == (0,)
+    connection = store._connection
+    opened: list[str] = []
+
+    def racing_connection(what: str):  # type: ignore[no-untyped-def]
+        opened.append(what)
+        if opened[:2] == ["finding unreferenced files", "marking unreferenced files"] and len(opened) == 2:
+            assert commit(store, table_id, partitions, DeleteFiles(("a",))).committed == (0,)
+            assert commit(store, table_id, partitions, AddFiles((ref("a", "p1"),))).committed == (0,)
+        return connection(what)
+
+    monkeypatch.setattr(store, "_connection", racing_connection)
+    assert store.mark_unreferenced(table_id, now=5_000) == 1
+    monkeypatch.undo()
+
+    assert store.files_ready_for_gc(table_id, before=10**12) == ["b"]
+    files = store.files(table_id)
+    assert len(files["a"].references) == 1 and files["a"].last_update_time == 2_000
+    assert files["b"].last_update_time == 5_000
