@@ -2,19 +2,26 @@
 
 The state is changed only by :meth:`statestore.transactions.Transaction.apply`, always after the
 transaction's ``validate`` passed, so a rejected transaction never leaves a trace. Every value held is
-immutable, which makes :meth:`TableState.copy` a pair of dictionary copies.
+immutable, which makes :meth:`TableState.copy` cheap.
 
 To try changes without copying the whole state (the committer's group commit, a batch's validation), open
 an undo journal with :meth:`TableState.begin_changes`: every mutator then records what it replaced, and
 :meth:`TableState.undo_changes` puts it back, so trying a batch costs in proportion to the batch, not to
 the table. Undoing puts back every value; the iteration order of files may differ (it carries no meaning,
 like the order of a file's references).
+
+Files are held column-wise (:class:`statestore.file_columns.FileColumns`, ~110 B per reference instead of
+one Python object each) as an immutable **base**, plus an **overlay** of the files changed since it
+(filename -> ``TableFile``, or None for a base file removed). The mutators write the overlay; when it grows
+past a fraction of the base, and no undo journal is open, it is folded into a new base.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from statestore.errors import (
     FileNotFoundInStateError,
@@ -23,11 +30,16 @@ from statestore.errors import (
     InvalidQueryError,
     PartitionNotFoundError,
 )
+from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
 _ABSENT: Any = object()  # in an undo record: the key was not there before
+# The overlay is folded into the base when it holds more files than this, and more than a quarter of the
+# base's: folding costs in proportion to the table, so it happens after changes of a similar size.
+FOLD_MIN_FILES = 65_536
+_CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
 
 
 class TableState:
@@ -42,28 +54,111 @@ class TableState:
         self,
         schema: Schema,
         partitions_by_id: dict[str, Partition] | None = None,
-        files_by_name: dict[str, TableFile] | None = None,
+        files_by_name: Mapping[str, TableFile] | None = None,
         transaction_number: int = 0,
+        *,
+        file_columns: FileColumns | None = None,
     ) -> None:
         self.schema = schema
         self.partitions_by_id: dict[str, Partition] = {} if partitions_by_id is None else partitions_by_id
-        self._files_by_name: dict[str, TableFile] = {}
-        self._reference_count = 0
         # Undo records, newest last, while a journal is open (None: changes are not recorded).
         self._undo: list[tuple[Any, ...]] | None = None
-        self.files_by_name = {} if files_by_name is None else files_by_name
+        self._set_base(FileColumns.empty() if file_columns is None else file_columns)
+        if files_by_name:
+            self.files_by_name = files_by_name
         self.transaction_number = transaction_number
 
+    def _set_base(self, base: FileColumns) -> None:
+        self._base = base
+        self._shadowed = np.zeros(base.file_count, np.bool_)  # base rows the overlay replaces or removes
+        self._overlay: dict[str, TableFile | None] = {}
+        self._shadowing: dict[str, int] = {}  # overlay filename -> the base row it shadows
+        self._file_count = base.file_count
+        self._reference_count = base.total_reference_count
+
     @property
-    def files_by_name(self) -> dict[str, TableFile]:
-        return self._files_by_name
+    def files_by_name(self) -> Mapping[str, TableFile]:
+        """Every file by name: a read-only view that makes a ``TableFile`` on each access."""
+        return _FilesView(self)
 
     @files_by_name.setter
-    def files_by_name(self, files: dict[str, TableFile]) -> None:
+    def files_by_name(self, files: Mapping[str, TableFile]) -> None:
         if self._undo is not None:
             raise RuntimeError("files_by_name cannot be replaced while an undo journal is open")
-        self._files_by_name = files
-        self._reference_count = sum(len(f.references) for f in files.values())
+        self._set_base(FileColumns.from_table_files(files.values()))
+
+    def file_columns(self) -> FileColumns:
+        """All files as one :class:`FileColumns` (what a snapshot writes); folds the overlay in when no
+        undo journal is open."""
+        if not self._overlay:
+            return self._base
+        folded = self._folded()
+        if self._undo is None:
+            self._set_base(folded)
+        return folded
+
+    def _folded(self) -> FileColumns:
+        kept = self._base.take_files(np.flatnonzero(~self._shadowed))
+        changed = FileColumns.from_table_files(f for f in self._overlay.values() if f is not None)
+        return kept.concat(changed)
+
+    def _maybe_fold(self) -> None:
+        if self._undo is None and len(self._overlay) > max(FOLD_MIN_FILES, self._base.file_count // 4):
+            self._set_base(self._folded())
+
+    def _get(self, filename: str) -> TableFile | None:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry
+        row = self._base.row_of(filename)
+        return None if row is None else self._base.table_file(row)
+
+    def _contains(self, filename: str) -> bool:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry is not None
+        return self._base.row_of(filename) is not None
+
+    def _iter_names(self) -> Iterator[str]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.filenames(live[start : start + _CHUNK])
+        yield from [name for name, f in self._overlay.items() if f is not None]
+
+    def _iter_files(self) -> Iterator[TableFile]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.table_files(live[start : start + _CHUNK])
+        yield from [f for f in self._overlay.values() if f is not None]
+
+    def _visible(self, entry: Any, row: int | None) -> tuple[int, int]:
+        """(files, references) seen for one filename with overlay ``entry`` over base ``row``."""
+        if entry is _ABSENT:
+            return (0, 0) if row is None else (1, self._base.reference_count_of(row))
+        return (0, 0) if entry is None else (1, len(entry.references))
+
+    def _set_entry(self, filename: str, entry: Any, row: int | None) -> None:
+        """Make the overlay entry of ``filename`` (over base ``row``) ``entry`` (_ABSENT: none)."""
+        overlay = self._overlay
+        files_before, refs_before = self._visible(overlay.get(filename, _ABSENT), row)
+        files_after, refs_after = self._visible(entry, row)
+        if entry is _ABSENT:
+            overlay.pop(filename, None)
+            if row is not None:
+                del self._shadowing[filename]
+                self._shadowed[row] = False
+        else:
+            overlay[filename] = entry
+            if row is not None:
+                self._shadowing[filename] = row
+                self._shadowed[row] = True
+        self._file_count += files_after - files_before
+        self._reference_count += refs_after - refs_before
+
+    def _base_row(self, filename: str) -> int | None:
+        if filename in self._overlay:
+            return self._shadowing.get(filename)
+        return self._base.row_of(filename)
 
     # --- partitions -----------------------------------------------------------------------------
 
@@ -86,19 +181,39 @@ class TableState:
     # --- files ----------------------------------------------------------------------------------
 
     def file(self, filename: str) -> TableFile:
-        try:
-            return self.files_by_name[filename]
-        except KeyError:
-            raise FileNotFoundInStateError(filename) from None
+        table_file = self._get(filename)
+        if table_file is None:
+            raise FileNotFoundInStateError(filename)
+        return table_file
 
     def files(self) -> list[TableFile]:
-        return list(self.files_by_name.values())
+        return list(self._iter_files())
 
     def has_files(self) -> bool:
-        return bool(self.files_by_name)
+        return self._file_count > 0
+
+    def files_present(self, filenames: Sequence[object]) -> list[bool]:
+        """Whether the state holds a file of each name (one vectorised search of the base for them all;
+        a name that is not a string is held by no state)."""
+        overlay = self._overlay
+        out = [False] * len(filenames)
+        searched: list[str] = []
+        positions: list[int] = []
+        for i, name in enumerate(filenames):
+            if type(name) is not str:
+                continue
+            entry = overlay.get(name, _ABSENT)
+            if entry is _ABSENT:
+                searched.append(name)
+                positions.append(i)
+            else:
+                out[i] = entry is not None
+        for i, row in zip(positions, self._base.rows_of(searched), strict=True):
+            out[i] = row is not None
+        return out
 
     def file_references(self) -> Iterator[FileReference]:
-        for table_file in self.files_by_name.values():
+        for table_file in self._iter_files():
             yield from table_file.references
 
     def reference_count(self) -> int:
@@ -151,49 +266,56 @@ class TableState:
 
     def files_ready_for_gc(self, before: int) -> list[str]:
         """Names of files with no references whose last update was before ``before`` (epoch ms)."""
-        return [
-            f.filename
-            for f in self.files_by_name.values()
-            if not f.references and f.last_update_time < before
-        ]
+        return [f.filename for f in self._iter_files() if not f.references and f.last_update_time < before]
 
     def unreferenced_files(self) -> list[TableFile]:
-        return [f for f in self.files_by_name.values() if not f.references]
+        return [f for f in self._iter_files() if not f.references]
 
     # --- used by transactions, and by snapshot loading ------------------------------------------
 
     def put_file(self, table_file: TableFile) -> None:
-        files = self._files_by_name
-        old = files.get(table_file.filename, _ABSENT)
-        if self._undo is not None:
-            self._undo.append(("file", table_file.filename, old))
-        files[table_file.filename] = table_file
-        self._reference_count += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
+        self.put_files((table_file,))
 
     def put_files(self, table_files: Iterable[TableFile]) -> None:
         """:meth:`put_file` of each, in order (one call for a big AddFiles)."""
-        files, undo = self._files_by_name, self._undo
-        added = 0
-        try:
-            for table_file in table_files:
-                old = files.get(table_file.filename, _ABSENT)
-                if undo is not None:
-                    undo.append(("file", table_file.filename, old))
-                files[table_file.filename] = table_file
-                added += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
-        finally:
-            self._reference_count += added
+        table_files = list(table_files)
+        overlay, undo = self._overlay, self._undo
+        names = [f.filename for f in table_files]
+        # One vectorised search of the base for the names the overlay does not hold yet.
+        unknown = [name for name in names if name not in overlay]
+        base_rows = dict(zip(unknown, self._base.rows_of(unknown), strict=True))
+        for name, table_file in zip(names, table_files, strict=True):
+            row = base_rows[name] if name in base_rows else self._shadowing.get(name)
+            base_rows.pop(name, None)
+            if undo is not None:
+                undo.append(("file", name, overlay.get(name, _ABSENT), row))
+            self._set_entry(name, table_file, row)
+        self._maybe_fold()
 
     def remove_file(self, filename: str) -> None:
-        old = self._files_by_name.pop(filename)
+        """Remove ``filename`` (KeyError if the state does not hold it)."""
+        if not self._contains(filename):
+            raise KeyError(filename)
+        row = self._base_row(filename)
         if self._undo is not None:
-            self._undo.append(("file", filename, old))
-        self._reference_count -= len(old.references)
+            self._undo.append(("file", filename, self._overlay.get(filename, _ABSENT), row))
+        self._set_entry(filename, _ABSENT if row is None else None, row)
+        self._maybe_fold()
 
     def clear_files(self) -> None:
         if self._undo is not None:
-            self._undo.append(("files", self._files_by_name, self._reference_count))
-        self._files_by_name, self._reference_count = {}, 0
+            self._undo.append(("files", self._files_snapshot()))
+        self._set_base(FileColumns.empty())
+
+    def _files_snapshot(self) -> tuple[Any, ...]:
+        return (
+            self._base,
+            self._shadowed,
+            self._overlay,
+            self._shadowing,
+            self._file_count,
+            self._reference_count,
+        )
 
     def put_partitions(self, partitions: Iterable[Partition]) -> None:
         by_id = self.partitions_by_id
@@ -221,32 +343,34 @@ class TableState:
         undo = self._undo
         if undo is None or mark > len(undo):
             raise RuntimeError(f"no open undo journal at mark {mark}")
-        files, by_id = self._files_by_name, self.partitions_by_id
+        by_id = self.partitions_by_id
         while len(undo) > mark:
             record = undo.pop()
             kind = record[0]
             if kind == "file":
-                _, filename, old = record
-                now = files.pop(filename, _ABSENT)
-                if now is not _ABSENT:
-                    self._reference_count -= len(now.references)
-                if old is not _ABSENT:
-                    files[filename] = old
-                    self._reference_count += len(old.references)
+                _, filename, old, row = record
+                self._set_entry(filename, old, row)
             elif kind == "partition":
                 _, partition_id, old = record
                 if old is _ABSENT:
                     del by_id[partition_id]
                 else:
                     by_id[partition_id] = old
-            elif kind == "files":  # rebinds ``files``: older records belong to the restored dict
-                _, files, self._reference_count = record
-                self._files_by_name = files
+            elif kind == "files":  # older records belong to the restored base and overlay
+                (
+                    self._base,
+                    self._shadowed,
+                    self._overlay,
+                    self._shadowing,
+                    self._file_count,
+                    self._reference_count,
+                ) = record[1]
             else:
                 _, by_id = record
                 self.partitions_by_id = by_id
         if mark == 0:
             self._undo = None
+            self._maybe_fold()
 
     def keep_changes(self, mark: int) -> None:
         """Keep the changes made since ``mark``; at the outer mark this closes the journal (no undo)."""
@@ -254,14 +378,19 @@ class TableState:
             raise RuntimeError(f"no open undo journal at mark {mark}")
         if mark == 0:
             self._undo = None
+            self._maybe_fold()
 
     # --- whole-state ----------------------------------------------------------------------------
 
     def copy(self) -> TableState:
-        """An independent copy (values are immutable, so copying the dictionaries is enough)."""
-        return TableState(
-            self.schema, dict(self.partitions_by_id), dict(self.files_by_name), self.transaction_number
-        )
+        """An independent copy (the base is immutable and shared; the overlay is copied)."""
+        copy = TableState(self.schema, dict(self.partitions_by_id), None, self.transaction_number)
+        copy._base = self._base
+        copy._shadowed = self._shadowed.copy()
+        copy._overlay = dict(self._overlay)
+        copy._shadowing = dict(self._shadowing)
+        copy._file_count, copy._reference_count = self._file_count, self._reference_count
+        return copy
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableState):
@@ -270,13 +399,17 @@ class TableState:
             self.transaction_number == other.transaction_number
             and self.schema == other.schema
             and self.partitions_by_id == other.partitions_by_id
-            and _files_equal(self.files_by_name, other.files_by_name)
+            and self._file_count == other._file_count
+            and _files_equal(
+                dict(zip(self._iter_names(), self._iter_files(), strict=True)),
+                dict(zip(other._iter_names(), other._iter_files(), strict=True)),
+            )
         )
 
     def __repr__(self) -> str:
         return (
             f"TableState(transaction_number={self.transaction_number}, "
-            f"partitions={len(self.partitions_by_id)}, files={len(self.files_by_name)}, "
+            f"partitions={len(self.partitions_by_id)}, files={self._file_count}, "
             f"references={self.reference_count()})"
         )
 
@@ -296,3 +429,33 @@ def _files_equal(a: dict[str, TableFile], b: dict[str, TableFile]) -> bool:
 
 def _ref_key(ref: FileReference) -> str:
     return ref.partition_id
+
+
+class _FilesView(Mapping[str, TableFile]):
+    """``TableState.files_by_name``: a read-only mapping over the base and overlay of one state."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, filename: str) -> TableFile:
+        table_file = self._state._get(filename)
+        if table_file is None:
+            raise KeyError(filename)
+        return table_file
+
+    def __contains__(self, filename: object) -> bool:
+        return isinstance(filename, str) and self._state._contains(filename)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._state._iter_names()
+
+    def __len__(self) -> int:
+        return self._state._file_count
+
+    def values(self) -> Any:
+        return list(self._state._iter_files())
+
+    def items(self) -> Any:
+        return [(f.filename, f) for f in self._state._iter_files()]

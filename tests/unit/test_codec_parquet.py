@@ -167,10 +167,10 @@ def test_an_unknown_format_version_is_rejected(which: str) -> None:
     state = new_state(STRING_SCHEMA, ["m"], [FileReference("a.parquet", "root", 1)])
     partitions_bytes, files_bytes = state_to_parquet(state)
     if which == "partitions":
-        partitions_bytes = rewrite_metadata(partitions_bytes, b"statestore.snapshot.version", b"2")
+        partitions_bytes = rewrite_metadata(partitions_bytes, b"statestore.snapshot.version", b"99")
     else:
-        files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"2")
-    with pytest.raises(CodecError, match=f"the {which} snapshot has format version '2'"):
+        files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"99")
+    with pytest.raises(CodecError, match=f"the {which} snapshot has format version '99'"):
         state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, 2)
 
 

@@ -1,0 +1,335 @@
+"""The files of a table held column-wise: no Python object per file or reference until one is asked for.
+
+A big table's state is mostly file references, and one Python object per reference (a ``TableFile``, a
+tuple, a ``FileReference``, a filename ``str``...) costs ~650 B. :class:`FileColumns` holds them as NumPy
+and Arrow columns instead (~110 B per reference): one row per file (directory code, base name, update
+time, where its references start) and one row per reference (partition code, rows, flags, job code,
+update time). A filename is its **directory** (``tables/<t>/data/partition=<p>/``, one per partition,
+dictionary-encoded) plus its **base name**.
+
+Filenames are found through a sorted array of 64-bit hashes (``np.searchsorted``), every hit checked
+against the stored name, so a collision costs a comparison, never a wrong answer. The hashes are Python's
+own ``hash`` of the directory and of the base name, combined: they live only in memory, never on disk.
+
+A ``FileColumns`` never changes once built: :class:`statestore.state.TableState` keeps its changes in an
+overlay and folds them into a new ``FileColumns`` now and then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from statestore.files import FileReference, TableFile
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
+_ALL_BITS = (1 << 64) - 1
+# Tests narrow this to force hash collisions; it is read when a FileColumns is built.
+HASH_MASK = _ALL_BITS
+_HASH_CHUNK = 131_072  # base names turned into Python strings at a time, to hash them
+
+
+def split_filename(filename: str) -> tuple[str, str]:
+    """``(directory, base name)``: the directory keeps its trailing ``/`` (empty for a bare name)."""
+    cut = filename.rfind("/") + 1
+    return filename[:cut], filename[cut:]
+
+
+def _hash_of(directory: str, base_name: str, mask: int) -> int:
+    # The scalar twin of the vectorised sum in FileColumns._build_index (uint64 arithmetic, wrapping).
+    return ((hash(directory) & _ALL_BITS) * int(_MIX) + (hash(base_name) & _ALL_BITS)) & _ALL_BITS & mask
+
+
+def _hashes(strings: pa.Array) -> np.ndarray:
+    out = np.empty(len(strings), np.int64)
+    for start in range(0, len(strings), _HASH_CHUNK):
+        chunk = strings.slice(start, _HASH_CHUNK).to_pylist()
+        out[start : start + len(chunk)] = np.fromiter(map(hash, chunk), np.int64, len(chunk))
+    return out.view(np.uint64)
+
+
+class FileColumns:
+    """An immutable, column-wise set of files and their references (see the module docstring).
+
+    Files: ``directories`` (Arrow strings) indexed by ``directory_codes``, ``base_names`` (Arrow large
+    strings), ``file_times``, and ``reference_starts`` (file ``i``'s references are rows
+    ``reference_starts[i]:reference_starts[i + 1]``). References: ``partition_codes`` into
+    ``partition_ids``, ``number_of_rows``, ``count_approximate``, ``whole_file``
+    (only_contains_data_for_this_partition), ``job_codes`` into ``job_ids`` (-1: no job) and
+    ``reference_times``.
+    """
+
+    def __init__(
+        self,
+        directories: pa.Array,
+        directory_codes: np.ndarray,
+        base_names: pa.Array,
+        file_times: np.ndarray,
+        reference_starts: np.ndarray,
+        partition_ids: list[str],
+        partition_codes: np.ndarray,
+        number_of_rows: np.ndarray,
+        count_approximate: np.ndarray,
+        whole_file: np.ndarray,
+        job_ids: list[str],
+        job_codes: np.ndarray,
+        reference_times: np.ndarray,
+    ) -> None:
+        self.directories = directories
+        self.directory_codes = directory_codes
+        self.base_names = base_names
+        self.file_times = file_times
+        self.reference_starts = reference_starts
+        self.partition_ids = partition_ids
+        self.partition_codes = partition_codes
+        self.number_of_rows = number_of_rows
+        self.count_approximate = count_approximate
+        self.whole_file = whole_file
+        self.job_ids = job_ids
+        self.job_codes = job_codes
+        self.reference_times = reference_times
+        self._hash_mask = HASH_MASK
+        self._sorted_hashes, self._rows_by_hash = self._build_index()
+
+    # --- building ---------------------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls) -> FileColumns:
+        return cls.from_table_files(())
+
+    @classmethod
+    def from_table_files(cls, files: Iterable[TableFile]) -> FileColumns:
+        """Columns holding ``files`` (Python objects in, none kept)."""
+        files = list(files)
+        directory_code: dict[str, int] = {}
+        directory_codes: list[int] = []
+        base_names: list[str] = []
+        for table_file in files:
+            directory, base_name = split_filename(table_file.filename)
+            directory_codes.append(directory_code.setdefault(directory, len(directory_code)))
+            base_names.append(base_name)
+        references = [ref for f in files for ref in f.references]
+        partition_code: dict[str, int] = {}
+        job_code: dict[str | None, int] = {None: -1}
+        partition_codes = [partition_code.setdefault(r.partition_id, len(partition_code)) for r in references]
+        job_codes = [job_code.setdefault(r.job_id, len(job_code) - 1) for r in references]
+        starts = np.zeros(len(files) + 1, np.int64)
+        np.cumsum([len(f.references) for f in files], out=starts[1:])
+        return cls(
+            pa.array(list(directory_code), pa.string()),
+            np.array(directory_codes, np.int32),
+            pa.array(base_names, pa.large_string()),
+            np.array([f.last_update_time for f in files], np.int64),
+            starts,
+            list(partition_code),
+            np.array(partition_codes, np.int32),
+            np.array([r.number_of_rows for r in references], np.int64),
+            np.array([r.count_approximate for r in references], np.bool_),
+            np.array([r.only_contains_data_for_this_partition for r in references], np.bool_),
+            [job_id for job_id in job_code if job_id is not None],
+            np.array(job_codes, np.int32),
+            np.array([r.last_update_time for r in references], np.int64),
+        )
+
+    def _build_index(self) -> tuple[np.ndarray, np.ndarray]:
+        directory_hashes = _hashes(self.directories)
+        with np.errstate(over="ignore"):
+            hashes = directory_hashes[self.directory_codes] * _MIX + _hashes(self.base_names)
+        hashes &= np.uint64(self._hash_mask)
+        rows = np.argsort(hashes, kind="stable").astype(np.int32)
+        return hashes[rows], rows
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    @property
+    def file_count(self) -> int:
+        return len(self.file_times)
+
+    @property
+    def total_reference_count(self) -> int:
+        return len(self.partition_codes)
+
+    def filename(self, row: int) -> str:
+        directory = self.directories[int(self.directory_codes[row])].as_py()
+        return f"{directory}{self.base_names[row].as_py()}"
+
+    def row_of(self, filename: str) -> int | None:
+        """The file row of ``filename``, or None if these columns do not hold it."""
+        directory, base_name = split_filename(filename)
+        h = np.uint64(_hash_of(directory, base_name, self._hash_mask))
+        low = int(np.searchsorted(self._sorted_hashes, h, "left"))
+        high = int(np.searchsorted(self._sorted_hashes, h, "right"))
+        for row in self._rows_by_hash[low:high].tolist():
+            if self.base_names[row].as_py() == base_name and self.filename(row) == filename:
+                return int(row)
+        return None
+
+    def duplicate_filename(self) -> str | None:
+        """A filename held by two rows, if any (a valid state has none)."""
+        same = np.flatnonzero(self._sorted_hashes[1:] == self._sorted_hashes[:-1])
+        if not len(same):
+            return None
+        positions = np.unique(np.concatenate([same, same + 1]))
+        seen: set[str] = set()
+        for name in self.filenames(self._rows_by_hash[positions].astype(np.int64)):
+            if name in seen:
+                return name
+            seen.add(name)
+        return None
+
+    def rows_of(self, filenames: Sequence[str]) -> list[int | None]:
+        """:meth:`row_of` of each name, with one vectorised search for all of them."""
+        out: list[int | None] = [None] * len(filenames)
+        if not self.file_count or not filenames:
+            return out
+        mask = self._hash_mask
+        hashes = np.fromiter(
+            (_hash_of(*split_filename(name), mask) for name in filenames), np.uint64, len(filenames)
+        )
+        low = np.searchsorted(self._sorted_hashes, hashes, "left")
+        high = np.searchsorted(self._sorted_hashes, hashes, "right")
+        for i in np.flatnonzero(high > low).tolist():
+            out[i] = self.row_of(filenames[i])
+        return out
+
+    def reference_count_of(self, row: int) -> int:
+        return int(self.reference_starts[row + 1] - self.reference_starts[row])
+
+    def table_file(self, row: int) -> TableFile:
+        return self.table_files(np.array([row], np.int64))[0]
+
+    def filenames(self, rows: np.ndarray | None = None) -> list[str]:
+        codes = self.directory_codes if rows is None else self.directory_codes[rows]
+        bases = self.base_names if rows is None else self.base_names.take(pa.array(rows, pa.int64()))
+        directories = self.directories.to_pylist()
+        return list(map(str.__add__, map(directories.__getitem__, codes.tolist()), bases.to_pylist()))
+
+    def table_files(self, rows: np.ndarray | None = None) -> list[TableFile]:
+        """The files at ``rows`` (all, in row order, by default) as ``TableFile`` objects."""
+        if rows is None:
+            rows = np.arange(self.file_count, dtype=np.int64)
+        names = self.filenames(rows)
+        starts = self.reference_starts[rows]
+        counts = self.reference_starts[rows + 1] - starts
+        # The reference rows of these files, in order.
+        reference_rows = _ranges(starts, counts)
+        ref_names = list(_repeat_each(names, counts.tolist()))
+        references = self._references(reference_rows, ref_names)
+        times = self.file_times[rows].tolist()
+        out: list[TableFile] = []
+        i = 0
+        for name, count, time in zip(names, counts.tolist(), times, strict=True):
+            out.append(TableFile(name, tuple(references[i : i + count]), time))
+            i += count
+        return out
+
+    def references_at(self, reference_rows: np.ndarray) -> list[FileReference]:
+        """The references at ``reference_rows`` (reference row numbers), as ``FileReference`` objects."""
+        file_rows = np.searchsorted(self.reference_starts, reference_rows, "right") - 1
+        return self._references(reference_rows, self.filenames(file_rows))
+
+    def file_rows_of_references(self, reference_rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.reference_starts, reference_rows, "right") - 1
+
+    def _references(self, reference_rows: np.ndarray, filenames: Sequence[str]) -> list[FileReference]:
+        partition_ids = self.partition_ids
+        job_ids: list[Any] = [*self.job_ids, None]  # code -1 picks the None at the end
+        return list(
+            map(
+                FileReference,
+                filenames,
+                map(partition_ids.__getitem__, self.partition_codes[reference_rows].tolist()),
+                self.number_of_rows[reference_rows].tolist(),
+                self.count_approximate[reference_rows].tolist(),
+                self.whole_file[reference_rows].tolist(),
+                map(job_ids.__getitem__, self.job_codes[reference_rows].tolist()),
+                self.reference_times[reference_rows].tolist(),
+            )
+        )
+
+    def take_files(self, rows: np.ndarray) -> FileColumns:
+        """A new ``FileColumns`` of only the files at ``rows`` (with all their references)."""
+        rows = rows.astype(np.int64)
+        starts = self.reference_starts[rows]
+        counts = self.reference_starts[rows + 1] - starts
+        reference_rows = _ranges(starts, counts)
+        new_starts = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(counts, out=new_starts[1:])
+        return FileColumns(
+            self.directories,
+            self.directory_codes[rows],
+            self.base_names.take(pa.array(rows, pa.int64())),
+            self.file_times[rows],
+            new_starts,
+            self.partition_ids,
+            self.partition_codes[reference_rows],
+            self.number_of_rows[reference_rows],
+            self.count_approximate[reference_rows],
+            self.whole_file[reference_rows],
+            self.job_ids,
+            self.job_codes[reference_rows],
+            self.reference_times[reference_rows],
+        )
+
+    def concat(self, other: FileColumns) -> FileColumns:
+        """These files followed by ``other``'s (the caller makes sure no filename is in both). The
+        dictionaries (directories, partition ids, job ids) keep each value once, and only values in use."""
+        directory_codes, directories = _recode(
+            np.concatenate([self.directory_codes, other.directory_codes + len(self.directories)]),
+            [*self.directories.to_pylist(), *other.directories.to_pylist()],
+        )
+        partition_codes, partition_ids = _recode(
+            np.concatenate([self.partition_codes, other.partition_codes + len(self.partition_ids)]),
+            [*self.partition_ids, *other.partition_ids],
+        )
+        other_jobs = np.where(other.job_codes < 0, -1, other.job_codes + len(self.job_ids))
+        job_codes, job_ids = _recode(
+            np.concatenate([self.job_codes, other_jobs]), [*self.job_ids, *other.job_ids]
+        )
+        return FileColumns(
+            pa.array(directories, pa.string()),
+            directory_codes,
+            pa.concat_arrays([self.base_names, other.base_names]),
+            np.concatenate([self.file_times, other.file_times]),
+            np.concatenate([self.reference_starts[:-1], other.reference_starts + self.reference_starts[-1]]),
+            partition_ids,
+            partition_codes,
+            np.concatenate([self.number_of_rows, other.number_of_rows]),
+            np.concatenate([self.count_approximate, other.count_approximate]),
+            np.concatenate([self.whole_file, other.whole_file]),
+            job_ids,
+            job_codes,
+            np.concatenate([self.reference_times, other.reference_times]),
+        )
+
+
+def _recode(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """``codes`` into ``values`` (-1: none) re-pointed at a list of the values in use, each once."""
+    first: dict[Any, int] = {}
+    deduplicated = np.array([first.setdefault(v, len(first)) for v in values], np.int64)
+    distinct = list(first)
+    present = codes >= 0
+    codes = np.where(present, deduplicated[np.where(present, codes, 0)] if len(values) else 0, -1)
+    used = np.unique(codes[present])
+    renumber = np.full(len(distinct) + 1, -1, np.int64)
+    renumber[used] = np.arange(len(used))
+    return renumber[codes].astype(np.int32), [distinct[i] for i in used.tolist()]
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + c) for s, c in zip(starts, counts))``, vectorised."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    out = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
+    return out + np.repeat(starts, counts)
+
+
+def _repeat_each(values: Sequence[str], counts: Sequence[int]) -> Iterable[str]:
+    for value, count in zip(values, counts, strict=True):
+        yield from repeat(value, count)
