@@ -105,18 +105,22 @@ class FileColumns:
     def from_table_files(cls, files: Iterable[TableFile]) -> FileColumns:
         """Columns holding ``files`` (Python objects in, none kept)."""
         files = list(files)
+        names = [f.filename for f in files]
+        cuts = [name.rfind("/") + 1 for name in names]
         directory_code: dict[str, int] = {}
-        directory_codes: list[int] = []
-        base_names: list[str] = []
-        for table_file in files:
-            directory, base_name = split_filename(table_file.filename)
-            directory_codes.append(directory_code.setdefault(directory, len(directory_code)))
-            base_names.append(base_name)
+        directory_codes = [
+            directory_code.setdefault(name[:cut], len(directory_code))
+            for name, cut in zip(names, cuts, strict=True)
+        ]
+        base_names = [name[cut:] for name, cut in zip(names, cuts, strict=True)]
         references = [ref for f in files for ref in f.references]
+        # Transposed: one tuple per FileReference field.
+        transposed = list(zip(*references, strict=True)) or [()] * len(FileReference._fields)
+        _, partition_ids, rows, approximate, whole_file, job_ids, times = transposed
         partition_code: dict[str, int] = {}
         job_code: dict[str | None, int] = {None: -1}
-        partition_codes = [partition_code.setdefault(r.partition_id, len(partition_code)) for r in references]
-        job_codes = [job_code.setdefault(r.job_id, len(job_code) - 1) for r in references]
+        partition_codes = [partition_code.setdefault(p, len(partition_code)) for p in partition_ids]
+        job_codes = [job_code.setdefault(j, len(job_code) - 1) for j in job_ids]
         starts = np.zeros(len(files) + 1, np.int64)
         np.cumsum([len(f.references) for f in files], out=starts[1:])
         return cls(
@@ -127,12 +131,12 @@ class FileColumns:
             starts,
             list(partition_code),
             np.array(partition_codes, np.int32),
-            np.array([r.number_of_rows for r in references], np.int64),
-            np.array([r.count_approximate for r in references], np.bool_),
-            np.array([r.only_contains_data_for_this_partition for r in references], np.bool_),
+            np.array(rows, np.int64),
+            np.array(approximate, np.bool_),
+            np.array(whole_file, np.bool_),
             [job_id for job_id in job_code if job_id is not None],
             np.array(job_codes, np.int32),
-            np.array([r.last_update_time for r in references], np.int64),
+            np.array(times, np.int64),
         )
 
     def _build_index(self) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +144,7 @@ class FileColumns:
         with np.errstate(over="ignore"):
             hashes = directory_hashes[self.directory_codes] * _MIX + _hashes(self.base_names)
         hashes &= np.uint64(self._hash_mask)
-        rows = np.argsort(hashes, kind="stable").astype(np.int32)
+        rows = np.argsort(hashes).astype(np.int32)
         return hashes[rows], rows
 
     # --- reading ----------------------------------------------------------------------------------

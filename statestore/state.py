@@ -32,6 +32,7 @@ from statestore.errors import (
 )
 from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
+from statestore.partition_columns import PartitionColumns
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
@@ -58,15 +59,38 @@ class TableState:
         transaction_number: int = 0,
         *,
         file_columns: FileColumns | None = None,
+        partition_columns: PartitionColumns | None = None,
     ) -> None:
         self.schema = schema
-        self.partitions_by_id: dict[str, Partition] = {} if partitions_by_id is None else partitions_by_id
+        self._set_partitions(partition_columns, {} if partitions_by_id is None else partitions_by_id)
         # Undo records, newest last, while a journal is open (None: changes are not recorded).
         self._undo: list[tuple[Any, ...]] | None = None
         self._set_base(FileColumns.empty() if file_columns is None else file_columns)
         if files_by_name:
             self.files_by_name = files_by_name
         self.transaction_number = transaction_number
+
+    def _set_partitions(self, base: PartitionColumns | None, changed: dict[str, Partition]) -> None:
+        # Partitions are a snapshot's columns (if loaded from one) under a dictionary of those changed
+        # since; a partition is never removed alone, so the dictionary needs no tombstones.
+        self._partition_base = base
+        self._partitions = changed
+        self._partition_shadowed = np.zeros(0 if base is None else len(base), np.bool_)
+        shadowed = 0
+        if base is not None:
+            for partition_id in changed:
+                row = base.row_of(partition_id)
+                if row is not None:
+                    self._partition_shadowed[row] = True
+                    shadowed += 1
+        self._partition_count = (0 if base is None else len(base)) + len(changed) - shadowed
+
+    @property
+    def partitions_by_id(self) -> Mapping[str, Partition]:
+        """Every partition by id: read-only (change them through the mutators)."""
+        if self._partition_base is None:
+            return self._partitions
+        return _PartitionsView(self)
 
     def _set_base(self, base: FileColumns) -> None:
         self._base = base
@@ -178,6 +202,9 @@ class TableState:
         except KeyError:
             raise PartitionNotFoundError(partition_id) from None
 
+    def _partition_row(self, partition_id: str) -> int | None:
+        return None if self._partition_base is None else self._partition_base.row_of(partition_id)
+
     # --- files ----------------------------------------------------------------------------------
 
     def file(self, filename: str) -> TableFile:
@@ -221,7 +248,23 @@ class TableState:
         return self._reference_count
 
     def references_with_no_job(self) -> list[FileReference]:
-        return [r for r in self.file_references() if r.job_id is None]
+        base = self._base
+        return self._base_references_where(base.job_codes < 0) + [
+            r for f in self._changed_files() for r in f.references if r.job_id is None
+        ]
+
+    def _changed_files(self) -> list[TableFile]:
+        return [f for f in self._overlay.values() if f is not None]
+
+    def _base_references_where(self, selected: np.ndarray) -> list[FileReference]:
+        """The base's references where ``selected`` (one bool per base reference) holds, but not those of
+        files the overlay replaced or removed."""
+        rows = np.flatnonzero(selected)
+        rows = rows[~self._shadowed[self._base.file_rows_of_references(rows)]]
+        return self._base.references_at(rows)
+
+    def _base_files_where(self, selected: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(selected & ~self._shadowed)
 
     def claimed_references(self, before: int | None = None) -> dict[str, list[FileReference]]:
         """References assigned to a job, by job id; with ``before`` (epoch ms) only claims made before it
@@ -262,14 +305,25 @@ class TableState:
         return out
 
     def references_in_partition(self, partition_id: str) -> list[FileReference]:
-        return [r for r in self.file_references() if r.partition_id == partition_id]
+        base = self._base
+        codes = [code for code, p in enumerate(base.partition_ids) if p == partition_id]
+        return self._base_references_where(np.isin(base.partition_codes, codes)) + [
+            r for f in self._changed_files() for r in f.references if r.partition_id == partition_id
+        ]
 
     def files_ready_for_gc(self, before: int) -> list[str]:
         """Names of files with no references whose last update was before ``before`` (epoch ms)."""
-        return [f.filename for f in self._iter_files() if not f.references and f.last_update_time < before]
+        base = self._base
+        no_references = np.diff(base.reference_starts) == 0
+        rows = self._base_files_where(no_references & (base.file_times < before))
+        return base.filenames(rows) + [
+            f.filename for f in self._changed_files() if not f.references and f.last_update_time < before
+        ]
 
     def unreferenced_files(self) -> list[TableFile]:
-        return [f for f in self._iter_files() if not f.references]
+        base = self._base
+        rows = self._base_files_where(np.diff(base.reference_starts) == 0)
+        return base.table_files(rows) + [f for f in self._changed_files() if not f.references]
 
     # --- used by transactions, and by snapshot loading ------------------------------------------
 
@@ -284,12 +338,21 @@ class TableState:
         # One vectorised search of the base for the names the overlay does not hold yet.
         unknown = [name for name in names if name not in overlay]
         base_rows = dict(zip(unknown, self._base.rows_of(unknown), strict=True))
+        added_files = added_references = 0
         for name, table_file in zip(names, table_files, strict=True):
-            row = base_rows[name] if name in base_rows else self._shadowing.get(name)
-            base_rows.pop(name, None)
+            row = base_rows.pop(name, None) if name in base_rows else self._shadowing.get(name)
+            if row is None and name not in overlay:  # a new file (an AddFiles): no base row to shadow
+                if undo is not None:
+                    undo.append(("file", name, _ABSENT, None))
+                overlay[name] = table_file
+                added_files += 1
+                added_references += len(table_file.references)
+                continue
             if undo is not None:
                 undo.append(("file", name, overlay.get(name, _ABSENT), row))
             self._set_entry(name, table_file, row)
+        self._file_count += added_files
+        self._reference_count += added_references
         self._maybe_fold()
 
     def remove_file(self, filename: str) -> None:
@@ -318,16 +381,30 @@ class TableState:
         )
 
     def put_partitions(self, partitions: Iterable[Partition]) -> None:
-        by_id = self.partitions_by_id
         for p in partitions:
+            row = self._partition_row(p.id)
             if self._undo is not None:
-                self._undo.append(("partition", p.id, by_id.get(p.id, _ABSENT)))
-            by_id[p.id] = p
+                self._undo.append(("partition", p.id, self._partitions.get(p.id, _ABSENT), row))
+            self._set_partition(p.id, p, row)
+
+    def _set_partition(self, partition_id: str, entry: Any, row: int | None) -> None:
+        """Make the changed partition ``partition_id`` (over base ``row``) ``entry`` (_ABSENT: unchanged)."""
+        was_there = partition_id in self._partitions or row is not None
+        if entry is _ABSENT:
+            self._partitions.pop(partition_id, None)
+        else:
+            self._partitions[partition_id] = entry
+        if row is not None:
+            self._partition_shadowed[row] = entry is not _ABSENT
+        self._partition_count += int(partition_id in self._partitions or row is not None) - int(was_there)
 
     def replace_partitions(self, partitions: Iterable[Partition]) -> None:
         if self._undo is not None:
-            self._undo.append(("partitions", self.partitions_by_id))
-        self.partitions_by_id = {p.id: p for p in partitions}
+            self._undo.append(("partitions", self._partitions_snapshot()))
+        self._set_partitions(None, {p.id: p for p in partitions})
+
+    def _partitions_snapshot(self) -> tuple[Any, ...]:
+        return (self._partition_base, self._partitions, self._partition_shadowed, self._partition_count)
 
     # --- trying changes -------------------------------------------------------------------------
 
@@ -343,7 +420,6 @@ class TableState:
         undo = self._undo
         if undo is None or mark > len(undo):
             raise RuntimeError(f"no open undo journal at mark {mark}")
-        by_id = self.partitions_by_id
         while len(undo) > mark:
             record = undo.pop()
             kind = record[0]
@@ -351,11 +427,8 @@ class TableState:
                 _, filename, old, row = record
                 self._set_entry(filename, old, row)
             elif kind == "partition":
-                _, partition_id, old = record
-                if old is _ABSENT:
-                    del by_id[partition_id]
-                else:
-                    by_id[partition_id] = old
+                _, partition_id, old, row = record
+                self._set_partition(partition_id, old, row)
             elif kind == "files":  # older records belong to the restored base and overlay
                 (
                     self._base,
@@ -366,8 +439,12 @@ class TableState:
                     self._reference_count,
                 ) = record[1]
             else:
-                _, by_id = record
-                self.partitions_by_id = by_id
+                (
+                    self._partition_base,
+                    self._partitions,
+                    self._partition_shadowed,
+                    self._partition_count,
+                ) = record[1]
         if mark == 0:
             self._undo = None
             self._maybe_fold()
@@ -384,7 +461,10 @@ class TableState:
 
     def copy(self) -> TableState:
         """An independent copy (the base is immutable and shared; the overlay is copied)."""
-        copy = TableState(self.schema, dict(self.partitions_by_id), None, self.transaction_number)
+        copy = TableState(self.schema, None, None, self.transaction_number)
+        copy._partition_base, copy._partitions = self._partition_base, dict(self._partitions)
+        copy._partition_shadowed = self._partition_shadowed.copy()
+        copy._partition_count = self._partition_count
         copy._base = self._base
         copy._shadowed = self._shadowed.copy()
         copy._overlay = dict(self._overlay)
@@ -409,7 +489,7 @@ class TableState:
     def __repr__(self) -> str:
         return (
             f"TableState(transaction_number={self.transaction_number}, "
-            f"partitions={len(self.partitions_by_id)}, files={self._file_count}, "
+            f"partitions={self._partition_count}, files={self._file_count}, "
             f"references={self.reference_count()})"
         )
 
@@ -459,3 +539,49 @@ class _FilesView(Mapping[str, TableFile]):
 
     def items(self) -> Any:
         return [(f.filename, f) for f in self._state._iter_files()]
+
+
+class _PartitionsView(Mapping[str, Partition]):
+    """``TableState.partitions_by_id`` over a loaded snapshot's partition columns and the changes since."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, partition_id: str) -> Partition:
+        state = self._state
+        changed = state._partitions.get(partition_id)
+        if changed is not None:
+            return changed
+        row = state._partition_row(partition_id)
+        if row is None or state._partition_base is None:
+            raise KeyError(partition_id)
+        return state._partition_base.partition(row)
+
+    def __contains__(self, partition_id: object) -> bool:
+        state = self._state
+        if not isinstance(partition_id, str):
+            return False
+        return partition_id in state._partitions or state._partition_row(partition_id) is not None
+
+    def _unchanged_rows(self) -> np.ndarray:
+        return np.flatnonzero(~self._state._partition_shadowed)
+
+    def __iter__(self) -> Iterator[str]:
+        state = self._state
+        base_ids = [] if state._partition_base is None else state._partition_base.ids(self._unchanged_rows())
+        return iter([*base_ids, *state._partitions])
+
+    def __len__(self) -> int:
+        return self._state._partition_count
+
+    def values(self) -> Any:
+        state = self._state
+        base = (
+            [] if state._partition_base is None else state._partition_base.partitions(self._unchanged_rows())
+        )
+        return [*base, *state._partitions.values()]
+
+    def items(self) -> Any:
+        return [(p.id, p) for p in self.values()]

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from statestore.errors import CodecError, InvalidPartitionTreeError
 from statestore.file_columns import FileColumns, split_filename
-from statestore.partitions import Partition, Range, Region
+from statestore.partition_columns import PartitionColumns
 from statestore.schema import KeyType, Schema
 from statestore.state import TableState
 
@@ -99,10 +99,11 @@ def state_from_parquet(
 
     Raises CodecError if either file is not a statestore snapshot of this format version and row keys.
     """
-    partitions = _partitions_from_parquet(schema, partitions_bytes)
-    partitions_by_id = {p.id: p for p in partitions}
-    file_columns = _files_from_parquet(schema, files_bytes, partitions_by_id)
-    return TableState(schema, partitions_by_id, None, transaction_number, file_columns=file_columns)
+    partition_columns = _partitions_from_parquet(schema, partitions_bytes)
+    file_columns = _files_from_parquet(schema, files_bytes)
+    return TableState(
+        schema, None, None, transaction_number, file_columns=file_columns, partition_columns=partition_columns
+    )
 
 
 # --- shared -------------------------------------------------------------------------------------------
@@ -224,42 +225,17 @@ def _partitions_to_parquet(state: TableState) -> bytes:
     return _write(table, [])
 
 
-def _partitions_from_parquet(schema: Schema, data: bytes) -> list[Partition]:
+def _partitions_from_parquet(schema: Schema, data: bytes) -> PartitionColumns:
     expected = _partitions_schema(schema)
     table, _ = _read(data, schema, "partitions", dict.fromkeys(_READABLE_VERSIONS, expected))
-    # A partition's bounds are its neighbours' too, and its parent and children are partitions: share one
-    # object per distinct value (a partition then costs ~400 B rather than ~650 B).
-    shared: dict[Any, Any] = {}
-    ranges_by_dimension = []
-    try:
-        for i in range(len(schema.row_keys)):
-            lows = [shared.setdefault(v, v) for v in table.column(f"region_min_{i}").to_pylist()]
-            highs = [shared.setdefault(v, v) for v in table.column(f"region_max_{i}").to_pylist()]
-            ranges_by_dimension.append(list(map(Range, lows, highs)))
-    except InvalidPartitionTreeError as e:
-        raise CodecError(f"the partitions snapshot holds an invalid region: {e}") from e
-    regions = map(Region, zip(*ranges_by_dimension, strict=True))
     if table.column("id").null_count:
         raise CodecError("the partitions snapshot has a partition with no id")
-    ids = table.column("id").to_pylist()
-    by_id: dict[str, str] = {i: i for i in ids}
-    parent_ids = [by_id.get(p, p) for p in table.column("parent_id").to_pylist()]
-    no_children: tuple[str, ...] = ()
-    child_ids = [
-        tuple([by_id.get(c, c) for c in children]) if children else no_children
-        for children in table.column("child_ids").to_pylist()
-    ]
-    return list(
-        map(
-            Partition,
-            ids,
-            regions,
-            parent_ids,
-            child_ids,
-            table.column("leaf").to_pylist(),
-            table.column("dimension").to_pylist(),
-        )
-    )
+    columns = PartitionColumns(table.replace_schema_metadata(None), len(schema.row_keys))
+    try:
+        columns.check_regions()
+    except InvalidPartitionTreeError as e:
+        raise CodecError(f"the partitions snapshot holds an invalid region: {e}") from e
+    return columns
 
 
 # --- files --------------------------------------------------------------------------------------------
@@ -323,7 +299,7 @@ def _as_version_2(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA)
 
 
-def _files_from_parquet(schema: Schema, data: bytes, partitions_by_id: dict[str, Partition]) -> FileColumns:
+def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
     table, version = _read(data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA})
     if version == 1:
         table = _as_version_2(table)
@@ -364,7 +340,6 @@ def _files_from_parquet(schema: Schema, data: bytes, partitions_by_id: dict[str,
         values = table.column(name).combine_chunks().fill_null(fill).to_numpy(zero_copy_only=False)
         return cast(np.ndarray, values[reference_rows])
 
-    canonical: dict[str, str] = {p: p for p in partitions_by_id}
     job = table.column("job_id").combine_chunks()
     whole_file = n == len(file_starts)  # every file has one row: no need to copy its columns
     columns = FileColumns(
@@ -373,7 +348,7 @@ def _files_from_parquet(schema: Schema, data: bytes, partitions_by_id: dict[str,
         base_names if whole_file else base_names.take(pa.array(file_starts)),
         file_times if whole_file else file_times[file_starts],
         reference_starts,
-        [canonical.get(v, v) for v in partition.dictionary.to_pylist()],
+        partition.dictionary.to_pylist(),
         partition.indices.fill_null(-1).to_numpy()[reference_rows],
         reference_column("number_of_rows", 0),
         reference_column("count_approximate", False),

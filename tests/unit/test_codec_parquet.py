@@ -150,8 +150,9 @@ def test_files_with_no_references_job_ids_and_counts_round_trip() -> None:
     assert_same(loaded, state)
     assert loaded.transaction_number == 42
     assert loaded.file("gone-1.parquet").references == ()
-    # Loaded references share the partitions' id strings rather than holding copies.
-    assert loaded.file("one.parquet").references[0].partition_id is loaded.partition(left).id
+    # Loaded references name their partition by a code into one list of ids, not by a string each.
+    assert loaded.file("one.parquet").references[0].partition_id == loaded.partition(left).id
+    assert loaded.file_columns().partition_ids.count(left) == 1
 
 
 def rewrite_metadata(data: bytes, key: bytes, value: bytes) -> bytes:

@@ -165,3 +165,21 @@ def test_a_version_1_snapshot_with_one_filename_column_still_loads() -> None:
     pq.write_table(v1, sink)
     loaded = state_from_parquet(state.schema, partitions_bytes, sink.getvalue(), state.transaction_number)
     assert loaded == state
+
+
+def test_partitions_loaded_as_columns_read_change_and_undo_like_a_dictionary() -> None:
+    state = new_state(split_points=["m"], references=[ref("a", "p1")])
+    loaded = state_from_parquet(state.schema, *state_to_parquet(state), state.transaction_number)
+    assert loaded._partition_base is not None and loaded.partitions_by_id == state.partitions_by_id
+    assert "p1" in loaded.partitions_by_id and "nope" not in loaded.partitions_by_id
+    assert len(loaded.partitions_by_id) == 3 and loaded.partition("p1") == state.partition("p1")
+    before = loaded.copy()
+    mark = loaded.begin_changes()
+    parent, left, right = loaded.partition("p1").split(0, "f", "p1a", "p1b")
+    loaded.put_partitions((parent, left, right))
+    assert len(loaded.partitions_by_id) == 5 and loaded.partition("p1") == parent
+    assert sorted(loaded.partitions_by_id) == ["p1", "p1a", "p1b", "p2", "root"]
+    loaded.replace_partitions(())
+    assert len(loaded.partitions_by_id) == 0
+    loaded.undo_changes(mark)
+    assert loaded == before == state and len(loaded.partitions_by_id) == 3
