@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestore.errors import InvalidPartitionTreeError
+from statestore.file_columns import StringColumn
 from statestore.partitions import Partition, Range, Region
 
 _ALL_BITS = (1 << 64) - 1
@@ -32,6 +33,9 @@ class PartitionColumns:
         hashes = np.fromiter(map(hash, ids.to_pylist()), np.int64, len(ids)).view(np.uint64)
         self._rows_by_hash = np.argsort(hashes).astype(np.int32)
         self._sorted_hashes = hashes[self._rows_by_hash]
+        self._id_strings = StringColumn(ids.combine_chunks())
+        # Partitions made so far, by row: the commit path asks for the same few leaves again and again.
+        self._made: dict[int, Partition] = {}
 
     def __len__(self) -> int:
         return self._table.num_rows
@@ -49,13 +53,15 @@ class PartitionColumns:
                 raise InvalidPartitionTreeError(f"an empty range in partition row {row}")
 
     def row_of(self, partition_id: str) -> int | None:
-        h = np.uint64(hash(partition_id) & _ALL_BITS)
-        low = int(np.searchsorted(self._sorted_hashes, h, "left"))
-        high = int(np.searchsorted(self._sorted_hashes, h, "right"))
-        ids = self._table.column("id")
-        for row in self._rows_by_hash[low:high].tolist():
-            if ids[row].as_py() == partition_id:
-                return int(row)
+        h = hash(partition_id) & _ALL_BITS
+        hashes = self._sorted_hashes
+        position = int(hashes.searchsorted(np.uint64(h)))
+        wanted = partition_id.encode()
+        while position < len(hashes) and int(hashes[position]) == h:  # several rows only on a collision
+            row = int(self._rows_by_hash[position])
+            if self._id_strings.bytes_at(row) == wanted:
+                return row
+            position += 1
         return None
 
     def ids(self, rows: np.ndarray | None = None) -> list[str]:
@@ -63,7 +69,10 @@ class PartitionColumns:
         return list(ids.to_pylist() if rows is None else ids.take(pa.array(rows, pa.int64())).to_pylist())
 
     def partition(self, row: int) -> Partition:
-        return partitions_of(self._table.slice(row, 1), self._dimensions)[0]
+        made = self._made.get(row)
+        if made is None:
+            made = self._made[row] = partitions_of(self._table.slice(row, 1), self._dimensions)[0]
+        return made
 
     def partitions(self, rows: np.ndarray | None = None) -> list[Partition]:
         table = self._table if rows is None else self._table.take(pa.array(rows, pa.int64()))
