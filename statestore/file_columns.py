@@ -31,6 +31,8 @@ _ALL_BITS = (1 << 64) - 1
 # Tests narrow this to force hash collisions; it is read when a FileColumns is built.
 HASH_MASK = _ALL_BITS
 _FEW_ROWS = 64  # up to this many rows, filenames are read one by one rather than converting every directory
+_RECENT_ROWS = 4096  # rows of names looked up lately, remembered (see FileColumns.row_of)
+_ABSENT: Any = object()
 _HASH_CHUNK = 131_072  # base names turned into Python strings at a time, to hash them
 
 
@@ -123,6 +125,7 @@ class FileColumns:
         self._sorted_hashes, self._rows_by_hash = self._build_index()
         self._directory_strings = StringColumn(directories)
         self._base_name_strings = StringColumn(base_names)
+        self._recent_rows: dict[str, Any] = {}  # filename -> row (None: not held), see row_of
 
     # --- building ---------------------------------------------------------------------------------
 
@@ -192,8 +195,19 @@ class FileColumns:
 
     def row_of(self, filename: str) -> int | None:
         """The file row of ``filename``, or None if these columns do not hold it."""
+        # The columns never change, so neither does a name's row: a transaction's apply finds the rows
+        # its validate looked up here. Kept small: it only spares a search repeated soon after.
+        recent = self._recent_rows
+        row = recent.get(filename, _ABSENT)
+        if row is not _ABSENT:
+            return row
+        if len(recent) >= _RECENT_ROWS:
+            recent.clear()
         directory, base_name = split_filename(filename)
-        return self._row_of_hash(_hash_of(directory, base_name, self._hash_mask), directory, base_name)
+        row = recent[filename] = self._row_of_hash(
+            _hash_of(directory, base_name, self._hash_mask), directory, base_name
+        )
+        return row
 
     def _row_of_hash(self, h: int, directory: str, base_name: str) -> int | None:
         hashes, rows = self._sorted_hashes, self._rows_by_hash
