@@ -44,7 +44,13 @@ LAMBDA_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux
 MAX_UNZIPPED_BYTES = 250 * 1024 * 1024
 
 # What the handlers import beyond the standard library and boto3; versions come from requirements.lock.
-BUNDLED_REQUIREMENTS = ("pyarrow", "aws-lambda-powertools[tracer]", "psycopg[binary]", "psycopg-pool")
+BUNDLED_REQUIREMENTS = (
+    "pyarrow",
+    "numpy",
+    "aws-lambda-powertools[tracer]",
+    "psycopg[binary]",
+    "psycopg-pool",
+)
 # Provided by the Lambda Python runtime; bundling them would shadow the runtime's own boto3 stack.
 RUNTIME_PROVIDED = frozenset(
     {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3"}

@@ -223,7 +223,7 @@ class StateStoreClient:
             marked = set(self._require_file_store(info).files_ready_for_gc(info.table_id, before))
             state = TableState(
                 info.schema,
-                state.partitions_by_id,
+                dict(state.partitions_by_id),
                 {name: f for name, f in state.files_by_name.items() if name in marked},
                 state.transaction_number,
             )

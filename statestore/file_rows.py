@@ -166,7 +166,7 @@ class RowDecision:
 
 def decide(
     schema: Schema,
-    partitions_by_id: dict[str, Partition],
+    partitions_by_id: Mapping[str, Partition],
     files: Mapping[str, TableFile],
     transactions: Sequence[Transaction],
     update_time: int,

@@ -337,7 +337,7 @@ class InMemoryFileReferenceStore(FileReferenceStore):
         self,
         table_id: str,
         schema: Schema,
-        partitions_by_id: dict[str, Partition],
+        partitions_by_id: Mapping[str, Partition],
         members: Sequence[FileCommitMember],
         update_time: int,
     ) -> FileCommitOutcome:

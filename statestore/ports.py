@@ -330,7 +330,7 @@ class FileReferenceStore(ABC):
         self,
         table_id: str,
         schema: Schema,
-        partitions_by_id: dict[str, Partition],
+        partitions_by_id: Mapping[str, Partition],
         members: Sequence[FileCommitMember],
         update_time: int,
     ) -> FileCommitOutcome:

@@ -2,20 +2,28 @@
 
 The state is changed only by :meth:`statestore.transactions.Transaction.apply`, always after the
 transaction's ``validate`` passed, so a rejected transaction never leaves a trace. Every value held is
-immutable, which makes :meth:`TableState.copy` a pair of dictionary copies.
+immutable, which makes :meth:`TableState.copy` cheap.
 
 To try changes without copying the whole state (the committer's group commit, a batch's validation), open
 an undo journal with :meth:`TableState.begin_changes`: every mutator then records what it replaced, and
 :meth:`TableState.undo_changes` puts it back, so trying a batch costs in proportion to the batch, not to
 the table. Undoing puts back every value; the iteration order of files may differ (it carries no meaning,
 like the order of a file's references).
+
+Files are held column-wise (:class:`statestore.file_columns.FileColumns`, ~110 B per reference instead of
+one Python object each) as an immutable **base**, plus an **overlay** of the files changed since it
+(filename -> ``TableFile``, or None for a base file removed). The mutators write the overlay; when it grows
+past a fraction of the base, and no undo journal is open, it is folded into a new base.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from statestore.collector import collector_paused
 from statestore.errors import (
     FileNotFoundInStateError,
     FileReferenceAssignedToJobError,
@@ -23,11 +31,17 @@ from statestore.errors import (
     InvalidQueryError,
     PartitionNotFoundError,
 )
+from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
+from statestore.partition_columns import PartitionColumns
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
 _ABSENT: Any = object()  # in an undo record: the key was not there before
+# The overlay is folded into the base when it holds more files than this, and more than a quarter of the
+# base's: folding costs in proportion to the table, so it happens after changes of a similar size.
+FOLD_MIN_FILES = 65_536
+_CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
 
 
 class TableState:
@@ -41,29 +55,141 @@ class TableState:
     def __init__(
         self,
         schema: Schema,
-        partitions_by_id: dict[str, Partition] | None = None,
-        files_by_name: dict[str, TableFile] | None = None,
+        partitions_by_id: Mapping[str, Partition] | None = None,
+        files_by_name: Mapping[str, TableFile] | None = None,
         transaction_number: int = 0,
+        *,
+        file_columns: FileColumns | None = None,
+        partition_columns: PartitionColumns | None = None,
     ) -> None:
         self.schema = schema
-        self.partitions_by_id: dict[str, Partition] = {} if partitions_by_id is None else partitions_by_id
-        self._files_by_name: dict[str, TableFile] = {}
-        self._reference_count = 0
+        if isinstance(partitions_by_id, _PartitionsView):  # another state's: share its loaded columns
+            partition_columns = partitions_by_id._state._partition_base
+            partitions_by_id = dict(partitions_by_id._state._partitions)
+        elif partitions_by_id is not None and not isinstance(partitions_by_id, dict):
+            partitions_by_id = dict(partitions_by_id)
+        self._set_partitions(partition_columns, {} if partitions_by_id is None else partitions_by_id)
         # Undo records, newest last, while a journal is open (None: changes are not recorded).
         self._undo: list[tuple[Any, ...]] | None = None
-        self.files_by_name = {} if files_by_name is None else files_by_name
+        self._set_base(FileColumns.empty() if file_columns is None else file_columns)
+        if files_by_name:
+            self.files_by_name = files_by_name
         self.transaction_number = transaction_number
 
+    def _set_partitions(self, base: PartitionColumns | None, changed: dict[str, Partition]) -> None:
+        # Partitions are a snapshot's columns (if loaded from one) under a dictionary of those changed
+        # since; a partition is never removed alone, so the dictionary needs no tombstones.
+        self._partition_base = base
+        self._partitions = changed
+        self._partition_shadowed = np.zeros(0 if base is None else len(base), np.bool_)
+        shadowed = 0
+        if base is not None:
+            for partition_id in changed:
+                row = base.row_of(partition_id)
+                if row is not None:
+                    self._partition_shadowed[row] = True
+                    shadowed += 1
+        self._partition_count = (0 if base is None else len(base)) + len(changed) - shadowed
+
     @property
-    def files_by_name(self) -> dict[str, TableFile]:
-        return self._files_by_name
+    def partitions_by_id(self) -> Mapping[str, Partition]:
+        """Every partition by id: read-only (change them through the mutators)."""
+        if self._partition_base is None:
+            return self._partitions
+        return _PartitionsView(self)
+
+    def _set_base(self, base: FileColumns) -> None:
+        self._base = base
+        self._shadowed = np.zeros(base.file_count, np.bool_)  # base rows the overlay replaces or removes
+        self._overlay: dict[str, TableFile | None] = {}
+        self._shadowing: dict[str, int] = {}  # overlay filename -> the base row it shadows
+        self._file_count = base.file_count
+        self._reference_count = base.total_reference_count
+
+    @property
+    def files_by_name(self) -> Mapping[str, TableFile]:
+        """Every file by name: a read-only view that makes a ``TableFile`` on each access."""
+        return _FilesView(self)
 
     @files_by_name.setter
-    def files_by_name(self, files: dict[str, TableFile]) -> None:
+    def files_by_name(self, files: Mapping[str, TableFile]) -> None:
         if self._undo is not None:
             raise RuntimeError("files_by_name cannot be replaced while an undo journal is open")
-        self._files_by_name = files
-        self._reference_count = sum(len(f.references) for f in files.values())
+        self._set_base(FileColumns.from_table_files(files.values()))
+
+    def file_columns(self) -> FileColumns:
+        """All files as one :class:`FileColumns` (what a snapshot writes); folds the overlay in when no
+        undo journal is open."""
+        if not self._overlay:
+            return self._base
+        folded = self._folded()
+        if self._undo is None:
+            self._set_base(folded)
+        return folded
+
+    def _folded(self) -> FileColumns:
+        with collector_paused():
+            kept = self._base.take_files(np.flatnonzero(~self._shadowed))
+            changed = FileColumns.from_table_files(f for f in self._overlay.values() if f is not None)
+            return kept.concat(changed)
+
+    def _maybe_fold(self) -> None:
+        if self._undo is None and len(self._overlay) > max(FOLD_MIN_FILES, self._base.file_count // 4):
+            self._set_base(self._folded())
+
+    def _get(self, filename: str) -> TableFile | None:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry
+        row = self._base.row_of(filename)
+        return None if row is None else self._base.table_file(row)
+
+    def _contains(self, filename: str) -> bool:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry is not None
+        return self._base.row_of(filename) is not None
+
+    def _iter_names(self) -> Iterator[str]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.filenames(live[start : start + _CHUNK])
+        yield from [name for name, f in self._overlay.items() if f is not None]
+
+    def _iter_files(self) -> Iterator[TableFile]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.table_files(live[start : start + _CHUNK])
+        yield from [f for f in self._overlay.values() if f is not None]
+
+    def _visible(self, entry: Any, row: int | None) -> tuple[int, int]:
+        """(files, references) seen for one filename with overlay ``entry`` over base ``row``."""
+        if entry is _ABSENT:
+            return (0, 0) if row is None else (1, self._base.reference_count_of(row))
+        return (0, 0) if entry is None else (1, len(entry.references))
+
+    def _set_entry(self, filename: str, entry: Any, row: int | None) -> None:
+        """Make the overlay entry of ``filename`` (over base ``row``) ``entry`` (_ABSENT: none)."""
+        overlay = self._overlay
+        files_before, refs_before = self._visible(overlay.get(filename, _ABSENT), row)
+        files_after, refs_after = self._visible(entry, row)
+        if entry is _ABSENT:
+            overlay.pop(filename, None)
+            if row is not None:
+                del self._shadowing[filename]
+                self._shadowed[row] = False
+        else:
+            overlay[filename] = entry
+            if row is not None:
+                self._shadowing[filename] = row
+                self._shadowed[row] = True
+        self._file_count += files_after - files_before
+        self._reference_count += refs_after - refs_before
+
+    def _base_row(self, filename: str) -> int | None:
+        if filename in self._overlay:
+            return self._shadowing.get(filename)
+        return self._base.row_of(filename)
 
     # --- partitions -----------------------------------------------------------------------------
 
@@ -83,22 +209,45 @@ class TableState:
         except KeyError:
             raise PartitionNotFoundError(partition_id) from None
 
+    def _partition_row(self, partition_id: str) -> int | None:
+        return None if self._partition_base is None else self._partition_base.row_of(partition_id)
+
     # --- files ----------------------------------------------------------------------------------
 
     def file(self, filename: str) -> TableFile:
-        try:
-            return self.files_by_name[filename]
-        except KeyError:
-            raise FileNotFoundInStateError(filename) from None
+        table_file = self._get(filename)
+        if table_file is None:
+            raise FileNotFoundInStateError(filename)
+        return table_file
 
     def files(self) -> list[TableFile]:
-        return list(self.files_by_name.values())
+        return list(self._iter_files())
 
     def has_files(self) -> bool:
-        return bool(self.files_by_name)
+        return self._file_count > 0
+
+    def files_present(self, filenames: Sequence[object]) -> list[bool]:
+        """Whether the state holds a file of each name (one vectorised search of the base for them all;
+        a name that is not a string is held by no state)."""
+        overlay = self._overlay
+        out = [False] * len(filenames)
+        searched: list[str] = []
+        positions: list[int] = []
+        for i, name in enumerate(filenames):
+            if type(name) is not str:
+                continue
+            entry = overlay.get(name, _ABSENT)
+            if entry is _ABSENT:
+                searched.append(name)
+                positions.append(i)
+            else:
+                out[i] = entry is not None
+        for i, row in zip(positions, self._base.rows_of(searched), strict=True):
+            out[i] = row is not None
+        return out
 
     def file_references(self) -> Iterator[FileReference]:
-        for table_file in self.files_by_name.values():
+        for table_file in self._iter_files():
             yield from table_file.references
 
     def reference_count(self) -> int:
@@ -106,7 +255,23 @@ class TableState:
         return self._reference_count
 
     def references_with_no_job(self) -> list[FileReference]:
-        return [r for r in self.file_references() if r.job_id is None]
+        base = self._base
+        return self._base_references_where(base.job_codes < 0) + [
+            r for f in self._changed_files() for r in f.references if r.job_id is None
+        ]
+
+    def _changed_files(self) -> list[TableFile]:
+        return [f for f in self._overlay.values() if f is not None]
+
+    def _base_references_where(self, selected: np.ndarray) -> list[FileReference]:
+        """The base's references where ``selected`` (one bool per base reference) holds, but not those of
+        files the overlay replaced or removed."""
+        rows = np.flatnonzero(selected)
+        rows = rows[~self._shadowed[self._base.file_rows_of_references(rows)]]
+        return self._base.references_at(rows)
+
+    def _base_files_where(self, selected: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(selected & ~self._shadowed)
 
     def claimed_references(self, before: int | None = None) -> dict[str, list[FileReference]]:
         """References assigned to a job, by job id; with ``before`` (epoch ms) only claims made before it
@@ -147,65 +312,106 @@ class TableState:
         return out
 
     def references_in_partition(self, partition_id: str) -> list[FileReference]:
-        return [r for r in self.file_references() if r.partition_id == partition_id]
+        base = self._base
+        codes = [code for code, p in enumerate(base.partition_ids) if p == partition_id]
+        return self._base_references_where(np.isin(base.partition_codes, codes)) + [
+            r for f in self._changed_files() for r in f.references if r.partition_id == partition_id
+        ]
 
     def files_ready_for_gc(self, before: int) -> list[str]:
         """Names of files with no references whose last update was before ``before`` (epoch ms)."""
-        return [
-            f.filename
-            for f in self.files_by_name.values()
-            if not f.references and f.last_update_time < before
+        base = self._base
+        no_references = np.diff(base.reference_starts) == 0
+        rows = self._base_files_where(no_references & (base.file_times < before))
+        return base.filenames(rows) + [
+            f.filename for f in self._changed_files() if not f.references and f.last_update_time < before
         ]
 
     def unreferenced_files(self) -> list[TableFile]:
-        return [f for f in self.files_by_name.values() if not f.references]
+        base = self._base
+        rows = self._base_files_where(np.diff(base.reference_starts) == 0)
+        return base.table_files(rows) + [f for f in self._changed_files() if not f.references]
 
     # --- used by transactions, and by snapshot loading ------------------------------------------
 
     def put_file(self, table_file: TableFile) -> None:
-        files = self._files_by_name
-        old = files.get(table_file.filename, _ABSENT)
-        if self._undo is not None:
-            self._undo.append(("file", table_file.filename, old))
-        files[table_file.filename] = table_file
-        self._reference_count += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
+        self.put_files((table_file,))
 
     def put_files(self, table_files: Iterable[TableFile]) -> None:
         """:meth:`put_file` of each, in order (one call for a big AddFiles)."""
-        files, undo = self._files_by_name, self._undo
-        added = 0
-        try:
-            for table_file in table_files:
-                old = files.get(table_file.filename, _ABSENT)
+        table_files = list(table_files)
+        overlay, undo = self._overlay, self._undo
+        names = [f.filename for f in table_files]
+        # One vectorised search of the base for the names the overlay does not hold yet.
+        unknown = [name for name in names if name not in overlay]
+        base_rows = dict(zip(unknown, self._base.rows_of(unknown), strict=True))
+        added_files = added_references = 0
+        for name, table_file in zip(names, table_files, strict=True):
+            row = base_rows.pop(name, None) if name in base_rows else self._shadowing.get(name)
+            if row is None and name not in overlay:  # a new file (an AddFiles): no base row to shadow
                 if undo is not None:
-                    undo.append(("file", table_file.filename, old))
-                files[table_file.filename] = table_file
-                added += len(table_file.references) - (0 if old is _ABSENT else len(old.references))
-        finally:
-            self._reference_count += added
+                    undo.append(("file", name, _ABSENT, None))
+                overlay[name] = table_file
+                added_files += 1
+                added_references += len(table_file.references)
+                continue
+            if undo is not None:
+                undo.append(("file", name, overlay.get(name, _ABSENT), row))
+            self._set_entry(name, table_file, row)
+        self._file_count += added_files
+        self._reference_count += added_references
+        self._maybe_fold()
 
     def remove_file(self, filename: str) -> None:
-        old = self._files_by_name.pop(filename)
+        """Remove ``filename`` (KeyError if the state does not hold it)."""
+        if not self._contains(filename):
+            raise KeyError(filename)
+        row = self._base_row(filename)
         if self._undo is not None:
-            self._undo.append(("file", filename, old))
-        self._reference_count -= len(old.references)
+            self._undo.append(("file", filename, self._overlay.get(filename, _ABSENT), row))
+        self._set_entry(filename, _ABSENT if row is None else None, row)
+        self._maybe_fold()
 
     def clear_files(self) -> None:
         if self._undo is not None:
-            self._undo.append(("files", self._files_by_name, self._reference_count))
-        self._files_by_name, self._reference_count = {}, 0
+            self._undo.append(("files", self._files_snapshot()))
+        self._set_base(FileColumns.empty())
+
+    def _files_snapshot(self) -> tuple[Any, ...]:
+        return (
+            self._base,
+            self._shadowed,
+            self._overlay,
+            self._shadowing,
+            self._file_count,
+            self._reference_count,
+        )
 
     def put_partitions(self, partitions: Iterable[Partition]) -> None:
-        by_id = self.partitions_by_id
         for p in partitions:
+            row = self._partition_row(p.id)
             if self._undo is not None:
-                self._undo.append(("partition", p.id, by_id.get(p.id, _ABSENT)))
-            by_id[p.id] = p
+                self._undo.append(("partition", p.id, self._partitions.get(p.id, _ABSENT), row))
+            self._set_partition(p.id, p, row)
+
+    def _set_partition(self, partition_id: str, entry: Any, row: int | None) -> None:
+        """Make the changed partition ``partition_id`` (over base ``row``) ``entry`` (_ABSENT: unchanged)."""
+        was_there = partition_id in self._partitions or row is not None
+        if entry is _ABSENT:
+            self._partitions.pop(partition_id, None)
+        else:
+            self._partitions[partition_id] = entry
+        if row is not None:
+            self._partition_shadowed[row] = entry is not _ABSENT
+        self._partition_count += int(partition_id in self._partitions or row is not None) - int(was_there)
 
     def replace_partitions(self, partitions: Iterable[Partition]) -> None:
         if self._undo is not None:
-            self._undo.append(("partitions", self.partitions_by_id))
-        self.partitions_by_id = {p.id: p for p in partitions}
+            self._undo.append(("partitions", self._partitions_snapshot()))
+        self._set_partitions(None, {p.id: p for p in partitions})
+
+    def _partitions_snapshot(self) -> tuple[Any, ...]:
+        return (self._partition_base, self._partitions, self._partition_shadowed, self._partition_count)
 
     # --- trying changes -------------------------------------------------------------------------
 
@@ -221,32 +427,34 @@ class TableState:
         undo = self._undo
         if undo is None or mark > len(undo):
             raise RuntimeError(f"no open undo journal at mark {mark}")
-        files, by_id = self._files_by_name, self.partitions_by_id
         while len(undo) > mark:
             record = undo.pop()
             kind = record[0]
             if kind == "file":
-                _, filename, old = record
-                now = files.pop(filename, _ABSENT)
-                if now is not _ABSENT:
-                    self._reference_count -= len(now.references)
-                if old is not _ABSENT:
-                    files[filename] = old
-                    self._reference_count += len(old.references)
+                _, filename, old, row = record
+                self._set_entry(filename, old, row)
             elif kind == "partition":
-                _, partition_id, old = record
-                if old is _ABSENT:
-                    del by_id[partition_id]
-                else:
-                    by_id[partition_id] = old
-            elif kind == "files":  # rebinds ``files``: older records belong to the restored dict
-                _, files, self._reference_count = record
-                self._files_by_name = files
+                _, partition_id, old, row = record
+                self._set_partition(partition_id, old, row)
+            elif kind == "files":  # older records belong to the restored base and overlay
+                (
+                    self._base,
+                    self._shadowed,
+                    self._overlay,
+                    self._shadowing,
+                    self._file_count,
+                    self._reference_count,
+                ) = record[1]
             else:
-                _, by_id = record
-                self.partitions_by_id = by_id
+                (
+                    self._partition_base,
+                    self._partitions,
+                    self._partition_shadowed,
+                    self._partition_count,
+                ) = record[1]
         if mark == 0:
             self._undo = None
+            self._maybe_fold()
 
     def keep_changes(self, mark: int) -> None:
         """Keep the changes made since ``mark``; at the outer mark this closes the journal (no undo)."""
@@ -254,14 +462,22 @@ class TableState:
             raise RuntimeError(f"no open undo journal at mark {mark}")
         if mark == 0:
             self._undo = None
+            self._maybe_fold()
 
     # --- whole-state ----------------------------------------------------------------------------
 
     def copy(self) -> TableState:
-        """An independent copy (values are immutable, so copying the dictionaries is enough)."""
-        return TableState(
-            self.schema, dict(self.partitions_by_id), dict(self.files_by_name), self.transaction_number
-        )
+        """An independent copy (the base is immutable and shared; the overlay is copied)."""
+        copy = TableState(self.schema, None, None, self.transaction_number)
+        copy._partition_base, copy._partitions = self._partition_base, dict(self._partitions)
+        copy._partition_shadowed = self._partition_shadowed.copy()
+        copy._partition_count = self._partition_count
+        copy._base = self._base
+        copy._shadowed = self._shadowed.copy()
+        copy._overlay = dict(self._overlay)
+        copy._shadowing = dict(self._shadowing)
+        copy._file_count, copy._reference_count = self._file_count, self._reference_count
+        return copy
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableState):
@@ -270,13 +486,17 @@ class TableState:
             self.transaction_number == other.transaction_number
             and self.schema == other.schema
             and self.partitions_by_id == other.partitions_by_id
-            and _files_equal(self.files_by_name, other.files_by_name)
+            and self._file_count == other._file_count
+            and _files_equal(
+                dict(zip(self._iter_names(), self._iter_files(), strict=True)),
+                dict(zip(other._iter_names(), other._iter_files(), strict=True)),
+            )
         )
 
     def __repr__(self) -> str:
         return (
             f"TableState(transaction_number={self.transaction_number}, "
-            f"partitions={len(self.partitions_by_id)}, files={len(self.files_by_name)}, "
+            f"partitions={self._partition_count}, files={self._file_count}, "
             f"references={self.reference_count()})"
         )
 
@@ -296,3 +516,79 @@ def _files_equal(a: dict[str, TableFile], b: dict[str, TableFile]) -> bool:
 
 def _ref_key(ref: FileReference) -> str:
     return ref.partition_id
+
+
+class _FilesView(Mapping[str, TableFile]):
+    """``TableState.files_by_name``: a read-only mapping over the base and overlay of one state."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, filename: str) -> TableFile:
+        table_file = self._state._get(filename)
+        if table_file is None:
+            raise KeyError(filename)
+        return table_file
+
+    def __contains__(self, filename: object) -> bool:
+        return isinstance(filename, str) and self._state._contains(filename)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._state._iter_names()
+
+    def __len__(self) -> int:
+        return self._state._file_count
+
+    def values(self) -> Any:
+        return list(self._state._iter_files())
+
+    def items(self) -> Any:
+        return [(f.filename, f) for f in self._state._iter_files()]
+
+
+class _PartitionsView(Mapping[str, Partition]):
+    """``TableState.partitions_by_id`` over a loaded snapshot's partition columns and the changes since."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, partition_id: str) -> Partition:
+        state = self._state
+        changed = state._partitions.get(partition_id)
+        if changed is not None:
+            return changed
+        row = state._partition_row(partition_id)
+        if row is None or state._partition_base is None:
+            raise KeyError(partition_id)
+        return state._partition_base.partition(row)
+
+    def __contains__(self, partition_id: object) -> bool:
+        state = self._state
+        if not isinstance(partition_id, str):
+            return False
+        return partition_id in state._partitions or state._partition_row(partition_id) is not None
+
+    def _unchanged_rows(self) -> np.ndarray:
+        return np.flatnonzero(~self._state._partition_shadowed)
+
+    def __iter__(self) -> Iterator[str]:
+        state = self._state
+        base_ids = [] if state._partition_base is None else state._partition_base.ids(self._unchanged_rows())
+        return iter([*base_ids, *state._partitions])
+
+    def __len__(self) -> int:
+        return self._state._partition_count
+
+    def values(self) -> Any:
+        state = self._state
+        base = (
+            [] if state._partition_base is None else state._partition_base.partitions(self._unchanged_rows())
+        )
+        return [*base, *state._partitions.values()]
+
+    def items(self) -> Any:
+        return [(p.id, p) for p in self.values()]

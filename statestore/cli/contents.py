@@ -44,7 +44,7 @@ def cmd_partitions(s: Session) -> int:
     state = s.client.state(table.table_id)
     by_partition = state.references_by_partition()
     schema = table.schema
-    ordered = _tree_order(state.partitions_by_id)
+    ordered = _tree_order(dict(state.partitions_by_id))
     if s.args.leaves:
         ordered = [(p, 0) for p, _ in ordered if p.leaf]
 

@@ -6,41 +6,40 @@ binary; a null max is unbounded).
 
 Files: one row per reference; the rows of one file are adjacent. A file with no references (awaiting
 garbage collection) has one row whose ``partition_id`` and reference columns are null.
-``file_last_update_time`` is the file's own update time, repeated on each of its rows.
+``file_last_update_time`` is the file's own update time, repeated on each of its rows. Since format
+version 2 a filename is two columns, its ``directory`` (dictionary-encoded: one per partition) and its
+``base_name``, which is how the state holds it (:mod:`statestore.file_columns`); version 1 had one
+``filename`` column, and is still read.
 
 Both files carry the format version, their kind and the schema's JSON in Parquet key-value metadata;
 reading an unknown version, the wrong kind or a snapshot of other row keys raises CodecError.
 
-Loading a million references is dominated by building Python objects, so both directions work on whole
-columns: columns are built by transposing tuples, references are made with ``FileReference._make`` over
-zipped columns, and partition ids come back through the Parquet dictionary, as the very ``str`` objects the
-partitions hold (one copy per partition, however many references name it).
+The state holds its files column-wise, so both directions work on whole columns with no Python object per
+file or reference; partition ids come back through the Parquet dictionary, as the very ``str`` objects
+the partitions hold.
 """
 
 from __future__ import annotations
 
-import gc
 import io
 import json
-import operator
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from functools import partial
-from itertools import chain, repeat
-from operator import itemgetter
+from collections.abc import Sequence
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from statestore.collector import collector_paused
 from statestore.errors import CodecError, InvalidPartitionTreeError
-from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition, Range, Region
+from statestore.file_columns import FileColumns, split_filename
+from statestore.partition_columns import PartitionColumns
 from statestore.schema import KeyType, Schema
 from statestore.state import TableState
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # version 1: one ``filename`` column
 
 _VERSION_KEY = b"statestore.snapshot.version"
 _KIND_KEY = b"statestore.snapshot.kind"
@@ -53,7 +52,7 @@ _KEY_ARROW_TYPES = {
     KeyType.BYTES: pa.binary(),
 }
 
-_FILES_SCHEMA = pa.schema(
+_FILES_SCHEMA_V1 = pa.schema(
     [
         # large_string: a big table's filenames can pass the 2 GB a string column's offsets can address.
         ("filename", pa.large_string()),
@@ -66,13 +65,19 @@ _FILES_SCHEMA = pa.schema(
         ("file_last_update_time", pa.int64()),
     ]
 )
-
-
-# Build the NamedTuples straight from row tuples: ``_make`` would add a Python call per row.
-_new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))
-_new_table_file = cast(Callable[[Iterable[Any]], TableFile], partial(tuple.__new__, TableFile))
-_REFERENCES = itemgetter(1)  # TableFile.references
-_LAST_UPDATE_TIME = itemgetter(2)  # TableFile.last_update_time
+_FILES_SCHEMA = pa.schema(
+    [
+        ("directory", pa.dictionary(pa.int32(), pa.string())),
+        ("base_name", pa.large_string()),
+        ("partition_id", pa.dictionary(pa.int32(), pa.string())),
+        ("number_of_rows", pa.int64()),
+        ("count_approximate", pa.bool_()),
+        ("only_contains_data_for_this_partition", pa.bool_()),
+        ("job_id", pa.dictionary(pa.int32(), pa.string())),
+        ("last_update_time", pa.int64()),
+        ("file_last_update_time", pa.int64()),
+    ]
+)
 
 
 def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
@@ -81,8 +86,7 @@ def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
     Raises CodecError if a value does not fit its column (e.g. a key of another type than its field's).
     """
     try:
-        with _gc_paused():
-            return _partitions_to_parquet(state), _files_to_parquet(state)
+        return _partitions_to_parquet(state), _files_to_parquet(state)
     except CodecError:
         raise
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
@@ -96,11 +100,17 @@ def state_from_parquet(
 
     Raises CodecError if either file is not a statestore snapshot of this format version and row keys.
     """
-    with _gc_paused(freeze_survivors=_freeze_loaded_states):
-        partitions = _partitions_from_parquet(schema, partitions_bytes)
-        partitions_by_id = {p.id: p for p in partitions}
-        files_by_name = _files_from_parquet(schema, files_bytes, partitions_by_id)
-        state = TableState(schema, partitions_by_id, files_by_name, transaction_number)
+    with collector_paused(freeze_survivors=_freeze_loaded_states):
+        partition_columns = _partitions_from_parquet(schema, partitions_bytes)
+        file_columns = _files_from_parquet(schema, files_bytes)
+        state = TableState(
+            schema,
+            None,
+            None,
+            transaction_number,
+            file_columns=file_columns,
+            partition_columns=partition_columns,
+        )
     return state
 
 
@@ -121,26 +131,6 @@ def freeze_loaded_states(enabled: bool = True) -> None:
     """
     global _freeze_loaded_states
     _freeze_loaded_states = enabled
-
-
-@contextmanager
-def _gc_paused(freeze_survivors: bool = False) -> Iterator[None]:
-    """Pause the cycle collector while millions of tuples are made: none of them can form a cycle, and
-    the collector's passes over the growing heap otherwise double the time taken. The collector is put
-    back as it was found (a pause, not a setting: nothing of the host's tuning outlives the call).
-
-    With ``freeze_survivors`` (see :func:`freeze_loaded_states`), what the process holds is moved to the
-    collector's permanent generation before it is switched back on.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze_survivors:
-            gc.freeze()
-        if was_enabled:
-            gc.enable()
 
 
 # --- shared -------------------------------------------------------------------------------------------
@@ -170,7 +160,10 @@ def _write(table: pa.Table, dictionary_columns: list[str]) -> bytes:
     return sink.getvalue()
 
 
-def _read(data: bytes, schema: Schema, kind: str, expected: pa.Schema) -> pa.Table:
+def _read(
+    data: bytes, schema: Schema, kind: str, expected_by_version: dict[int, pa.Schema]
+) -> tuple[pa.Table, int]:
+    """The table in ``data`` and its format version, checked against the columns that version has."""
     try:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -181,11 +174,13 @@ def _read(data: bytes, schema: Schema, kind: str, expected: pa.Schema) -> pa.Tab
         raise CodecError(
             f"the {kind} Parquet file has no statestore format version: not a statestore snapshot"
         )
-    if version != str(FORMAT_VERSION).encode():
+    readable = {str(v).encode(): v for v in _READABLE_VERSIONS}
+    if version not in readable:
         raise CodecError(
             f"the {kind} snapshot has format version {version.decode(errors='replace')!r}; "
-            f"this library reads version {FORMAT_VERSION}"
+            f"this library reads versions {', '.join(map(str, _READABLE_VERSIONS))}"
         )
+    expected = expected_by_version[readable[version]]
     if metadata.get(_KIND_KEY) != kind.encode():
         raise CodecError(f"expected a {kind} snapshot, got {metadata.get(_KIND_KEY)!r}")
     try:
@@ -202,7 +197,7 @@ def _read(data: bytes, schema: Schema, kind: str, expected: pa.Schema) -> pa.Tab
         raise CodecError(
             f"the {kind} snapshot has columns {actual.to_string()!r}, expected {expected.to_string()!r}"
         )
-    return table
+    return table, readable[version]
 
 
 def _array(values: Sequence[Any], arrow_type: pa.DataType, kind: str, column: str) -> pa.Array:
@@ -257,156 +252,142 @@ def _partitions_to_parquet(state: TableState) -> bytes:
     return _write(table, [])
 
 
-def _partitions_from_parquet(schema: Schema, data: bytes) -> list[Partition]:
-    table = _read(data, schema, "partitions", _partitions_schema(schema))
-    ranges_by_dimension = []
-    try:
-        for i in range(len(schema.row_keys)):
-            lows = table.column(f"region_min_{i}").to_pylist()
-            highs = table.column(f"region_max_{i}").to_pylist()
-            ranges_by_dimension.append(list(map(Range, lows, highs)))
-    except InvalidPartitionTreeError as e:
-        raise CodecError(f"the partitions snapshot holds an invalid region: {e}") from e
-    regions = map(Region, zip(*ranges_by_dimension, strict=True))
+def _partitions_from_parquet(schema: Schema, data: bytes) -> PartitionColumns:
+    expected = _partitions_schema(schema)
+    table, _ = _read(data, schema, "partitions", dict.fromkeys(_READABLE_VERSIONS, expected))
     if table.column("id").null_count:
         raise CodecError("the partitions snapshot has a partition with no id")
-    ids = table.column("id").to_pylist()
-    return list(
-        map(
-            Partition,
-            ids,
-            regions,
-            table.column("parent_id").to_pylist(),
-            map(tuple, table.column("child_ids").to_pylist()),
-            table.column("leaf").to_pylist(),
-            table.column("dimension").to_pylist(),
-        )
-    )
+    columns = PartitionColumns(table.replace_schema_metadata(None), len(schema.row_keys))
+    try:
+        columns.check_regions()
+    except InvalidPartitionTreeError as e:
+        raise CodecError(f"the partitions snapshot holds an invalid region: {e}") from e
+    return columns
 
 
 # --- files --------------------------------------------------------------------------------------------
 
 
 def _files_to_parquet(state: TableState) -> bytes:
-    files = list(state.files_by_name.values())
-    reference_lists = list(map(_REFERENCES, files))
-    references = list(chain.from_iterable(reference_lists))
-    # Each file's own update time, repeated on each of its rows.
-    file_times = list(
-        chain.from_iterable(map(repeat, map(_LAST_UPDATE_TIME, files), map(len, reference_lists)))
-    )
-    columns = [list(map(itemgetter(i), references)) for i in range(len(FileReference._fields))]
-    # A file with no references gets one row after all the references, with null reference columns.
-    unreferenced = [f for f in files if not f.references]
-    columns[0] += [f.filename for f in unreferenced]
-    for column in columns[1:]:
-        column += [None] * len(unreferenced)
-    file_times += [f.last_update_time for f in unreferenced]
-    filenames, partition_ids, row_counts, approximate, whole_file, job_ids, times = columns
+    columns = state.file_columns()
+    counts = np.diff(columns.reference_starts)
+    # A file with no references gets one row, with null reference columns.
+    rows_per_file = np.maximum(counts, 1)
+    file_of_row = np.repeat(np.arange(columns.file_count, dtype=np.int64), rows_per_file)
+    is_reference = np.repeat(counts > 0, rows_per_file)
+    no_reference = ~is_reference
+    reference_of_row = np.zeros(len(file_of_row), np.int64)
+    reference_of_row[is_reference] = np.arange(columns.total_reference_count)
 
-    # Dictionary-encode partition ids with a dict lookup (cheaper than Arrow hashing a million strings).
-    # The dictionary holds every partition of the state; None (no reference) gives a null index.
-    index = {partition_id: i for i, partition_id in enumerate(state.partitions_by_id)}
-    indices = list(map(index.get, partition_ids))
-    if indices.count(None) != len(unreferenced):
-        # A reference names a partition the state does not hold: write it as it is all the same.
-        for partition_id in partition_ids:
-            if partition_id is not None:
-                index.setdefault(partition_id, len(index))
-        indices = list(map(index.get, partition_ids))
+    def per_row(values: np.ndarray) -> np.ndarray:
+        if not len(values):
+            return np.zeros(len(file_of_row), values.dtype)
+        return values[reference_of_row]
+
+    job_codes = per_row(columns.job_codes)
     arrays = [
-        _array(filenames, pa.large_string(), "files", "filename"),
         pa.DictionaryArray.from_arrays(
-            pa.array(indices, pa.int32()), _array(list(index), pa.string(), "files", "partition_id")
+            pa.array(columns.directory_codes[file_of_row], pa.int32()), columns.directories
         ),
-        _array(row_counts, pa.int64(), "files", "number_of_rows"),
-        _array(approximate, pa.bool_(), "files", "count_approximate"),
-        _array(whole_file, pa.bool_(), "files", "only_contains_data_for_this_partition"),
-        _array(job_ids, pa.string(), "files", "job_id"),
-        _array(times, pa.int64(), "files", "last_update_time"),
-        _array(file_times, pa.int64(), "files", "file_last_update_time"),
+        columns.base_names.take(pa.array(file_of_row)),
+        pa.DictionaryArray.from_arrays(
+            pa.array(per_row(columns.partition_codes), pa.int32(), mask=no_reference),
+            _array(columns.partition_ids, pa.string(), "files", "partition_id"),
+        ),
+        pa.array(per_row(columns.number_of_rows), pa.int64(), mask=no_reference),
+        pa.array(per_row(columns.count_approximate), pa.bool_(), mask=no_reference),
+        pa.array(per_row(columns.whole_file), pa.bool_(), mask=no_reference),
+        pa.DictionaryArray.from_arrays(
+            pa.array(job_codes, pa.int32(), mask=no_reference | (job_codes < 0)),
+            _array(columns.job_ids, pa.string(), "files", "job_id"),
+        ),
+        pa.array(per_row(columns.reference_times), pa.int64(), mask=no_reference),
+        pa.array(columns.file_times[file_of_row], pa.int64()),
     ]
     table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA.with_metadata(_metadata(state.schema, "files")))
-    return _write(table, ["partition_id", "job_id"])
+    return _write(table, ["directory", "partition_id", "job_id"])
 
 
-def _partition_id_column(table: pa.Table, partitions_by_id: dict[str, Partition]) -> list[str | None]:
-    """The partition id of every row, as the ``str`` objects the partitions hold where they match."""
-    canonical: dict[str, str] = {p: p for p in partitions_by_id}
-    out: list[str | None] = []
-    dictionary: pa.Array | None = None
-    values: list[str | None] = []
-    for chunk in table.column("partition_id").chunks:
-        # Chunks usually share one dictionary; map its strings to the partitions' own once.
-        if dictionary is None or not chunk.dictionary.equals(dictionary):
-            dictionary = chunk.dictionary
-            values = [canonical.get(v, v) for v in dictionary.to_pylist()]
-            values.append(None)  # where null indices (rows of files with no references) point
-        indices = chunk.indices.fill_null(len(values) - 1).to_pylist()
-        out += map(values.__getitem__, indices)
-    return out
+def _as_version_2(table: pa.Table) -> pa.Table:
+    """A version 1 files table (one ``filename`` column) in version 2's columns."""
+    directories, base_names = [], []
+    for filename in table.column("filename").to_pylist():
+        if filename is None:
+            raise CodecError("the files snapshot has a row with no filename or no file update time")
+        directory, base_name = split_filename(filename)
+        directories.append(directory)
+        base_names.append(base_name)
+    columns = {
+        "directory": pa.array(directories, pa.string()).dictionary_encode(),
+        "base_name": pa.array(base_names, pa.large_string()),
+        "job_id": table.column("job_id").combine_chunks().dictionary_encode(),
+    }
+    arrays = [columns.get(f.name) or table.column(f.name).combine_chunks() for f in _FILES_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA)
 
 
-def _interned(values: list[Any]) -> list[Any]:
-    # Update times and job ids take few distinct values: share one object per value.
-    seen: dict[Any, Any] = {}
-    return [seen.setdefault(v, v) for v in values]
-
-
-def _files_from_parquet(
-    schema: Schema, data: bytes, partitions_by_id: dict[str, Partition]
-) -> dict[str, TableFile]:
-    table = _read(data, schema, "files", _FILES_SCHEMA)
+def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
+    table, version = _read(data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA})
+    if version == 1:
+        table = _as_version_2(table)
+    table = table.unify_dictionaries()
     n = table.num_rows
-    if table.column("filename").null_count or table.column("file_last_update_time").null_count:
+    directory = table.column("directory").combine_chunks()
+    base_names = table.column("base_name").combine_chunks()
+    file_time_column = table.column("file_last_update_time")
+    if directory.null_count or base_names.null_count or file_time_column.null_count:
         raise CodecError("the files snapshot has a row with no filename or no file update time")
-    filenames = table.column("filename").to_pylist()
-    partition_ids = _partition_id_column(table, partitions_by_id)
-    file_times = _interned(table.column("file_last_update_time").to_pylist())
-    references: list[FileReference] = list(
-        map(
-            _new_file_reference,
-            zip(
-                filenames,
-                partition_ids,
-                table.column("number_of_rows").to_pylist(),
-                table.column("count_approximate").to_pylist(),
-                table.column("only_contains_data_for_this_partition").to_pylist(),
-                _interned(table.column("job_id").to_pylist()),
-                _interned(table.column("last_update_time").to_pylist()),
-                strict=True,
-            ),
-        )
-    )
-    unreferenced_rows = pc.indices_nonzero(pc.is_null(table.column("partition_id"))).to_pylist()
-    del table
+    directory_codes = directory.indices.to_numpy()
+    file_times = file_time_column.to_numpy()
 
-    # Most files have exactly one reference: make every row a one-reference file, then fix the rest.
-    per_row: list[tuple[FileReference, ...]] = list(zip(references))
-    for i in unreferenced_rows:
-        per_row[i] = ()
-    table_files = map(_new_table_file, zip(filenames, per_row, file_times, strict=True))
-    files_by_name = dict(zip(filenames, table_files, strict=True))
-    if len(files_by_name) == n:
-        return files_by_name
-
-    # Some files have several rows: group each run of adjacent rows with the same filename.
-    same_as_previous = map(operator.eq, filenames[1:], filenames)
-    repeats = [i for i, same in enumerate(same_as_previous, 1) if same]
-    runs: list[tuple[int, int]] = []
-    for i in repeats:
-        if runs and runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i - 1, i + 1))
-    for start, end in runs:
-        name = filenames[start]
-        rows = references[start:end]
-        if any(r.partition_id is None for r in rows):
+    # A file's rows are adjacent: a new file starts where the name differs from the row before.
+    new_file = np.ones(n, np.bool_)
+    if n > 1:
+        same_base = pc.equal(base_names.slice(1), base_names.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        new_file[1:] = (directory_codes[1:] != directory_codes[:-1]) | ~same_base
+    file_starts = np.flatnonzero(new_file)
+    rows_per_file = np.diff(np.append(file_starts, n))
+    partition = table.column("partition_id").combine_chunks()
+    is_reference = partition.is_valid().to_numpy(zero_copy_only=False)
+    if n:
+        mixed = (np.add.reduceat(~is_reference, file_starts) > 0) & (rows_per_file > 1)
+        if mixed.any():
+            name = _filename_at(directory, base_names, int(file_starts[np.argmax(mixed)]))
             raise CodecError(f"the files snapshot lists file {name!r} both with and without references")
-        if any(t != file_times[start] for t in file_times[start:end]):
+        differs = file_times != np.repeat(file_times[file_starts], rows_per_file)
+        if differs.any():
+            name = _filename_at(directory, base_names, int(np.argmax(differs)))
             raise CodecError(f"the files snapshot gives file {name!r} several update times")
-        files_by_name[name] = TableFile(name, tuple(rows), file_times[start])
-    if len(files_by_name) != n - len(repeats):
+    references_before = np.zeros(n + 1, np.int64)
+    np.cumsum(is_reference, out=references_before[1:])
+    reference_starts = np.append(references_before[file_starts], references_before[n])
+    reference_rows = np.flatnonzero(is_reference)
+
+    def reference_column(name: str, fill: Any) -> np.ndarray:
+        values = table.column(name).combine_chunks().fill_null(fill).to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, values[reference_rows])
+
+    job = table.column("job_id").combine_chunks()
+    whole_file = n == len(file_starts)  # every file has one row: no need to copy its columns
+    columns = FileColumns(
+        directory.dictionary,
+        directory_codes if whole_file else directory_codes[file_starts],
+        base_names if whole_file else base_names.take(pa.array(file_starts)),
+        file_times if whole_file else file_times[file_starts],
+        reference_starts,
+        partition.dictionary.to_pylist(),
+        partition.indices.fill_null(-1).to_numpy()[reference_rows],
+        reference_column("number_of_rows", 0),
+        reference_column("count_approximate", False),
+        reference_column("only_contains_data_for_this_partition", False),
+        job.dictionary.to_pylist(),
+        job.indices.fill_null(-1).to_numpy()[reference_rows],
+        reference_column("last_update_time", 0),
+    )
+    if columns.duplicate_filename() is not None:
         raise CodecError("the files snapshot lists a file's rows apart from each other")
-    return files_by_name
+    return columns
+
+
+def _filename_at(directory: pa.DictionaryArray, base_names: pa.Array, row: int) -> str:
+    return f"{directory[row].as_py()}{base_names[row].as_py()}"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import random
 import threading
@@ -20,6 +19,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from statestore import file_rows
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
+from statestore.collector import collector_paused
 from statestore.errors import (
     AccessDeniedError,
     CommitConflictError,
@@ -198,7 +198,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
         self,
         table_id: str,
         schema: Schema,
-        partitions_by_id: dict[str, Partition],
+        partitions_by_id: Mapping[str, Partition],
         members: Sequence[FileCommitMember],
         update_time: int,
     ) -> FileCommitOutcome:
@@ -238,7 +238,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
         self,
         table_id: str,
         schema: Schema,
-        partitions_by_id: dict[str, Partition],
+        partitions_by_id: Mapping[str, Partition],
         members: Sequence[FileCommitMember],
         update_time: int,
     ) -> FileCommitOutcome:
@@ -333,7 +333,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
             self._transaction(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "reading a table's files"
             ) as conn,
-            _gc_paused(),
+            collector_paused(),
         ):
             times = conn.execute(
                 f"SELECT filename, added_time, unreferenced_since FROM {FILES} WHERE table_id = %s",
@@ -477,19 +477,6 @@ def _one_value(cursor: psycopg.Cursor[Any]) -> Any:
     if row is None:
         raise StoreUnavailableError("PostgreSQL returned no row where one was expected")
     return row[0]
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cycle collector while a million tuples are made (none can form a cycle; its passes over
-    the growing heap would otherwise take as long as the read), and put it back as it was found."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _rollback(conn: psycopg.Connection) -> None:

@@ -150,8 +150,9 @@ def test_files_with_no_references_job_ids_and_counts_round_trip() -> None:
     assert_same(loaded, state)
     assert loaded.transaction_number == 42
     assert loaded.file("gone-1.parquet").references == ()
-    # Loaded references share the partitions' id strings rather than holding copies.
-    assert loaded.file("one.parquet").references[0].partition_id is loaded.partition(left).id
+    # Loaded references name their partition by a code into one list of ids, not by a string each.
+    assert loaded.file("one.parquet").references[0].partition_id == loaded.partition(left).id
+    assert loaded.file_columns().partition_ids.count(left) == 1
 
 
 def rewrite_metadata(data: bytes, key: bytes, value: bytes) -> bytes:
@@ -167,10 +168,10 @@ def test_an_unknown_format_version_is_rejected(which: str) -> None:
     state = new_state(STRING_SCHEMA, ["m"], [FileReference("a.parquet", "root", 1)])
     partitions_bytes, files_bytes = state_to_parquet(state)
     if which == "partitions":
-        partitions_bytes = rewrite_metadata(partitions_bytes, b"statestore.snapshot.version", b"2")
+        partitions_bytes = rewrite_metadata(partitions_bytes, b"statestore.snapshot.version", b"99")
     else:
-        files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"2")
-    with pytest.raises(CodecError, match=f"the {which} snapshot has format version '2'"):
+        files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"99")
+    with pytest.raises(CodecError, match=f"the {which} snapshot has format version '99'"):
         state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, 2)
 
 

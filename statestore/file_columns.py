@@ -1,0 +1,455 @@
+"""The files of a table held column-wise: no Python object per file or reference until one is asked for.
+
+A big table's state is mostly file references, and one Python object per reference (a ``TableFile``, a
+tuple, a ``FileReference``, a filename ``str``...) costs ~650 B. :class:`FileColumns` holds them as NumPy
+and Arrow columns instead (~110 B per reference): one row per file (directory code, base name, update
+time, where its references start) and one row per reference (partition code, rows, flags, job code,
+update time). A filename is its **directory** (``tables/<t>/data/partition=<p>/``, one per partition,
+dictionary-encoded) plus its **base name**.
+
+Filenames are found through a sorted array of 64-bit hashes (``np.searchsorted``), every hit checked
+against the stored name, so a collision costs a comparison, never a wrong answer. The hashes are Python's
+own ``hash`` of the directory and of the base name, combined: they live only in memory, never on disk.
+
+A ``FileColumns`` never changes once built: :class:`statestore.state.TableState` keeps its changes in an
+overlay and folds them into a new ``FileColumns`` now and then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
+from operator import attrgetter, methodcaller
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestore.files import FileReference, TableFile
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
+_ALL_BITS = (1 << 64) - 1
+# Tests narrow this to force hash collisions; it is read when a FileColumns is built.
+HASH_MASK = _ALL_BITS
+_FEW_ROWS = 64  # up to this many rows, filenames are read one by one rather than converting every directory
+_RECENT_ROWS = 4096  # rows of names looked up lately, remembered (see FileColumns.row_of)
+_ABSENT: Any = object()
+_FILENAME = attrgetter("filename")
+_REFERENCES = attrgetter("references")
+_LAST_UPDATE_TIME = attrgetter("last_update_time")
+_SPLIT_AT_LAST_SLASH = methodcaller("rpartition", "/")  # (directory without its "/", "/" or "", base name)
+_HASH_CHUNK = 131_072  # base names turned into Python strings at a time, to hash them
+
+
+def split_filename(filename: str) -> tuple[str, str]:
+    """``(directory, base name)``: the directory keeps its trailing ``/`` (empty for a bare name)."""
+    cut = filename.rfind("/") + 1
+    return filename[:cut], filename[cut:]
+
+
+def _hash_of(directory: str, base_name: str, mask: int) -> int:
+    # The scalar twin of the vectorised sum in FileColumns._build_index (uint64 arithmetic, wrapping).
+    return ((hash(directory) & _ALL_BITS) * int(_MIX) + (hash(base_name) & _ALL_BITS)) & _ALL_BITS & mask
+
+
+class StringColumn:
+    """Single values of an Arrow string column read straight from its buffers: ``Array[i].as_py()`` costs
+    ~10 µs, this ~1 µs (what each lookup on the commit path pays)."""
+
+    __slots__ = ("_offsets", "_data")
+
+    def __init__(self, strings: pa.Array) -> None:
+        large = pa.types.is_large_string(strings.type) or pa.types.is_large_binary(strings.type)
+        _, offsets, data = strings.buffers()
+        count = len(strings)
+        self._offsets = (
+            np.zeros(1, np.int64)
+            if offsets is None
+            else np.frombuffer(offsets, np.int64 if large else np.int32)[
+                strings.offset : strings.offset + count + 1
+            ]
+        )
+        self._data = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8)
+
+    def bytes_at(self, row: int) -> bytes:
+        return self._data[self._offsets[row] : self._offsets[row + 1]].tobytes()
+
+    def at(self, row: int) -> str:
+        return self.bytes_at(row).decode()
+
+
+def _hashes(strings: pa.Array) -> np.ndarray:
+    out = np.empty(len(strings), np.int64)
+    for start in range(0, len(strings), _HASH_CHUNK):
+        chunk = strings.slice(start, _HASH_CHUNK).to_pylist()
+        out[start : start + len(chunk)] = np.fromiter(map(hash, chunk), np.int64, len(chunk))
+    return out.view(np.uint64)
+
+
+class FileColumns:
+    """An immutable, column-wise set of files and their references (see the module docstring).
+
+    Files: ``directories`` (Arrow strings) indexed by ``directory_codes``, ``base_names`` (Arrow large
+    strings), ``file_times``, and ``reference_starts`` (file ``i``'s references are rows
+    ``reference_starts[i]:reference_starts[i + 1]``). References: ``partition_codes`` into
+    ``partition_ids``, ``number_of_rows``, ``count_approximate``, ``whole_file``
+    (only_contains_data_for_this_partition), ``job_codes`` into ``job_ids`` (-1: no job) and
+    ``reference_times``.
+    """
+
+    def __init__(
+        self,
+        directories: pa.Array,
+        directory_codes: np.ndarray,
+        base_names: pa.Array,
+        file_times: np.ndarray,
+        reference_starts: np.ndarray,
+        partition_ids: list[str],
+        partition_codes: np.ndarray,
+        number_of_rows: np.ndarray,
+        count_approximate: np.ndarray,
+        whole_file: np.ndarray,
+        job_ids: list[str],
+        job_codes: np.ndarray,
+        reference_times: np.ndarray,
+        index: tuple[np.ndarray, np.ndarray, int] | None = None,
+    ) -> None:
+        self.directories = directories
+        self.directory_codes = directory_codes
+        self.base_names = base_names
+        self.file_times = file_times
+        self.reference_starts = reference_starts
+        self.partition_ids = partition_ids
+        self.partition_codes = partition_codes
+        self.number_of_rows = number_of_rows
+        self.count_approximate = count_approximate
+        self.whole_file = whole_file
+        self.job_ids = job_ids
+        self.job_codes = job_codes
+        self.reference_times = reference_times
+        # The name index: every row's hash, sorted, and the row of each (and the hash mask). Given when
+        # derived from the index of the columns these were made from (take_files, concat): no name is
+        # hashed again.
+        if index is None:
+            self._hash_mask = HASH_MASK
+            self._sorted_hashes, self._rows_by_hash = self._build_index()
+        else:
+            self._sorted_hashes, self._rows_by_hash, self._hash_mask = index
+        self._directory_strings = StringColumn(directories)
+        self._base_name_strings = StringColumn(base_names)
+        self._recent_rows: dict[str, Any] = {}  # filename -> row (None: not held), see row_of
+        self._recent_files: dict[int, TableFile] = {}  # row -> the file made lately, see table_file
+        self._last_search: tuple[list[str], list[int | None]] = ([], [])  # see rows_of
+
+    # --- building ---------------------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls) -> FileColumns:
+        return cls.from_table_files(())
+
+    @classmethod
+    def from_table_files(cls, files: Iterable[TableFile]) -> FileColumns:
+        """Columns holding ``files`` (Python objects in, none kept). Every pass over the objects runs in C
+        (attribute getters, ``zip``, Arrow's dictionary encoding): a fold turns 65,536 files at a time."""
+        files = list(files)
+        split_names = list(zip(*map(_SPLIT_AT_LAST_SLASH, map(_FILENAME, files)), strict=True))
+        heads, slashes, base_names = split_names or [(), (), ()]
+        directory = pc.dictionary_encode(pa.array(list(map(str.__add__, heads, slashes)), pa.string()))
+        reference_lists = list(map(_REFERENCES, files))
+        references = list(chain.from_iterable(reference_lists))
+        # Transposed: one tuple per FileReference field.
+        transposed = list(zip(*references, strict=True)) or [()] * len(FileReference._fields)
+        _, partition_ids, rows, approximate, whole_file, job_ids, times = transposed
+        partitions = pc.dictionary_encode(pa.array(partition_ids, pa.string()))
+        jobs = pc.dictionary_encode(pa.array(job_ids, pa.string()))
+        starts = np.zeros(len(files) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, reference_lists), np.int64, len(files)), out=starts[1:])
+        return cls(
+            directory.dictionary,
+            directory.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+            pa.array(base_names, pa.large_string()),
+            np.fromiter(map(_LAST_UPDATE_TIME, files), np.int64, len(files)),
+            starts,
+            partitions.dictionary.to_pylist(),
+            partitions.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+            np.array(rows, np.int64),
+            np.array(approximate, np.bool_),
+            np.array(whole_file, np.bool_),
+            jobs.dictionary.to_pylist(),
+            jobs.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32),
+            np.array(times, np.int64),
+        )
+
+    def _build_index(self) -> tuple[np.ndarray, np.ndarray]:
+        directory_hashes = _hashes(self.directories)
+        with np.errstate(over="ignore"):
+            hashes = directory_hashes[self.directory_codes] * _MIX + _hashes(self.base_names)
+        hashes &= np.uint64(self._hash_mask)
+        rows = np.argsort(hashes).astype(np.int32)
+        return hashes[rows], rows
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    @property
+    def file_count(self) -> int:
+        return len(self.file_times)
+
+    @property
+    def total_reference_count(self) -> int:
+        return len(self.partition_codes)
+
+    def filename(self, row: int) -> str:
+        directory = self._directory_strings.at(int(self.directory_codes[row]))
+        return directory + self._base_name_strings.at(row)
+
+    def row_of(self, filename: str) -> int | None:
+        """The file row of ``filename``, or None if these columns do not hold it."""
+        # The columns never change, so neither does a name's row: a transaction's apply finds the rows
+        # its validate looked up here. Kept small: it only spares a search repeated soon after.
+        recent = self._recent_rows
+        row = recent.get(filename, _ABSENT)
+        if row is not _ABSENT:
+            return row
+        if len(recent) >= _RECENT_ROWS:
+            recent.clear()
+        directory, base_name = split_filename(filename)
+        row = recent[filename] = self._row_of_hash(
+            _hash_of(directory, base_name, self._hash_mask), directory, base_name
+        )
+        return row
+
+    def _row_of_hash(self, h: int, directory: str, base_name: str) -> int | None:
+        hashes, rows = self._sorted_hashes, self._rows_by_hash
+        position = int(hashes.searchsorted(np.uint64(h)))
+        if position == len(hashes) or int(hashes[position]) != h:
+            return None
+        base_bytes, directory_bytes = base_name.encode(), directory.encode()
+        while position < len(hashes) and int(hashes[position]) == h:  # several rows only on a collision
+            row = int(rows[position])
+            if (
+                self._base_name_strings.bytes_at(row) == base_bytes
+                and self._directory_strings.bytes_at(int(self.directory_codes[row])) == directory_bytes
+            ):
+                return row
+            position += 1
+        return None
+
+    def duplicate_filename(self) -> str | None:
+        """A filename held by two rows, if any (a valid state has none)."""
+        same = np.flatnonzero(self._sorted_hashes[1:] == self._sorted_hashes[:-1])
+        if not len(same):
+            return None
+        positions = np.unique(np.concatenate([same, same + 1]))
+        seen: set[str] = set()
+        for name in self.filenames(self._rows_by_hash[positions].astype(np.int64)):
+            if name in seen:
+                return name
+            seen.add(name)
+        return None
+
+    def rows_of(self, filenames: Sequence[str]) -> list[int | None]:
+        """:meth:`row_of` of each name, with one vectorised search for all of them."""
+        out: list[int | None] = [None] * len(filenames)
+        if not self.file_count or not filenames:
+            return out
+        if len(filenames) <= _FEW_ROWS:  # a vectorised search costs more than a few scalar ones
+            return [self.row_of(name) for name in filenames]
+        # A big AddFiles searches for its names twice (validate, then apply): the columns never change,
+        # so the answer for the same names is the same, and comparing them costs far less than hashing.
+        last_names, last_rows = self._last_search
+        if len(last_names) == len(filenames) and last_names == filenames:
+            return list(last_rows)
+        mask = self._hash_mask
+        hashes = np.fromiter(
+            (_hash_of(*split_filename(name), mask) for name in filenames), np.uint64, len(filenames)
+        )
+        positions = np.minimum(self._sorted_hashes.searchsorted(hashes), len(self._sorted_hashes) - 1)
+        for i in np.flatnonzero(self._sorted_hashes[positions] == hashes).tolist():
+            out[i] = self.row_of(filenames[i])
+        self._last_search = (list(filenames), out)
+        return list(out)
+
+    def reference_count_of(self, row: int) -> int:
+        return int(self.reference_starts[row + 1] - self.reference_starts[row])
+
+    def table_file(self, row: int) -> TableFile:
+        """The file at ``row``, read scalar by scalar (a lookup on the commit path: no array is made).
+        Files made lately are remembered: a transaction's apply reads what its validate just read."""
+        made = self._recent_files
+        table_file = made.get(row)
+        if table_file is not None:
+            return table_file
+        if len(made) >= _RECENT_ROWS:
+            made.clear()
+        name = self.filename(row)
+        start, end = int(self.reference_starts[row]), int(self.reference_starts[row + 1])
+        table_file = made[row] = TableFile(
+            name, tuple(self._reference(name, r) for r in range(start, end)), int(self.file_times[row])
+        )
+        return table_file
+
+    def _reference(self, filename: str, row: int) -> FileReference:
+        job_code = int(self.job_codes[row])
+        return FileReference(
+            filename,
+            self.partition_ids[int(self.partition_codes[row])],
+            int(self.number_of_rows[row]),
+            bool(self.count_approximate[row]),
+            bool(self.whole_file[row]),
+            None if job_code < 0 else self.job_ids[job_code],
+            int(self.reference_times[row]),
+        )
+
+    def filenames(self, rows: np.ndarray | None = None) -> list[str]:
+        if rows is not None and len(rows) <= _FEW_ROWS:
+            return [self.filename(row) for row in rows.tolist()]
+        codes = self.directory_codes if rows is None else self.directory_codes[rows]
+        bases = self.base_names if rows is None else self.base_names.take(pa.array(rows, pa.int64()))
+        directories = self.directories.to_pylist()
+        return list(map(str.__add__, map(directories.__getitem__, codes.tolist()), bases.to_pylist()))
+
+    def table_files(self, rows: np.ndarray | None = None) -> list[TableFile]:
+        """The files at ``rows`` (all, in row order, by default) as ``TableFile`` objects."""
+        if rows is None:
+            rows = np.arange(self.file_count, dtype=np.int64)
+        names = self.filenames(rows)
+        starts = self.reference_starts[rows]
+        counts = self.reference_starts[rows + 1] - starts
+        # The reference rows of these files, in order.
+        reference_rows = _ranges(starts, counts)
+        ref_names = list(_repeat_each(names, counts.tolist()))
+        references = self._references(reference_rows, ref_names)
+        times = self.file_times[rows].tolist()
+        out: list[TableFile] = []
+        i = 0
+        for name, count, time in zip(names, counts.tolist(), times, strict=True):
+            out.append(TableFile(name, tuple(references[i : i + count]), time))
+            i += count
+        return out
+
+    def references_at(self, reference_rows: np.ndarray) -> list[FileReference]:
+        """The references at ``reference_rows`` (reference row numbers), as ``FileReference`` objects."""
+        file_rows = np.searchsorted(self.reference_starts, reference_rows, "right") - 1
+        return self._references(reference_rows, self.filenames(file_rows))
+
+    def file_rows_of_references(self, reference_rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.reference_starts, reference_rows, "right") - 1
+
+    def _references(self, reference_rows: np.ndarray, filenames: Sequence[str]) -> list[FileReference]:
+        partition_ids, job_ids = self.partition_ids, self.job_ids
+        return list(
+            map(
+                FileReference,
+                filenames,
+                map(partition_ids.__getitem__, self.partition_codes[reference_rows].tolist()),
+                self.number_of_rows[reference_rows].tolist(),
+                self.count_approximate[reference_rows].tolist(),
+                self.whole_file[reference_rows].tolist(),
+                [None if code < 0 else job_ids[code] for code in self.job_codes[reference_rows].tolist()],
+                self.reference_times[reference_rows].tolist(),
+            )
+        )
+
+    def take_files(self, rows: np.ndarray) -> FileColumns:
+        """A new ``FileColumns`` of only the files at ``rows`` (with all their references)."""
+        rows = rows.astype(np.int64)
+        starts = self.reference_starts[rows]
+        counts = self.reference_starts[rows + 1] - starts
+        reference_rows = _ranges(starts, counts)
+        new_starts = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(counts, out=new_starts[1:])
+        index = None
+        if len(rows) and bool(np.all(rows[1:] > rows[:-1])):  # rows in order (a fold): keep the index
+            renumbered = np.full(self.file_count, -1, np.int64)
+            renumbered[rows] = np.arange(len(rows))
+            new_rows = renumbered[self._rows_by_hash]
+            kept = new_rows >= 0
+            index = (self._sorted_hashes[kept], new_rows[kept].astype(np.int32), self._hash_mask)
+        return FileColumns(
+            self.directories,
+            self.directory_codes[rows],
+            self.base_names.take(pa.array(rows, pa.int64())),
+            self.file_times[rows],
+            new_starts,
+            self.partition_ids,
+            self.partition_codes[reference_rows],
+            self.number_of_rows[reference_rows],
+            self.count_approximate[reference_rows],
+            self.whole_file[reference_rows],
+            self.job_ids,
+            self.job_codes[reference_rows],
+            self.reference_times[reference_rows],
+            index,
+        )
+
+    def concat(self, other: FileColumns) -> FileColumns:
+        """These files followed by ``other``'s (the caller makes sure no filename is in both). The
+        dictionaries (directories, partition ids, job ids) keep each value once, and only values in use."""
+        directory_codes, directories = _recode(
+            np.concatenate([self.directory_codes, other.directory_codes + len(self.directories)]),
+            [*self.directories.to_pylist(), *other.directories.to_pylist()],
+        )
+        partition_codes, partition_ids = _recode(
+            np.concatenate([self.partition_codes, other.partition_codes + len(self.partition_ids)]),
+            [*self.partition_ids, *other.partition_ids],
+        )
+        other_jobs = np.where(other.job_codes < 0, -1, other.job_codes + len(self.job_ids))
+        job_codes, job_ids = _recode(
+            np.concatenate([self.job_codes, other_jobs]), [*self.job_ids, *other.job_ids]
+        )
+        return FileColumns(
+            pa.array(directories, pa.string()),
+            directory_codes,
+            pa.concat_arrays([self.base_names, other.base_names]),
+            np.concatenate([self.file_times, other.file_times]),
+            np.concatenate([self.reference_starts[:-1], other.reference_starts + self.reference_starts[-1]]),
+            partition_ids,
+            partition_codes,
+            np.concatenate([self.number_of_rows, other.number_of_rows]),
+            np.concatenate([self.count_approximate, other.count_approximate]),
+            np.concatenate([self.whole_file, other.whole_file]),
+            job_ids,
+            job_codes,
+            np.concatenate([self.reference_times, other.reference_times]),
+            self._merged_index(other),
+        )
+
+    def _merged_index(self, other: FileColumns) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The name index of these rows followed by ``other``'s: the two sorted indexes merged."""
+        if self._hash_mask != other._hash_mask:
+            return None
+        at = self._sorted_hashes.searchsorted(other._sorted_hashes)
+        return (
+            np.insert(self._sorted_hashes, at, other._sorted_hashes),
+            np.insert(self._rows_by_hash, at, other._rows_by_hash + np.int32(self.file_count)),
+            self._hash_mask,
+        )
+
+
+def _recode(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """``codes`` into ``values`` (-1: none) re-pointed at a list of the values in use, each once."""
+    first: dict[Any, int] = {}
+    deduplicated = np.array([first.setdefault(v, len(first)) for v in values], np.int64)
+    distinct = list(first)
+    present = codes >= 0
+    codes = np.where(present, deduplicated[np.where(present, codes, 0)] if len(values) else 0, -1)
+    used = np.unique(codes[present])
+    renumber = np.full(len(distinct) + 1, -1, np.int64)
+    renumber[used] = np.arange(len(used))
+    return renumber[codes].astype(np.int32), [distinct[i] for i in used.tolist()]
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + c) for s, c in zip(starts, counts))``, vectorised."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    out = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
+    return out + np.repeat(starts, counts)
+
+
+def _repeat_each(values: Sequence[str], counts: Sequence[int]) -> Iterable[str]:
+    for value, count in zip(values, counts, strict=True):
+        yield from repeat(value, count)

@@ -1,0 +1,179 @@
+"""The partitions of a loaded snapshot held as Arrow columns: a ``Partition`` is made only when asked for.
+
+A table with 100,000 leaves has 200,000 partitions; as objects (``Partition``, ``Region``, ``Range``, ids,
+bounds) they cost ~600 B each and most of a snapshot load's time. :class:`PartitionColumns` keeps the
+snapshot's columns instead and finds an id through sorted 64-bit hashes, each hit checked against the
+stored id (as :mod:`statestore.file_columns` does for filenames). It never changes:
+:class:`statestore.state.TableState` keeps partitions changed since the load in a dictionary over it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestore.errors import InvalidPartitionTreeError
+from statestore.file_columns import StringColumn
+from statestore.partitions import Partition, Range, Region
+
+_ALL_BITS = (1 << 64) - 1
+_RECENT_ROWS = 4096  # ids looked up lately, remembered (see PartitionColumns.row_of)
+
+
+class PartitionColumns:
+    """Partitions as a table of ``id``, ``parent_id``, ``child_ids``, ``leaf``, ``dimension`` and
+    ``region_min_<i>`` / ``region_max_<i>`` per row key field (the snapshot's columns)."""
+
+    def __init__(self, table: pa.Table, dimensions: int) -> None:
+        self._table = table.combine_chunks()
+        self._dimensions = dimensions
+        ids = self._table.column("id")
+        hashes = np.fromiter(map(hash, ids.to_pylist()), np.int64, len(ids)).view(np.uint64)
+        self._rows_by_hash = np.argsort(hashes).astype(np.int32)
+        self._sorted_hashes = hashes[self._rows_by_hash]
+        self._id_strings = StringColumn(ids.combine_chunks())
+        # Partitions made so far, by row: the commit path asks for the same few leaves again and again.
+        self._made: dict[int, Partition] = {}
+        self._rows_by_id: dict[str, int | None] = {}  # ids looked up lately (see row_of)
+        self._scalars = _ScalarReaders(self._table, dimensions)
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def check_regions(self) -> None:
+        """Raise InvalidPartitionTreeError if a range is empty (min not below a bounded max)."""
+        for i in range(self._dimensions):
+            lows, highs = self._table.column(f"region_min_{i}"), self._table.column(f"region_max_{i}")
+            if lows.null_count:
+                raise InvalidPartitionTreeError("a partition has no min on a row key field")
+            empty = pc.fill_null(pc.greater_equal(lows, highs), False)
+            if pc.any(empty).as_py():
+                row = int(np.argmax(empty.to_numpy(zero_copy_only=False)))
+                Range(lows[row].as_py(), highs[row].as_py())  # raises, naming the bounds
+                raise InvalidPartitionTreeError(f"an empty range in partition row {row}")
+
+    def row_of(self, partition_id: str) -> int | None:
+        # The columns never change, so neither does an id's row: the commit path looks up the same
+        # few partitions again and again (a leaf written to, its parent on a split). Kept small.
+        rows = self._rows_by_id
+        if partition_id in rows:
+            return rows[partition_id]
+        if len(rows) >= _RECENT_ROWS:
+            rows.clear()
+        row = rows[partition_id] = self._search(partition_id)
+        return row
+
+    def _search(self, partition_id: str) -> int | None:
+        h = hash(partition_id) & _ALL_BITS
+        hashes = self._sorted_hashes
+        position = int(hashes.searchsorted(np.uint64(h)))
+        wanted = partition_id.encode()
+        while position < len(hashes) and int(hashes[position]) == h:  # several rows only on a collision
+            row = int(self._rows_by_hash[position])
+            if self._id_strings.bytes_at(row) == wanted:
+                return row
+            position += 1
+        return None
+
+    def ids(self, rows: np.ndarray | None = None) -> list[str]:
+        ids = self._table.column("id")
+        return list(ids.to_pylist() if rows is None else ids.take(pa.array(rows, pa.int64())).to_pylist())
+
+    def partition(self, row: int) -> Partition:
+        made = self._made.get(row)
+        if made is None:
+            made = self._made[row] = self._scalars.partition(row)
+        return made
+
+    def partitions(self, rows: np.ndarray | None = None) -> list[Partition]:
+        table = self._table if rows is None else self._table.take(pa.array(rows, pa.int64()))
+        return partitions_of(table, self._dimensions)
+
+
+def partitions_of(table: pa.Table, dimensions: int) -> list[Partition]:
+    """The ``Partition`` objects of a partitions table (raises InvalidPartitionTreeError for an empty
+    range). A partition's bounds are its neighbours' too, and its parent and children are partitions:
+    one object per distinct value is shared."""
+    shared: dict[Any, Any] = {}
+    ranges_by_dimension = []
+    for i in range(dimensions):
+        lows = [shared.setdefault(v, v) for v in table.column(f"region_min_{i}").to_pylist()]
+        highs = [shared.setdefault(v, v) for v in table.column(f"region_max_{i}").to_pylist()]
+        ranges_by_dimension.append(list(map(Range, lows, highs)))
+    regions = map(Region, zip(*ranges_by_dimension, strict=True))
+    ids = table.column("id").to_pylist()
+    by_id: dict[str, str] = {i: i for i in ids}
+    parent_ids = [by_id.get(p, p) for p in table.column("parent_id").to_pylist()]
+    no_children: tuple[str, ...] = ()
+    child_ids = [
+        tuple([by_id.get(c, c) for c in children]) if children else no_children
+        for children in table.column("child_ids").to_pylist()
+    ]
+    return list(
+        map(
+            Partition,
+            ids,
+            regions,
+            parent_ids,
+            child_ids,
+            table.column("leaf").to_pylist(),
+            table.column("dimension").to_pylist(),
+        )
+    )
+
+
+class _ScalarReaders:
+    """One partition read value by value straight from the columns' buffers (what a commit pays for a
+    partition it has not asked for before): ~3 µs, where slicing the table and converting it costs ~150."""
+
+    def __init__(self, table: pa.Table, dimensions: int) -> None:
+        self._ids = StringColumn(table.column("id").combine_chunks())
+        self._parent_ids = _NullableColumn(table.column("parent_id").combine_chunks())
+        children = table.column("child_ids").combine_chunks()
+        self._child_offsets = children.offsets.to_numpy(zero_copy_only=False)
+        self._child_ids = StringColumn(children.values)
+        self._leaf = table.column("leaf").to_numpy(zero_copy_only=False)
+        self._dimension = table.column("dimension").to_numpy(zero_copy_only=False)
+        self._bounds = [
+            (
+                _NullableColumn(table.column(f"region_min_{i}").combine_chunks()),
+                _NullableColumn(table.column(f"region_max_{i}").combine_chunks()),
+            )
+            for i in range(dimensions)
+        ]
+
+    def partition(self, row: int) -> Partition:
+        child_ids = self._child_ids
+        start, end = int(self._child_offsets[row]), int(self._child_offsets[row + 1])
+        return Partition(
+            self._ids.at(row),
+            Region(tuple(Range(low.at(row), high.at(row)) for low, high in self._bounds)),
+            self._parent_ids.at(row),
+            tuple(child_ids.at(i) for i in range(start, end)),
+            bool(self._leaf[row]),
+            int(self._dimension[row]),
+        )
+
+
+class _NullableColumn:
+    """Single values of a string, binary or integer Arrow column, None where it is null."""
+
+    __slots__ = ("_nulls", "_at")
+
+    def __init__(self, array: pa.Array) -> None:
+        self._nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+        if pa.types.is_integer(array.type):
+            values = array.fill_null(0).to_numpy()
+            self._at: Any = lambda row: int(values[row])
+        else:
+            strings = StringColumn(array)
+            binary = pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)
+            self._at = strings.bytes_at if binary else strings.at
+
+    def at(self, row: int) -> Any:
+        if self._nulls is not None and self._nulls[row]:
+            return None
+        return self._at(row)

@@ -1,0 +1,210 @@
+"""The column-wise files of a state: name lookups (collisions too), the overlay, folding and undo."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from statestore import file_columns
+from statestore import state as state_module
+from statestore.codec import parquet as parquet_codec
+from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.file_columns import FileColumns, split_filename
+from statestore.files import TableFile
+from statestore.state import TableState
+from tests.builders import new_state, ref
+
+
+def files_named(names: list[str]) -> list[TableFile]:
+    return [TableFile(name, (ref(name, "root", rows=i + 1),), 1_000 + i) for i, name in enumerate(names)]
+
+
+NAMES = [f"tables/t/data/partition=p{i % 7}/{i:04d}.parquet" for i in range(200)] + ["bare.parquet"]
+
+
+def folded_state(references_per_file: int = 1) -> TableState:
+    state = new_state(split_points=["m"], references=[ref("a", "p1"), ref("b", "p2"), ref("c", "p1")])
+    state.put_file(TableFile("d", (ref("d", "p1"), ref("d", "p2", whole_file=False)), 2_000))
+    state.file_columns()  # fold: the base holds every file, the overlay none
+    return state
+
+
+def test_a_filename_splits_into_its_directory_and_base_name() -> None:
+    assert split_filename("tables/t/data/partition=p/f.parquet") == (
+        "tables/t/data/partition=p/",
+        "f.parquet",
+    )
+    assert split_filename("f.parquet") == ("", "f.parquet")
+
+
+@pytest.mark.parametrize("hash_mask", [(1 << 64) - 1, 0x3, 0x0])
+def test_every_name_is_found_at_its_row_and_no_other_name_is_found_even_when_hashes_collide(
+    monkeypatch: pytest.MonkeyPatch, hash_mask: int
+) -> None:
+    monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)  # 0x3: four hash values; 0: one
+    columns = FileColumns.from_table_files(files_named(NAMES))
+    for row, name in enumerate(NAMES):
+        assert columns.row_of(name) == row
+        assert columns.filename(row) == name
+    absent = ["tables/t/data/partition=p0/9999.parquet", "0001.parquet", "tables/t/data/0001.parquet"]
+    assert [columns.row_of(name) for name in absent] == [None, None, None]
+    assert columns.rows_of([*NAMES[:3], *absent]) == [0, 1, 2, None, None, None]
+    assert columns.duplicate_filename() is None
+
+
+@pytest.mark.parametrize("hash_mask", [(1 << 64) - 1, 0x3])
+def test_columns_taken_and_joined_find_every_name_they_hold_without_hashing_again(
+    monkeypatch: pytest.MonkeyPatch, hash_mask: int
+) -> None:
+    monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)
+    columns = FileColumns.from_table_files(files_named(NAMES[:150]))
+    monkeypatch.setattr(file_columns, "_hashes", None)  # a fold derives its index: hashing would fail
+    kept_rows = np.arange(0, 150, 3)
+    kept = columns.take_files(kept_rows)
+    monkeypatch.undo()
+    monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)
+    added = FileColumns.from_table_files(files_named(NAMES[150:]))
+    nothing = FileColumns.from_table_files([])
+    monkeypatch.setattr(file_columns, "_hashes", None)
+    joined = kept.concat(added)
+    expected = [NAMES[i] for i in kept_rows.tolist()] + NAMES[150:]
+    for row, name in enumerate(expected):
+        assert joined.row_of(name) == row
+        assert joined.filename(row) == name
+    dropped = [NAMES[i] for i in range(150) if i % 3]
+    assert joined.rows_of(dropped) == [None] * len(dropped)
+    assert joined.duplicate_filename() is None
+    assert kept.concat(nothing).rows_of(expected) == [*range(len(kept_rows)), *[None] * 51]
+
+
+def test_a_name_held_twice_is_reported_even_among_colliding_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_columns, "HASH_MASK", 0x1)
+    columns = FileColumns.from_table_files(files_named([*NAMES[:20], NAMES[5]]))
+    assert columns.duplicate_filename() == NAMES[5]
+
+
+def test_the_columns_give_back_the_files_they_were_built_from() -> None:
+    files = [
+        TableFile("tables/t/x/a", (ref("tables/t/x/a", "p1", job_id="j"), ref("tables/t/x/a", "p2")), 5),
+        TableFile("tables/t/y/b", (), 6),
+        TableFile("c", (ref("c", "p2", rows=7, approximate=True, whole_file=False),), 8),
+    ]
+    columns = FileColumns.from_table_files(files)
+    assert columns.table_files() == files
+    assert columns.table_file(1) == files[1]
+    assert columns.take_files(np.array([2, 0])).table_files() == [files[2], files[0]]
+    assert columns.concat(FileColumns.from_table_files(files_named(["z"]))).table_files() == [
+        *files,
+        *files_named(["z"]),
+    ]
+
+
+def test_a_removed_base_file_is_a_tombstone_gone_from_every_view() -> None:
+    state = folded_state()
+    state.remove_file("a")
+    assert "a" not in state.files_by_name and state.files_by_name.get("a") is None
+    assert sorted(state.files_by_name) == ["b", "c", "d"]
+    assert state.reference_count() == 4 and len(state.files_by_name) == 3
+    with pytest.raises(KeyError):
+        state.remove_file("a")
+    state.put_file(TableFile("a", (), 3_000))  # back, replacing the tombstone
+    assert state.file("a") == TableFile("a", (), 3_000) and state.reference_count() == 4
+
+
+def test_a_folded_state_equals_the_same_state_unfolded() -> None:
+    unfolded = folded_state()
+    unfolded.put_file(TableFile("e", (ref("e", "p2"),), 3_000))
+    unfolded.remove_file("b")
+    unfolded.put_file(TableFile("a", (ref("a", "p1", job_id="job"),), 3_000))
+    folded = unfolded.copy()
+    folded.file_columns()
+    assert folded._overlay == {} and unfolded._overlay != {}
+    assert folded == unfolded and unfolded == folded
+    assert sorted(folded.files(), key=lambda f: f.filename) == sorted(
+        unfolded.files(), key=lambda f: f.filename
+    )
+    assert folded.reference_count() == unfolded.reference_count() == 5
+
+
+def test_the_overlay_folds_once_it_outgrows_the_base_and_never_inside_a_journal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state_module, "FOLD_MIN_FILES", 2)
+    state = folded_state()
+    mark = state.begin_changes()
+    state.put_files(files_named(["x1", "x2", "x3", "x4"]))
+    assert len(state._overlay) == 4  # a journal is open: no fold
+    state.keep_changes(mark)
+    assert state._overlay == {} and state._base.file_count == 8  # folded when the journal closed
+    state.put_files(files_named(["y1", "y2", "y3"]))
+    assert state._overlay == {} and state.file("y3") == files_named(["y1", "y2", "y3"])[2]
+
+
+def test_undo_after_a_fold_puts_back_the_folded_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_module, "FOLD_MIN_FILES", 2)
+    state = folded_state()
+    state.put_files(files_named(["x1", "x2", "x3"]))  # folds: no journal is open
+    assert state._overlay == {}
+    before = state.copy()
+    mark = state.begin_changes()
+    state.remove_file("x1")
+    state.remove_file("a")
+    state.put_file(TableFile("x2", (), 9_000))
+    state.put_files(files_named(["n1", "n2", "n3"]))
+    state.clear_files()
+    state.put_files(files_named(["m1"]))
+    state.undo_changes(mark)
+    assert state == before and state.reference_count() == before.reference_count() == 8
+
+
+def test_a_snapshot_of_base_and_overlay_loads_as_the_same_state() -> None:
+    state = folded_state()
+    state.remove_file("a")
+    state.put_file(TableFile("e", (), 3_000))
+    state.put_file(TableFile("c", (ref("c", "p1", job_id="j1"),), 3_000))
+    loaded = state_from_parquet(state.schema, *state_to_parquet(state), state.transaction_number)
+    assert loaded == state and loaded.reference_count() == state.reference_count()
+
+
+def test_a_version_1_snapshot_with_one_filename_column_still_loads() -> None:
+    state = folded_state()
+    state.put_file(TableFile("tables/t/data/partition=p1/e.parquet", (), 3_000))
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    v2 = pq.read_table(io.BytesIO(files_bytes))
+    filenames = pc.binary_join_element_wise(
+        v2.column("directory").cast(pa.string()), v2.column("base_name").cast(pa.string()), ""
+    )
+    columns = {"filename": filenames.cast(pa.large_string()), "job_id": v2.column("job_id").cast(pa.string())}
+    v1 = pa.Table.from_arrays(
+        [columns.get(f.name) or v2.column(f.name) for f in parquet_codec._FILES_SCHEMA_V1],
+        schema=parquet_codec._FILES_SCHEMA_V1.with_metadata(
+            {**(v2.schema.metadata or {}), b"statestore.snapshot.version": b"1"}
+        ),
+    )
+    sink = io.BytesIO()
+    pq.write_table(v1, sink)
+    loaded = state_from_parquet(state.schema, partitions_bytes, sink.getvalue(), state.transaction_number)
+    assert loaded == state
+
+
+def test_partitions_loaded_as_columns_read_change_and_undo_like_a_dictionary() -> None:
+    state = new_state(split_points=["m"], references=[ref("a", "p1")])
+    loaded = state_from_parquet(state.schema, *state_to_parquet(state), state.transaction_number)
+    assert loaded._partition_base is not None and loaded.partitions_by_id == state.partitions_by_id
+    assert "p1" in loaded.partitions_by_id and "nope" not in loaded.partitions_by_id
+    assert len(loaded.partitions_by_id) == 3 and loaded.partition("p1") == state.partition("p1")
+    before = loaded.copy()
+    mark = loaded.begin_changes()
+    parent, left, right = loaded.partition("p1").split(0, "f", "p1a", "p1b")
+    loaded.put_partitions((parent, left, right))
+    assert len(loaded.partitions_by_id) == 5 and loaded.partition("p1") == parent
+    assert sorted(loaded.partitions_by_id) == ["p1", "p1a", "p1b", "p2", "root"]
+    loaded.replace_partitions(())
+    assert len(loaded.partitions_by_id) == 0
+    loaded.undo_changes(mark)
+    assert loaded == before == state and len(loaded.partitions_by_id) == 3
