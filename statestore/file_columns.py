@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from statestore.files import FileReference, TableFile
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
+_MIX_INT = int(_MIX)
 _ALL_BITS = (1 << 64) - 1
 # Tests narrow this to force hash collisions; it is read when a FileColumns is built.
 HASH_MASK = _ALL_BITS
@@ -50,7 +51,7 @@ def split_filename(filename: str) -> tuple[str, str]:
 
 def _hash_of(directory: str, base_name: str, mask: int) -> int:
     # The scalar twin of the vectorised sum in FileColumns._build_index (uint64 arithmetic, wrapping).
-    return ((hash(directory) & _ALL_BITS) * int(_MIX) + (hash(base_name) & _ALL_BITS)) & _ALL_BITS & mask
+    return ((hash(directory) & _ALL_BITS) * _MIX_INT + (hash(base_name) & _ALL_BITS)) & _ALL_BITS & mask
 
 
 class StringColumn:
@@ -221,12 +222,12 @@ class FileColumns:
 
     def _row_of_hash(self, h: int, directory: str, base_name: str) -> int | None:
         hashes, rows = self._sorted_hashes, self._rows_by_hash
-        position = int(hashes.searchsorted(np.uint64(h)))
-        if position == len(hashes) or int(hashes[position]) != h:
+        position = int(hashes.searchsorted(np.uint64(h)))  # a Python int would convert the whole array
+        if position == len(hashes) or hashes.item(position) != h:
             return None
         base_bytes, directory_bytes = base_name.encode(), directory.encode()
-        while position < len(hashes) and int(hashes[position]) == h:  # several rows only on a collision
-            row = int(rows[position])
+        while position < len(hashes) and hashes.item(position) == h:  # several rows only on a collision
+            row = rows.item(position)
             if (
                 self._base_name_strings.bytes_at(row) == base_bytes
                 and self._directory_strings.bytes_at(int(self.directory_codes[row])) == directory_bytes

@@ -29,6 +29,9 @@ from statestore.transactions.base import Transaction
 _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))
 
 
+_MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
+
+
 @dataclass(frozen=True)
 class AddFiles(Transaction):
     """Add new data files, each with one or more references (several for a file spanning partitions).
@@ -71,6 +74,9 @@ class AddFiles(Transaction):
             unreferenced.add(filename)
 
     def apply(self, state: TableState, update_time: int) -> None:
+        if len(self.references) < _MANY_REFERENCES:
+            self._apply(state, update_time)
+            return
         # A bulk AddFiles makes two objects per reference: see collector_paused.
         with collector_paused():
             self._apply(state, update_time)
