@@ -43,6 +43,12 @@ _SPLIT_AT_LAST_SLASH = methodcaller("rpartition", "/")  # (directory without its
 _HASH_CHUNK = 131_072  # base names turned into Python strings at a time, to hash them
 
 
+def one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is (``combine_chunks`` copies even one chunk, and
+    the state keeps views of these buffers)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def split_filename(filename: str) -> tuple[str, str]:
     """``(directory, base name)``: the directory keeps its trailing ``/`` (empty for a bare name)."""
     cut = filename.rfind("/") + 1

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestore.errors import InvalidPartitionTreeError
-from statestore.file_columns import StringColumn
+from statestore.file_columns import StringColumn, one_array
 from statestore.partitions import Partition, Range, Region
 
 _ALL_BITS = (1 << 64) - 1
@@ -28,13 +28,14 @@ class PartitionColumns:
     ``region_min_<i>`` / ``region_max_<i>`` per row key field (the snapshot's columns)."""
 
     def __init__(self, table: pa.Table, dimensions: int) -> None:
-        self._table = table.combine_chunks()
+        # One chunk per column (``combine_chunks`` copies even columns that already are).
+        self._table = table if all(c.num_chunks == 1 for c in table.columns) else table.combine_chunks()
         self._dimensions = dimensions
         ids = self._table.column("id")
         hashes = np.fromiter(map(hash, ids.to_pylist()), np.int64, len(ids)).view(np.uint64)
         self._rows_by_hash = np.argsort(hashes).astype(np.int32)
         self._sorted_hashes = hashes[self._rows_by_hash]
-        self._id_strings = StringColumn(ids.combine_chunks())
+        self._id_strings = StringColumn(one_array(ids))
         # Partitions made so far, by row: the commit path asks for the same few leaves again and again.
         self._made: dict[int, Partition] = {}
         self._rows_by_id: dict[str, int | None] = {}  # ids looked up lately (see row_of)
@@ -130,17 +131,17 @@ class _ScalarReaders:
     partition it has not asked for before): ~3 µs, where slicing the table and converting it costs ~150."""
 
     def __init__(self, table: pa.Table, dimensions: int) -> None:
-        self._ids = StringColumn(table.column("id").combine_chunks())
-        self._parent_ids = _NullableColumn(table.column("parent_id").combine_chunks())
-        children = table.column("child_ids").combine_chunks()
+        self._ids = StringColumn(one_array(table.column("id")))
+        self._parent_ids = _NullableColumn(one_array(table.column("parent_id")))
+        children = one_array(table.column("child_ids"))
         self._child_offsets = children.offsets.to_numpy(zero_copy_only=False)
         self._child_ids = StringColumn(children.values)
         self._leaf = table.column("leaf").to_numpy(zero_copy_only=False)
         self._dimension = table.column("dimension").to_numpy(zero_copy_only=False)
         self._bounds = [
             (
-                _NullableColumn(table.column(f"region_min_{i}").combine_chunks()),
-                _NullableColumn(table.column(f"region_max_{i}").combine_chunks()),
+                _NullableColumn(one_array(table.column(f"region_min_{i}"))),
+                _NullableColumn(one_array(table.column(f"region_max_{i}"))),
             )
             for i in range(dimensions)
         ]

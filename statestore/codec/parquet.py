@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from statestore.collector import collector_paused
 from statestore.errors import CodecError, InvalidPartitionTreeError
-from statestore.file_columns import FileColumns, split_filename
+from statestore.file_columns import FileColumns, one_array, split_filename
 from statestore.partition_columns import PartitionColumns
 from statestore.schema import KeyType, Schema
 from statestore.state import TableState
@@ -332,8 +332,8 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
         table = _as_version_2(table)
     table = table.unify_dictionaries()
     n = table.num_rows
-    directory = table.column("directory").combine_chunks()
-    base_names = table.column("base_name").combine_chunks()
+    directory = one_array(table.column("directory"))
+    base_names = one_array(table.column("base_name"))
     file_time_column = table.column("file_last_update_time")
     if directory.null_count or base_names.null_count or file_time_column.null_count:
         raise CodecError("the files snapshot has a row with no filename or no file update time")
@@ -347,7 +347,7 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
         new_file[1:] = (directory_codes[1:] != directory_codes[:-1]) | ~same_base
     file_starts = np.flatnonzero(new_file)
     rows_per_file = np.diff(np.append(file_starts, n))
-    partition = table.column("partition_id").combine_chunks()
+    partition = one_array(table.column("partition_id"))
     is_reference = partition.is_valid().to_numpy(zero_copy_only=False)
     if n:
         mixed = (np.add.reduceat(~is_reference, file_starts) > 0) & (rows_per_file > 1)
@@ -364,10 +364,10 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
     reference_rows = np.flatnonzero(is_reference)
 
     def reference_column(name: str, fill: Any) -> np.ndarray:
-        values = table.column(name).combine_chunks().fill_null(fill).to_numpy(zero_copy_only=False)
+        values = one_array(table.column(name)).fill_null(fill).to_numpy(zero_copy_only=False)
         return cast(np.ndarray, values[reference_rows])
 
-    job = table.column("job_id").combine_chunks()
+    job = one_array(table.column("job_id"))
     whole_file = n == len(file_starts)  # every file has one row: no need to copy its columns
     columns = FileColumns(
         directory.dictionary,
