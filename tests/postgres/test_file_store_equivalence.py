@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Mapping
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from tests.builders import STRING_SCHEMA, tree
 from tests.property.test_log_replay import SPLIT_POINTS, VALID_OPERATIONS, Names, invalid
 
 
-def _references(files: dict[str, TableFile]) -> dict[str, list[FileReference]]:
+def _references(files: Mapping[str, TableFile]) -> dict[str, list[FileReference]]:
     return {name: sorted(f.references) for name, f in files.items()}
 
 

@@ -55,8 +55,8 @@ def test_a_state_made_over_a_loaded_states_partitions_holds_the_same_tree_and_ch
     schema = Schema.of({"key": "string"})
     written = partitions_from_split_points(schema, ["g", "m", "t"])
     state = loaded(schema, written)
-    leaf = next(p for p in written if p.leaf)
-    parent, low, high = leaf.split(0, leaf.region.ranges[0].min + "a", "low", "high")
+    leaf = next(p for p in written if p.leaf)  # the lowest: ["", "g")
+    parent, low, high = leaf.split(0, "a", "low", "high")
     state.put_partitions([parent, low, high])  # a change over the loaded columns
     other = TableState(schema, state.partitions_by_id, {})
     assert dict(other.partitions_by_id) == dict(state.partitions_by_id)
