@@ -3,10 +3,10 @@
 - ``instance_id`` (``main``): names everything (``statestore-<id>-...``) and the stack.
 - ``lambda_asset`` (``build/lambda/asset``): the folder ``make lambda-asset`` builds.
 - ``snapshot_rate_minutes`` (15), ``cleanup_rate_minutes`` (60): how often the scheduled Lambdas run.
-- ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (1536), ``cleanup_memory_mb`` (1536): Lambda
+- ``committer_memory_mb`` (1024), ``snapshot_memory_mb`` (1024), ``cleanup_memory_mb`` (1024): Lambda
   memory; CPU scales with it. A snapshot or cleanup invocation loads one table, so its memory bounds the
-  largest table: the defaults hold a table of 1,000,000 file references at the measured ~1.1 KB per
-  reference (``statestore/sizing.py``; the README lists what each size holds).
+  largest table: the defaults hold a table of 1,000,000 file references at the measured ~600 B per
+  reference at peak (``statestore/sizing.py``; the README lists what each size holds).
 - ``committer_max_concurrency`` (10): the most committer invocations the commit queue's event source runs
   at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
   being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per

@@ -6,9 +6,11 @@ worker invocation loads exactly one):
 
     largest table = (memory size x usable share - runtime baseline) / bytes per reference
 
-- **bytes per reference**: :data:`MEASURED_BYTES_PER_REFERENCE`, from ``benchmarks/bench_model.py`` (peak
-  RSS 1,235 MB writing and loading a snapshot of 1,000,000 references over 100,000 leaves, measured
-  2026-11-21, less the ~110 MB the process holds before the table): about 1.1 KB per reference.
+- **bytes per reference**: :data:`MEASURED_BYTES_PER_REFERENCE`, the peak a fresh process reaches loading
+  a snapshot of 1,000,000 references over 100,000 leaves and writing it again (what a snapshot worker
+  does), above what it held before: 572 MB measured 2026-11-23 with the column-wise state (the state
+  itself keeps ~217 B per reference once loaded; the rest is the Parquet bytes and the load's
+  temporaries), rounded up. One Python object per reference took 1,125 B.
 - **runtime baseline**: :data:`RUNTIME_BASELINE_MB`, the handler's imports (Python 3.12, pyarrow, boto3,
   Powertools: 109 MB measured) rounded up for the Lambda runtime's own.
 - **usable share**: :data:`USABLE_SHARE`, the memory alarm's default threshold (``memory_alarm_percent``):
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-MEASURED_BYTES_PER_REFERENCE = 1_125
+MEASURED_BYTES_PER_REFERENCE = 600
 RUNTIME_BASELINE_MB = 128
 USABLE_SHARE = 0.9
 # The table the default worker sizes are chosen for: the benchmark's (1,000,000 references).

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.infra
 # name: (handler, memory MB, timeout s)
 FUNCTIONS = {
     "committer": ("lambdas.committer.handler", 1024, 60),
-    "snapshot": ("lambdas.snapshot.handler", 1536, 300),
-    "cleanup": ("lambdas.cleanup.handler", 1536, 600),
+    "snapshot": ("lambdas.snapshot.handler", 1024, 300),
+    "cleanup": ("lambdas.cleanup.handler", 1024, 600),
 }
 # The metric contract the handlers emit (namespace statestore, dimension service).
 CONTRACT = {
@@ -186,7 +186,9 @@ def test_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
     assert alarm(template, "statestore-main-commit-retries")["Threshold"] == 20
     assert alarm(template, "statestore-main-dynamodb-throttles")["Threshold"] == 3
     assert alarm(template, "statestore-main-committer-memory")["Threshold"] == 409  # 80% of 512, rounded down
-    assert alarm(template, "statestore-main-snapshot-memory")["Threshold"] == 1228  # 80% of 1,536
+    assert (
+        alarm(template, "statestore-main-snapshot-memory")["Threshold"] == 819
+    )  # 80% of 1,024, rounded down
 
 
 @pytest.mark.parametrize(

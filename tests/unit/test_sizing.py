@@ -36,7 +36,7 @@ def test_the_memory_picked_for_a_table_holds_it_and_one_step_less_does_not(refer
 
 def test_the_default_worker_memory_holds_the_benchmarks_million_reference_table() -> None:
     assert largest_table_references(DEFAULT_WORKER_MEMORY_MB) >= DEFAULT_TABLE_REFERENCES
-    assert DEFAULT_WORKER_MEMORY_MB == memory_mb_for(DEFAULT_TABLE_REFERENCES) == 1536
+    assert DEFAULT_WORKER_MEMORY_MB == memory_mb_for(DEFAULT_TABLE_REFERENCES) == 1024
 
 
 def test_a_table_beyond_lambdas_largest_size_is_refused_with_the_figures() -> None:
