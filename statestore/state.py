@@ -230,6 +230,12 @@ class TableState:
         """Whether the state holds a file of each name (one vectorised search of the base for them all;
         a name that is not a string is held by no state)."""
         overlay = self._overlay
+        if len(filenames) == 1:  # the commit path's usual case, without the batch's bookkeeping
+            name = filenames[0]
+            if type(name) is not str:
+                return [False]
+            entry = overlay.get(name, _ABSENT)
+            return [self._base.row_of(name) is not None if entry is _ABSENT else entry is not None]
         out = [False] * len(filenames)
         searched: list[str] = []
         positions: list[int] = []

@@ -208,3 +208,12 @@ def test_partitions_loaded_as_columns_read_change_and_undo_like_a_dictionary() -
     assert len(loaded.partitions_by_id) == 0
     loaded.undo_changes(mark)
     assert loaded == before == state and len(loaded.partitions_by_id) == 3
+
+
+def test_whether_one_name_is_held_reads_the_overlay_over_the_base() -> None:
+    state = folded_state()  # base: a, b, c, d
+    state.remove_file("a")  # a tombstone over the base
+    state.put_file(TableFile("e", (ref("e", "p1"),), 3_000))  # only in the overlay
+    for name, held in [("a", False), ("b", True), ("e", True), ("z", False), (7, False), (None, False)]:
+        assert state.files_present([name]) == [held], name
+    assert state.files_present(["a", "b", "e", "z", 7]) == [False, True, True, False, False]
