@@ -73,6 +73,7 @@ lint: venv
 # Each script prints its figures, targets and ratios (the README's Benchmarks section).
 bench: venv
 	$(PY) benchmarks/bench_model.py
+	$(PY) benchmarks/bench_commit_path.py
 	$(PY) benchmarks/bench_sync_commits.py
 	$(PY) benchmarks/bench_committer.py
 	$(PY) benchmarks/bench_spark.py
