@@ -36,7 +36,7 @@ class PartitionColumns:
         self._rows_by_hash = np.argsort(hashes).astype(np.int32)
         self._sorted_hashes = hashes[self._rows_by_hash]
         self._id_strings = StringColumn(one_array(ids))
-        # Partitions made so far, by row: the commit path asks for the same few leaves again and again.
+        # Partitions made lately, by row: the commit path asks for the same few leaves again and again.
         self._made: dict[int, Partition] = {}
         self._rows_by_id: dict[str, int | None] = {}  # ids looked up lately (see row_of)
         self._scalars = _ScalarReaders(self._table, dimensions)
@@ -86,6 +86,8 @@ class PartitionColumns:
     def partition(self, row: int) -> Partition:
         made = self._made.get(row)
         if made is None:
+            if len(self._made) >= _RECENT_ROWS:  # kept small: a long-lived committer touches every leaf
+                self._made.clear()
             made = self._made[row] = self._scalars.partition(row)
         return made
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from statestore import partition_columns
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.partitions import Partition, partitions_from_split_points
 from statestore.schema import Key, Schema
@@ -64,3 +65,15 @@ def test_a_state_made_over_a_loaded_states_partitions_holds_the_same_tree_and_ch
     other.put_partitions([leaf])  # changing one state leaves the other as it was
     assert state.partition(leaf.id) == parent
     assert other.partition(leaf.id) == leaf
+
+
+def test_partitions_made_from_the_columns_are_remembered_only_lately(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_columns, "_RECENT_ROWS", 2)
+    schema = Schema.of({"key": "long"})
+    written = partitions_from_split_points(schema, [10, 20, 30, 40])
+    state = loaded(schema, written)
+    for _ in range(2):
+        for partition in written:
+            assert state.partition(partition.id) == partition
+    columns = state._partition_base
+    assert columns is not None and len(columns._made) <= 2 and len(columns._rows_by_id) <= 2
