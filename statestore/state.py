@@ -141,6 +141,8 @@ class TableState:
         entry = self._overlay.get(filename, _ABSENT)
         if entry is not _ABSENT:
             return entry
+        if type(filename) is not str:  # held by no state, as a dict of names would say
+            return None
         row = self._base.row_of(filename)
         return None if row is None else self._base.table_file(row)
 
@@ -148,7 +150,7 @@ class TableState:
         entry = self._overlay.get(filename, _ABSENT)
         if entry is not _ABSENT:
             return entry is not None
-        return self._base.row_of(filename) is not None
+        return type(filename) is str and self._base.row_of(filename) is not None
 
     def _iter_names(self) -> Iterator[str]:
         live = np.flatnonzero(~self._shadowed)

@@ -14,6 +14,7 @@ from statestore import file_columns
 from statestore import state as state_module
 from statestore.codec import parquet as parquet_codec
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.errors import FileNotFoundInStateError
 from statestore.file_columns import FileColumns, split_filename
 from statestore.files import TableFile
 from statestore.state import TableState
@@ -217,3 +218,12 @@ def test_whether_one_name_is_held_reads_the_overlay_over_the_base() -> None:
     for name, held in [("a", False), ("b", True), ("e", True), ("z", False), (7, False), (None, False)]:
         assert state.files_present([name]) == [held], name
     assert state.files_present(["a", "b", "e", "z", 7]) == [False, True, True, False, False]
+
+
+def test_a_name_that_is_not_a_string_is_held_by_no_state_as_a_dict_would_say() -> None:
+    state = folded_state()
+    for name in [7, None, b"a", 1.5]:
+        assert state.files_by_name.get(name) is None  # type: ignore[call-overload]
+        assert name not in state.files_by_name
+        with pytest.raises(FileNotFoundInStateError):
+            state.file(name)  # type: ignore[arg-type]
