@@ -42,6 +42,9 @@ _ABSENT: Any = object()  # in an undo record: the key was not there before
 # base's: folding costs in proportion to the table, so it happens after changes of a similar size.
 FOLD_MIN_FILES = 65_536
 _CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
+# What clear_files and replace_partitions replace whole, saved as one undo record each.
+_FILE_FIELDS = ("_base", "_shadowed", "_overlay", "_shadowing", "_file_count", "_reference_count")
+_PARTITION_FIELDS = ("_partition_base", "_partitions", "_partition_shadowed", "_partition_count")
 
 
 class TableState:
@@ -382,18 +385,8 @@ class TableState:
 
     def clear_files(self) -> None:
         if self._undo is not None:
-            self._undo.append(("files", self._files_snapshot()))
+            self._undo.append(("fields", _FILE_FIELDS, self._fields(_FILE_FIELDS)))
         self._set_base(FileColumns.empty())
-
-    def _files_snapshot(self) -> tuple[Any, ...]:
-        return (
-            self._base,
-            self._shadowed,
-            self._overlay,
-            self._shadowing,
-            self._file_count,
-            self._reference_count,
-        )
 
     def put_partitions(self, partitions: Iterable[Partition]) -> None:
         for p in partitions:
@@ -415,11 +408,11 @@ class TableState:
 
     def replace_partitions(self, partitions: Iterable[Partition]) -> None:
         if self._undo is not None:
-            self._undo.append(("partitions", self._partitions_snapshot()))
+            self._undo.append(("fields", _PARTITION_FIELDS, self._fields(_PARTITION_FIELDS)))
         self._set_partitions(None, {p.id: p for p in partitions})
 
-    def _partitions_snapshot(self) -> tuple[Any, ...]:
-        return (self._partition_base, self._partitions, self._partition_shadowed, self._partition_count)
+    def _fields(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in names)
 
     # --- trying changes -------------------------------------------------------------------------
 
@@ -444,22 +437,10 @@ class TableState:
             elif kind == "partition":
                 _, partition_id, old, row = record
                 self._set_partition(partition_id, old, row)
-            elif kind == "files":  # older records belong to the restored base and overlay
-                (
-                    self._base,
-                    self._shadowed,
-                    self._overlay,
-                    self._shadowing,
-                    self._file_count,
-                    self._reference_count,
-                ) = record[1]
-            else:
-                (
-                    self._partition_base,
-                    self._partitions,
-                    self._partition_shadowed,
-                    self._partition_count,
-                ) = record[1]
+            else:  # "fields": a whole set put back; older records belong to what it restores
+                _, names, values = record
+                for name, value in zip(names, values, strict=True):
+                    setattr(self, name, value)
         if mark == 0:
             self._undo = None
             self._maybe_fold()
