@@ -8,8 +8,13 @@ update time). A filename is its **directory** (``tables/<t>/data/partition=<p>/`
 dictionary-encoded) plus its **base name**.
 
 Filenames are found through a sorted array of 64-bit hashes (``np.searchsorted``), every hit checked
-against the stored name, so a collision costs a comparison, never a wrong answer. The hashes are Python's
-own ``hash`` of the directory and of the base name, combined: they live only in memory, never on disk.
+against the stored name, so a collision costs a comparison, never a wrong answer. A name's hash combines
+the :mod:`statestore.name_hash` of its directory and of its base name: a whole column of names is hashed
+with NumPy passes over its Arrow buffers (a snapshot's load, a bulk AddFiles' lookups), one name in Python
+(a lookup on the commit path), with the same result. No Python object is made per name to hash it.
+
+A bulk AddFiles comes in as columns too (:meth:`FileColumns.of_new_files`), appended to the base
+(:meth:`FileColumns.append`) with its index merged into the base's.
 
 A ``FileColumns`` never changes once built: :class:`statestore.state.TableState` keeps its changes in an
 overlay and folds them into a new ``FileColumns`` now and then.
@@ -27,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestore.files import FileReference, TableFile
+from statestore.name_hash import hash_directory, hash_string, hash_strings
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
 _MIX_INT = int(_MIX)
@@ -40,7 +46,6 @@ _FILENAME = attrgetter("filename")
 _REFERENCES = attrgetter("references")
 _LAST_UPDATE_TIME = attrgetter("last_update_time")
 _SPLIT_AT_LAST_SLASH = methodcaller("rpartition", "/")  # (directory without its "/", "/" or "", base name)
-_HASH_CHUNK = 131_072  # base names turned into Python strings at a time, to hash them
 
 
 def one_array(column: pa.ChunkedArray) -> pa.Array:
@@ -56,8 +61,8 @@ def split_filename(filename: str) -> tuple[str, str]:
 
 
 def _hash_of(directory: str, base_name: str, mask: int) -> int:
-    # The scalar twin of the vectorised sum in FileColumns._build_index (uint64 arithmetic, wrapping).
-    return ((hash(directory) & _ALL_BITS) * _MIX_INT + (hash(base_name) & _ALL_BITS)) & _ALL_BITS & mask
+    # The scalar twin of _combined_hashes (uint64 arithmetic, wrapping).
+    return (hash_directory(directory) * _MIX_INT + hash_string(base_name)) & _ALL_BITS & mask
 
 
 class StringColumn:
@@ -86,12 +91,39 @@ class StringColumn:
         return self.bytes_at(row).decode()
 
 
-def _hashes(strings: pa.Array) -> np.ndarray:
-    out = np.empty(len(strings), np.int64)
-    for start in range(0, len(strings), _HASH_CHUNK):
-        chunk = strings.slice(start, _HASH_CHUNK).to_pylist()
-        out[start : start + len(chunk)] = np.fromiter(map(hash, chunk), np.int64, len(chunk))
-    return out.view(np.uint64)
+def _combined_hashes(directory_hashes: np.ndarray, base_name_hashes: np.ndarray, mask: int) -> np.ndarray:
+    """The vectorised :func:`_hash_of`: one hash per row from its directory's and its base name's."""
+    with np.errstate(over="ignore"):
+        hashes = directory_hashes * _MIX + base_name_hashes
+    hashes &= np.uint64(mask)
+    return hashes
+
+
+def _sorted_index(hashes: np.ndarray, mask: int) -> tuple[np.ndarray, np.ndarray, int]:
+    rows = np.argsort(hashes).astype(np.int32)
+    return hashes[rows], rows, mask
+
+
+def _hashes_of_names(filenames: Sequence[str], mask: int) -> np.ndarray:
+    """:func:`_hash_of` of each whole filename, computed on Arrow columns: no object per name."""
+    directories, base_names = split_filenames(filenames)
+    return _combined_hashes(hash_strings(directories), hash_strings(base_names), mask)
+
+
+def split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+    """:func:`split_filename` of each name, as two Arrow string arrays (directories, base names)."""
+    names = pa.array(filenames, pa.large_string())  # a batch's names may pass 2 GB
+    parts = pc.split_pattern(names, "/", max_splits=1, reverse=True)
+    offsets = parts.offsets.to_numpy()
+    values = parts.values
+    base_names = values.take(pa.array(offsets[1:] - 1))
+    has_directory = pa.array(np.diff(offsets) == 2)
+    heads = values.take(pa.array(offsets[:-1]))  # a bare name's own, where it has no directory: not used
+    empty = pa.scalar("", pa.large_string())
+    directories = pc.if_else(
+        has_directory, pc.binary_join_element_wise(heads, empty, pa.scalar("/", pa.large_string())), empty
+    )
+    return directories.cast(pa.string()), base_names
 
 
 class FileColumns:
@@ -188,13 +220,55 @@ class FileColumns:
             np.array(times, np.int64),
         )
 
+    @classmethod
+    def of_new_files(
+        cls,
+        filenames: Sequence[str],
+        partition_ids: Sequence[str],
+        number_of_rows: Sequence[int],
+        count_approximate: Sequence[bool],
+        whole_file: Sequence[bool],
+        unreferenced_files: Sequence[str],
+        update_time: int,
+    ) -> FileColumns:
+        """The files a bulk AddFiles adds, made with no object per file: file ``filenames[i]`` has one
+        reference, in ``partition_ids[i]`` with ``number_of_rows[i]`` rows and so on, then each of
+        ``unreferenced_files`` has none; all updated at ``update_time``, with no job. The names must be
+        distinct (the caller checked them: a file of several references goes through ``TableFile``)."""
+        referenced = len(filenames)
+        count = referenced + len(unreferenced_files)
+        directories, base_names = split_filenames([*filenames, *unreferenced_files])
+        directory = pc.dictionary_encode(directories)
+        partitions = pc.dictionary_encode(pa.array(partition_ids, pa.string()))
+        directory_codes = directory.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        hashes = _combined_hashes(
+            hash_strings(directory.dictionary)[directory_codes], hash_strings(base_names), HASH_MASK
+        )
+        return cls(
+            directory.dictionary,
+            directory_codes,
+            base_names,
+            np.full(count, update_time, np.int64),
+            np.minimum(np.arange(count + 1, dtype=np.int64), referenced),
+            partitions.dictionary.to_pylist(),
+            partitions.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+            np.array(number_of_rows, np.int64),
+            np.array(count_approximate, np.bool_),
+            np.array(whole_file, np.bool_),
+            [],
+            np.full(referenced, -1, np.int32),
+            np.full(referenced, update_time, np.int64),
+            _sorted_index(hashes, HASH_MASK),
+        )
+
     def _build_index(self) -> tuple[np.ndarray, np.ndarray]:
-        directory_hashes = _hashes(self.directories)
-        with np.errstate(over="ignore"):
-            hashes = directory_hashes[self.directory_codes] * _MIX + _hashes(self.base_names)
-        hashes &= np.uint64(self._hash_mask)
-        rows = np.argsort(hashes).astype(np.int32)
-        return hashes[rows], rows
+        hashes = _combined_hashes(
+            hash_strings(self.directories)[self.directory_codes],
+            hash_strings(self.base_names),
+            self._hash_mask,
+        )
+        sorted_hashes, rows, _ = _sorted_index(hashes, self._hash_mask)
+        return sorted_hashes, rows
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -267,10 +341,7 @@ class FileColumns:
         last_names, last_rows = self._last_search
         if len(last_names) == len(filenames) and last_names == filenames:
             return list(last_rows)
-        mask = self._hash_mask
-        hashes = np.fromiter(
-            (_hash_of(*split_filename(name), mask) for name in filenames), np.uint64, len(filenames)
-        )
+        hashes = _hashes_of_names(filenames, self._hash_mask)
         positions = np.minimum(self._sorted_hashes.searchsorted(hashes), len(self._sorted_hashes) - 1)
         for i in np.flatnonzero(self._sorted_hashes[positions] == hashes).tolist():
             out[i] = self.row_of(filenames[i])
@@ -422,6 +493,38 @@ class FileColumns:
             self._merged_index(other),
         )
 
+    def append(self, other: FileColumns) -> FileColumns:
+        """These files followed by ``other``'s, like :meth:`concat`, in what ``other`` costs: these rows
+        keep their codes and their dictionaries (with any value no longer in use, which a fold drops), and
+        only ``other``'s codes are re-pointed. What is copied of these files is one pass over each column,
+        in C. The caller makes sure no filename is in both."""
+        directories = self.directories.to_pylist()
+        other_directories = other.directories.to_pylist()
+        directory_codes = _extend_dictionary(directories, other_directories, other.directory_codes)
+        directory_array = self.directories
+        if len(directories) > len(directory_array):
+            directory_array = pa.array(directories, pa.string())
+        partition_ids = list(self.partition_ids)
+        partition_codes = _extend_dictionary(partition_ids, other.partition_ids, other.partition_codes)
+        job_ids = list(self.job_ids)
+        job_codes = _extend_dictionary(job_ids, other.job_ids, other.job_codes)
+        return FileColumns(
+            directory_array,
+            np.concatenate([self.directory_codes, directory_codes]),
+            pa.concat_arrays([self.base_names, other.base_names]),
+            np.concatenate([self.file_times, other.file_times]),
+            np.concatenate([self.reference_starts[:-1], other.reference_starts + self.reference_starts[-1]]),
+            partition_ids,
+            np.concatenate([self.partition_codes, partition_codes]),
+            np.concatenate([self.number_of_rows, other.number_of_rows]),
+            np.concatenate([self.count_approximate, other.count_approximate]),
+            np.concatenate([self.whole_file, other.whole_file]),
+            job_ids,
+            np.concatenate([self.job_codes, job_codes]),
+            np.concatenate([self.reference_times, other.reference_times]),
+            self._merged_index(other),
+        )
+
     def _merged_index(self, other: FileColumns) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The name index of these rows followed by ``other``'s: the two sorted indexes merged."""
         if self._hash_mask != other._hash_mask:
@@ -445,6 +548,18 @@ def _recode(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]
     renumber = np.full(len(distinct) + 1, -1, np.int64)
     renumber[used] = np.arange(len(used))
     return renumber[codes].astype(np.int32), [distinct[i] for i in used.tolist()]
+
+
+def _extend_dictionary(values: list[Any], other_values: list[Any], other_codes: np.ndarray) -> np.ndarray:
+    """``other_codes`` (into ``other_values``, -1: none) re-pointed into ``values``, which gains the values
+    it lacked, at its end."""
+    position = {value: i for i, value in enumerate(values)}
+    for value in other_values:
+        if value not in position:
+            position[value] = len(values)
+            values.append(value)
+    renumber = np.array([*map(position.__getitem__, other_values), -1], np.int32)
+    return renumber[other_codes]  # -1 picks the last entry: still none
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ past a fraction of the base, and no undo journal is open, it is folded into a ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,6 +44,10 @@ FOLD_MIN_FILES = 65_536
 _CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
 # What clear_files and replace_partitions replace whole, saved as one undo record each.
 _FILE_FIELDS = ("_base", "_shadowed", "_overlay", "_shadowing", "_file_count", "_reference_count")
+# What add_new_files replaces when it appends to the base (the overlay is left as it is).
+_APPENDED_FIELDS = ("_base", "_shadowed", "_file_count", "_reference_count")
+# A batch of new files is appended to the base when it holds at least 1/_APPEND_RATIO of the base's files.
+_APPEND_RATIO = 8
 _PARTITION_FIELDS = ("_partition_base", "_partitions", "_partition_shadowed", "_partition_count")
 
 
@@ -241,6 +245,8 @@ class TableState:
                 return [False]
             entry = overlay.get(name, _ABSENT)
             return [self._base.row_of(name) is not None if entry is _ABSENT else entry is not None]
+        if not overlay and set(map(type, filenames)) == {str}:  # no changes since the base: search it whole
+            return [row is not None for row in self._base.rows_of(cast(Sequence[str], filenames))]
         out = [False] * len(filenames)
         searched: list[str] = []
         positions: list[int] = []
@@ -372,6 +378,24 @@ class TableState:
         self._file_count += added_files
         self._reference_count += added_references
         self._maybe_fold()
+
+    def add_new_files(self, added: FileColumns) -> None:
+        """Add files the state does not hold (the caller validated that: a bulk AddFiles).
+
+        A batch big against the base is appended to it as columns, no object made per file: the base's
+        columns are copied once, in C, so this costs at most ~``_APPEND_RATIO`` times the batch's own
+        size. A smaller one goes into the overlay like any change.
+        """
+        if added.file_count * _APPEND_RATIO < self._base.file_count:
+            self.put_files(added.table_files())
+            return
+        if self._undo is not None:
+            self._undo.append(("fields", _APPENDED_FIELDS, self._fields(_APPENDED_FIELDS)))
+        # Base rows keep their numbers, so the overlay's entries still shadow the rows they did.
+        self._base = self._base.append(added)
+        self._shadowed = np.concatenate([self._shadowed, np.zeros(added.file_count, np.bool_)])
+        self._file_count += added.file_count
+        self._reference_count += added.total_reference_count
 
     def remove_file(self, filename: str) -> None:
         """Remove ``filename`` (KeyError if the state does not hold it)."""

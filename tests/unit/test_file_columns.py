@@ -15,7 +15,7 @@ from statestore import state as state_module
 from statestore.codec import parquet as parquet_codec
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import FileNotFoundInStateError
-from statestore.file_columns import FileColumns, split_filename
+from statestore.file_columns import FileColumns, split_filename, split_filenames
 from statestore.files import TableFile
 from statestore.state import TableState
 from tests.builders import new_state, ref
@@ -43,6 +43,23 @@ def test_a_filename_splits_into_its_directory_and_base_name() -> None:
     assert split_filename("f.parquet") == ("", "f.parquet")
 
 
+def test_names_split_as_a_column_as_they_do_one_by_one() -> None:
+    names = [
+        "a/b/c.x",
+        "c",
+        "/d",
+        "e/",
+        "x//y",
+        "dir/é€𝄞.parquet",
+        "𝄞/",
+        "tables/t/data/partition=p/f.parquet",
+    ]
+    directories, base_names = split_filenames(names)
+    assert list(zip(directories.to_pylist(), base_names.to_pylist(), strict=True)) == [
+        split_filename(name) for name in names
+    ]
+
+
 @pytest.mark.parametrize("hash_mask", [(1 << 64) - 1, 0x3, 0x0])
 def test_every_name_is_found_at_its_row_and_no_other_name_is_found_even_when_hashes_collide(
     monkeypatch: pytest.MonkeyPatch, hash_mask: int
@@ -64,14 +81,15 @@ def test_columns_taken_and_joined_find_every_name_they_hold_without_hashing_agai
 ) -> None:
     monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)
     columns = FileColumns.from_table_files(files_named(NAMES[:150]))
-    monkeypatch.setattr(file_columns, "_hashes", None)  # a fold derives its index: hashing would fail
+    # A fold derives its index: building one by hashing every name would fail.
+    monkeypatch.setattr(FileColumns, "_build_index", None)
     kept_rows = np.arange(0, 150, 3)
     kept = columns.take_files(kept_rows)
     monkeypatch.undo()
     monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)
     added = FileColumns.from_table_files(files_named(NAMES[150:]))
     nothing = FileColumns.from_table_files([])
-    monkeypatch.setattr(file_columns, "_hashes", None)
+    monkeypatch.setattr(FileColumns, "_build_index", None)
     joined = kept.concat(added)
     expected = [NAMES[i] for i in kept_rows.tolist()] + NAMES[150:]
     for row, name in enumerate(expected):
@@ -81,6 +99,42 @@ def test_columns_taken_and_joined_find_every_name_they_hold_without_hashing_agai
     assert joined.rows_of(dropped) == [None] * len(dropped)
     assert joined.duplicate_filename() is None
     assert kept.concat(nothing).rows_of(expected) == [*range(len(kept_rows)), *[None] * 51]
+
+
+@pytest.mark.parametrize("hash_mask", [(1 << 64) - 1, 0x3])
+def test_columns_appended_keep_their_rows_and_find_every_name_without_hashing_the_first_again(
+    monkeypatch: pytest.MonkeyPatch, hash_mask: int
+) -> None:
+    monkeypatch.setattr(file_columns, "HASH_MASK", hash_mask)
+    first = FileColumns.from_table_files(files_named(NAMES[:120]))
+    names = NAMES[120:]
+    referenced = len(names) - 2
+    added = FileColumns.of_new_files(
+        names[:referenced],
+        ["root", "p9"] * (referenced // 2) + ["root"] * (referenced % 2),
+        [5] * referenced,
+        [True] * referenced,
+        [False] * referenced,
+        names[referenced:],
+        9_000,
+    )
+    nothing = FileColumns.empty()
+    monkeypatch.setattr(FileColumns, "_build_index", None)  # the two indexes are merged, not rebuilt
+
+    joined = first.append(added)
+
+    assert joined.table_files() == [*first.table_files(), *added.table_files()]
+    for row, name in enumerate(NAMES):
+        assert joined.row_of(name) == row
+    assert joined.rows_of(NAMES) == list(range(len(NAMES)))
+    assert joined.partition_ids == ["root", "p9"]  # the first's dictionary, extended by what it lacked
+    assert joined.table_file(120) == TableFile(
+        names[0],
+        (ref(names[0], "root", rows=5, approximate=True, whole_file=False)._replace(last_update_time=9_000),),
+        9_000,
+    )
+    assert joined.table_file(len(NAMES) - 1) == TableFile(NAMES[-1], (), 9_000)
+    assert nothing.append(added).table_files() == added.table_files()
 
 
 def test_a_name_held_twice_is_reported_even_among_colliding_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
