@@ -36,7 +36,7 @@ from statestore.name_hash import hash_directory, hash_string, hash_strings
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
 _MIX_INT = int(_MIX)
-_ALL_BITS = (1 << 64) - 1
+_ALL_BITS = ALL_HASH_BITS = (1 << 64) - 1
 # Tests narrow this to force hash collisions; it is read when a FileColumns is built.
 HASH_MASK = _ALL_BITS
 _FEW_ROWS = 64  # up to this many rows, filenames are read one by one rather than converting every directory
@@ -316,6 +316,27 @@ class FileColumns:
             position += 1
         return None
 
+    def hash_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every file's name hash (unmasked), in ascending order, and the file row of each (int64): what a
+        snapshot stores so that loading it need not hash its names."""
+        if self._hash_mask == _ALL_BITS:
+            return self._sorted_hashes, self._rows_by_hash.astype(np.int64)
+        hashes = _combined_hashes(
+            hash_strings(self.directories)[self.directory_codes], hash_strings(self.base_names), _ALL_BITS
+        )
+        rows = np.argsort(hashes, kind="stable")
+        return hashes[rows], rows
+
+    def misfiled_name(self, samples: int = 64) -> str | None:
+        """A name the index holds under another hash than its own, among ``samples`` spread over the index,
+        if any: how an index read from a snapshot is checked without hashing every name again."""
+        count = len(self._sorted_hashes)
+        for position in np.linspace(0, count - 1, min(samples, count)).astype(np.int64).tolist():
+            name = self.filename(int(self._rows_by_hash[position]))
+            if _hash_of(*split_filename(name), self._hash_mask) != int(self._sorted_hashes[position]):
+                return name
+        return None
+
     def duplicate_filename(self) -> str | None:
         """A filename held by two rows, if any (a valid state has none)."""
         same = np.flatnonzero(self._sorted_hashes[1:] == self._sorted_hashes[:-1])
@@ -410,6 +431,11 @@ class FileColumns:
         """The references at ``reference_rows`` (reference row numbers), as ``FileReference`` objects."""
         file_rows = np.searchsorted(self.reference_starts, reference_rows, "right") - 1
         return self._references(reference_rows, self.filenames(file_rows))
+
+    def reference_rows_of(self, rows: np.ndarray) -> np.ndarray:
+        """The reference rows of the files at ``rows``, file after file in that order."""
+        starts = self.reference_starts[rows]
+        return _ranges(starts, self.reference_starts[rows + 1] - starts)
 
     def file_rows_of_references(self, reference_rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.reference_starts, reference_rows, "right") - 1

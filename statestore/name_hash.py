@@ -71,7 +71,8 @@ def hash_strings(strings: pa.Array) -> np.ndarray:
     ``uint64``. The values must not be null.
 
     Word ``j`` of every string is read at once. Strings all of one length (a column of same-length names)
-    are read in place, through strided views of the data buffer. Others are
+    are read in place, through strided views of the data buffer; a column of a few lengths is taken
+    apart into one column per length. Others are
     read from a copy of their bytes that holds a 64-bit word at every byte offset, taken longest first so
     that the strings that still have a word ``j`` are a prefix; bytes past a string's end are masked off.
     """
@@ -90,9 +91,20 @@ def hash_strings(strings: pa.Array) -> np.ndarray:
         # Arrow lays a column's strings out one after another: same-length ones are a strided view.
         if data_buffer is not None and bool((lengths == length).all()):
             h = _hash_laid_out(np.frombuffer(data_buffer, np.uint8, end - first, first), count, length)
-        else:
-            h = _hash_any(data_buffer, first, end, starts, lengths)
-        return _finish(h)
+            return _finish(h)
+        distinct_lengths = np.unique(lengths)
+        if len(distinct_lengths) > _FEW_LENGTHS:
+            return _finish(_hash_any(data_buffer, first, end, starts, lengths))
+        # A few lengths (names that differ by a digit or two): each length's strings taken apart, in C,
+        # and read in place.
+        h = np.empty(count, np.uint64)
+        for each_length in distinct_lengths.tolist():
+            rows = np.flatnonzero(lengths == each_length)
+            h[rows] = hash_strings(strings.take(pa.array(rows)))
+        return h
+
+
+_FEW_LENGTHS = 16  # up to this many distinct lengths, each length's strings are hashed apart
 
 
 def _start(lengths: np.ndarray | int) -> np.ndarray:

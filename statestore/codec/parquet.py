@@ -9,7 +9,11 @@ garbage collection) has one row whose ``partition_id`` and reference columns are
 ``file_last_update_time`` is the file's own update time, repeated on each of its rows. Since format
 version 2 a filename is two columns, its ``directory`` (dictionary-encoded: one per partition) and its
 ``base_name``, which is how the state holds it (:mod:`statestore.file_columns`); version 1 had one
-``filename`` column, and is still read.
+``filename`` column, and is still read. Since version 3 the files come in ascending order of their name
+hashes, each stored in ``name_hash`` (the hash named by the ``statestore.name_hash`` metadata key), so
+the rows read are the state's name index: a load hashes no name. It checks the hashes are one per file and
+ascending, and a sample of them against the names; each Parquet page carries a CRC, checked on reading.
+Version 2, or a hash this library does not know, is read by hashing the names.
 
 Both files carry the format version, their kind and the schema's JSON in Parquet key-value metadata;
 reading an unknown version, the wrong kind or a snapshot of other row keys raises CodecError.
@@ -33,17 +37,21 @@ import pyarrow.parquet as pq
 
 from statestore.collector import collector_paused
 from statestore.errors import CodecError, InvalidPartitionTreeError
-from statestore.file_columns import FileColumns, one_array, split_filename
+from statestore.file_columns import ALL_HASH_BITS, FileColumns, one_array, split_filename
 from statestore.partition_columns import PartitionColumns
 from statestore.schema import KeyType, Schema
 from statestore.state import TableState
 
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # version 1: one ``filename`` column
+FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)  # version 1: one ``filename`` column; version 2: no ``name_hash``
 
 _VERSION_KEY = b"statestore.snapshot.version"
 _KIND_KEY = b"statestore.snapshot.kind"
 _SCHEMA_KEY = b"statestore.schema"
+# Which hash ``name_hash`` holds (statestore.name_hash, combined as statestore.file_columns does): a
+# reader that does not know it hashes the names itself.
+_NAME_HASH_KEY = b"statestore.name_hash"
+NAME_HASH_VERSION = b"1"
 
 _KEY_ARROW_TYPES = {
     KeyType.INT: pa.int32(),
@@ -78,6 +86,7 @@ _FILES_SCHEMA = pa.schema(
         ("file_last_update_time", pa.int64()),
     ]
 )
+_FILES_SCHEMA_V3 = _FILES_SCHEMA.append(pa.field("name_hash", pa.uint64()))
 
 
 def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
@@ -156,6 +165,8 @@ def _write(table: pa.Table, dictionary_columns: list[str]) -> bytes:
         # pages, which the reader would have to hash back into a dictionary.
         dictionary_pagesize_limit=256 * 1024 * 1024,
         write_statistics=False,
+        # Each page's CRC is checked on reading: a load trusts the stored name hashes.
+        write_page_checksum=True,
     )
     return sink.getvalue()
 
@@ -165,7 +176,9 @@ def _read(
 ) -> tuple[pa.Table, int]:
     """The table in ``data`` and its format version, checked against the columns that version has."""
     try:
-        table = pq.read_table(io.BytesIO(data))
+        # One chunk per row group (read_table's dataset reader cuts each into batches, which the state
+        # would have to join again: a copy of every column).
+        table = pq.ParquetFile(io.BytesIO(data), page_checksum_verification=True).read()
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CodecError(f"the {kind} snapshot is not a readable Parquet file: {e}") from e
     metadata = table.schema.metadata or {}
@@ -270,14 +283,16 @@ def _partitions_from_parquet(schema: Schema, data: bytes) -> PartitionColumns:
 
 def _files_to_parquet(state: TableState) -> bytes:
     columns = state.file_columns()
-    counts = np.diff(columns.reference_starts)
+    # Files in the order of their name hashes, each hash stored: the loaded rows are the name index.
+    hashes, order = columns.hash_order()
+    counts = np.diff(columns.reference_starts)[order]
     # A file with no references gets one row, with null reference columns.
     rows_per_file = np.maximum(counts, 1)
-    file_of_row = np.repeat(np.arange(columns.file_count, dtype=np.int64), rows_per_file)
+    file_of_row = np.repeat(order, rows_per_file)
     is_reference = np.repeat(counts > 0, rows_per_file)
     no_reference = ~is_reference
     reference_of_row = np.zeros(len(file_of_row), np.int64)
-    reference_of_row[is_reference] = np.arange(columns.total_reference_count)
+    reference_of_row[is_reference] = columns.reference_rows_of(order)
 
     def per_row(values: np.ndarray) -> np.ndarray:
         if not len(values):
@@ -303,8 +318,10 @@ def _files_to_parquet(state: TableState) -> bytes:
         ),
         pa.array(per_row(columns.reference_times), pa.int64(), mask=no_reference),
         pa.array(columns.file_times[file_of_row], pa.int64()),
+        pa.array(np.repeat(hashes, rows_per_file), pa.uint64()),
     ]
-    table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA.with_metadata(_metadata(state.schema, "files")))
+    metadata = {**_metadata(state.schema, "files"), _NAME_HASH_KEY: NAME_HASH_VERSION}
+    table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA_V3.with_metadata(metadata))
     return _write(table, ["directory", "partition_id", "job_id"])
 
 
@@ -327,7 +344,12 @@ def _as_version_2(table: pa.Table) -> pa.Table:
 
 
 def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
-    table, version = _read(data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA})
+    table, version = _read(
+        data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA, 3: _FILES_SCHEMA_V3}
+    )
+    stored_hashes = None
+    if version == 3 and (table.schema.metadata or {}).get(_NAME_HASH_KEY) == NAME_HASH_VERSION:
+        stored_hashes = one_array(table.column("name_hash"))
     if version == 1:
         table = _as_version_2(table)
     table = table.unify_dictionaries()
@@ -367,6 +389,7 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
         values = one_array(table.column(name)).fill_null(fill).to_numpy(zero_copy_only=False)
         return cast(np.ndarray, values[reference_rows])
 
+    index = None if stored_hashes is None else _stored_index(stored_hashes, file_starts, rows_per_file)
     job = one_array(table.column("job_id"))
     whole_file = n == len(file_starts)  # every file has one row: no need to copy its columns
     columns = FileColumns(
@@ -383,10 +406,32 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
         job.dictionary.to_pylist(),
         job.indices.fill_null(-1).to_numpy()[reference_rows],
         reference_column("last_update_time", 0),
+        index,
     )
     if columns.duplicate_filename() is not None:
         raise CodecError("the files snapshot lists a file's rows apart from each other")
+    misfiled = None if index is None else columns.misfiled_name()
+    if misfiled is not None:
+        raise CodecError(
+            f"the files snapshot stores a name hash for file {misfiled!r} that is not its name's"
+        )
     return columns
+
+
+def _stored_index(
+    stored_hashes: pa.Array, file_starts: np.ndarray, rows_per_file: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The name index a version 3 snapshot stores: one hash per file, repeated on each of its rows, the
+    files in ascending order of them (so the index's rows are the files in the order read)."""
+    if stored_hashes.null_count:
+        raise CodecError("the files snapshot has a row with no name hash")
+    row_hashes = stored_hashes.to_numpy()
+    file_hashes = row_hashes[file_starts]
+    if bool((row_hashes != np.repeat(file_hashes, rows_per_file)).any()) or bool(
+        (file_hashes[1:] < file_hashes[:-1]).any()
+    ):
+        raise CodecError("the files snapshot's name hashes are not one per file in ascending order")
+    return file_hashes, np.arange(len(file_starts), dtype=np.int32), ALL_HASH_BITS
 
 
 def _filename_at(directory: pa.DictionaryArray, base_names: pa.Array, row: int) -> str:

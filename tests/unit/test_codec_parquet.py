@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statestore import file_columns
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import CodecError
+from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -51,6 +56,9 @@ def round_trip(state: TableState) -> TableState:
 
 def assert_same(loaded: TableState, state: TableState) -> None:
     assert loaded == state
+    # Equality walks both states; a lookup goes through the name index the snapshot stored.
+    for name, table_file in state.files_by_name.items():
+        assert loaded.file(name) == table_file
     # TableState equality ignores the order of a file's references; the snapshot keeps it too.
     assert {n: f.references for n, f in loaded.files_by_name.items()} == {
         n: f.references for n, f in state.files_by_name.items()
@@ -200,3 +208,111 @@ def test_a_key_of_the_wrong_type_cannot_be_written() -> None:
     state.schema = Schema.of({"key": "string"})  # the partitions still hold int keys
     with pytest.raises(CodecError, match="cannot write the state as Parquet"):
         state_to_parquet(state)
+
+
+# --- the stored name index (format 3) -----------------------------------------------------------------
+
+
+def a_state_with_files_of_every_shape() -> TableState:
+    """300 files in two partitions, one of them in both, one bare name, one with no references."""
+    state = new_state(STRING_SCHEMA, ["m"])
+    references = [
+        FileReference(f"tables/t/data/partition=p{i % 2 + 1}/f{i}.parquet", f"p{i % 2 + 1}", i + 1)
+        for i in range(300)
+    ]
+    spanning = FileReference(references[0].filename, "p2", 5, only_contains_data_for_this_partition=False)
+    commit(state, AddFiles((*references, spanning)))
+    bare = FileReference("bare.parquet", "p1", 3)
+    commit(state, AddFiles((bare,), unreferenced_files=("tables/t/gone.parquet",)))
+    return state
+
+
+def rewrite_files(data: bytes, change: Callable[[pa.Table], pa.Table]) -> bytes:
+    table = pq.read_table(io.BytesIO(data))
+    sink = io.BytesIO()
+    pq.write_table(change(table), sink)
+    return sink.getvalue()
+
+
+def test_a_snapshot_stores_its_name_index_and_a_load_finds_every_name_without_hashing_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = a_state_with_files_of_every_shape()
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    monkeypatch.setattr(FileColumns, "_build_index", None)  # loading may not hash the names
+
+    loaded = state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, state.transaction_number)
+
+    assert_same(loaded, state)
+    monkeypatch.undo()
+    rebuilt = FileColumns.from_table_files(state.files_by_name.values())
+    assert loaded.file_columns().hash_order()[0].tolist() == rebuilt.hash_order()[0].tolist()
+    assert "tables/t/data/partition=p1/f1.parquet" not in loaded.files_by_name
+
+
+def test_a_snapshot_written_while_hashes_are_narrowed_stores_them_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(file_columns, "HASH_MASK", 0x3)  # four hash values: names collide
+    state = a_state_with_files_of_every_shape()
+    snapshot = state_to_parquet(state)
+    monkeypatch.undo()
+    assert_same(state_from_parquet(STRING_SCHEMA, *snapshot, state.transaction_number), state)
+
+
+@pytest.mark.parametrize("how", ["version 2", "another hash"])
+def test_a_snapshot_without_an_index_this_library_knows_loads_by_hashing_its_names(how: str) -> None:
+    state = a_state_with_files_of_every_shape()
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    if how == "version 2":
+        files_bytes = rewrite_files(
+            files_bytes,
+            lambda t: t.drop_columns(["name_hash"]).replace_schema_metadata(
+                {**t.schema.metadata, b"statestore.snapshot.version": b"2"}
+            ),
+        )
+    else:
+        files_bytes = rewrite_metadata(files_bytes, b"statestore.name_hash", b"2")
+
+    assert_same(
+        state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, state.transaction_number), state
+    )
+
+
+def replace_hashes(table: pa.Table, hashes: Callable[[np.ndarray], np.ndarray]) -> pa.Table:
+    column = table.schema.get_field_index("name_hash")
+    changed = hashes(table.column("name_hash").to_numpy().copy())
+    return table.set_column(column, table.schema.field(column), pa.array(changed, pa.uint64()))
+
+
+def other_names_hashes(hashes: np.ndarray) -> np.ndarray:
+    """Hashes in order and one per file, but of other names."""
+    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+    return np.repeat(np.arange(len(starts), dtype=np.uint64) * 1000, np.diff([*starts, len(hashes)]))
+
+
+def two_for_one_file(hashes: np.ndarray) -> np.ndarray:
+    """The second row of the file with two references given a hash of its own."""
+    second_row = int(np.flatnonzero(hashes[1:] == hashes[:-1])[0]) + 1
+    hashes[second_row] += np.uint64(1)
+    return hashes
+
+
+@pytest.mark.parametrize(
+    ("hashes", "match"),
+    [
+        (lambda h: h[::-1].copy(), "not one per file in ascending order"),
+        (two_for_one_file, "not one per file in ascending order"),
+        (other_names_hashes, "stores a name hash for file '.*' that is not its name's"),
+    ],
+    ids=["out-of-order", "two-for-one-file", "of-other-names"],
+)
+def test_a_snapshot_whose_stored_name_index_is_wrong_is_rejected(
+    hashes: Callable[[np.ndarray], np.ndarray], match: str
+) -> None:
+    state = a_state_with_files_of_every_shape()
+    partitions_bytes, files_bytes = state_to_parquet(state)
+    files_bytes = rewrite_files(files_bytes, lambda t: replace_hashes(t, hashes))
+
+    with pytest.raises(CodecError, match=match):
+        state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, state.transaction_number)

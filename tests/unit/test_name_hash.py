@@ -54,6 +54,15 @@ def test_a_column_of_same_length_names_read_in_place_hashes_as_they_do_one_by_on
     )  # ends at the buffer's end
 
 
+def test_a_column_of_names_of_a_few_lengths_hashes_as_they_do_one_by_one() -> None:
+    """Directories of partitions whose ids differ in length by a digit or two."""
+    values = [f"tables/t/data/partition={i}/" for i in range(0, 200_000, 37)]
+    column = pa.array(values)
+
+    assert hash_strings(column).tolist() == one_by_one(values)
+    assert hash_strings(column.slice(100, 3_000)).tolist() == one_by_one(values[100:3_100])
+
+
 def test_strings_taken_out_of_order_hash_as_they_do_one_by_one() -> None:
     values = [f"{i:013d}" for i in range(500)] + ["short", "a much longer name than the rest"]
     order = list(range(len(values) - 1, -1, -3))
