@@ -342,9 +342,16 @@ def report_fresh_load(
     figures = load_in_fresh_process(partitions_bytes, files_bytes, transaction_number)
     references = figures["references"]
     print(f"  in a fresh process loading only the snapshot ({int(references):,} references):")
-    report.figure("load seconds (wall clock)", figures["wall"], "s", 1)
+    # The 1 s and 300 MB targets are the 1M table's; a bigger one is judged by its budget (and per reference).
+    one_million = budget_mb is None
+    report.figure("load seconds (wall clock)", figures["wall"], "s", 1 if one_million else None)
     report.figure("load seconds (CPU of that process)", figures["cpu"], "s")
-    report.figure("retained memory (RSS after load - RSS before)", figures["retained_mb"], "MB", 300)
+    report.figure(
+        "retained memory (RSS after load - RSS before)",
+        figures["retained_mb"],
+        "MB",
+        300 if one_million else None,
+    )
     report.figure("retained memory per reference", figures["retained_mb"] * 1e6 / references, "B", 250)
     report.figure("retained memory before the C heap is trimmed", figures["retained_untrimmed_mb"], "MB")
     report.figure("of which partitions (RSS freed on dropping them)", figures["partitions_mb"], "MB")

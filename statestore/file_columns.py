@@ -110,8 +110,22 @@ def _hashes_of_names(filenames: Sequence[str], mask: int) -> np.ndarray:
     return _combined_hashes(hash_strings(directories), hash_strings(base_names), mask)
 
 
+# The names split last and their split: a bulk AddFiles splits the same names in validate and in apply.
+_last_split: tuple[Sequence[str], tuple[pa.Array, pa.Array] | None] = ((), None)
+
+
 def split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
     """:func:`split_filename` of each name, as two Arrow string arrays (directories, base names)."""
+    global _last_split
+    last_names, last = _last_split
+    if last is not None and len(last_names) == len(filenames) and last_names == filenames:
+        return last
+    split = _split_filenames(filenames)
+    _last_split = (list(filenames), split)  # a copy: the caller may change its list
+    return split
+
+
+def _split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
     names = pa.array(filenames, pa.large_string())  # a batch's names may pass 2 GB
     parts = pc.split_pattern(names, "/", max_splits=1, reverse=True)
     offsets = parts.offsets.to_numpy()

@@ -34,19 +34,22 @@ _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tup
 _MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
 
 
-def _well_formed(state: TableState, references: tuple[FileReference, ...]) -> bool:
-    """Whether every reference would pass :func:`check_new_reference`, and no (filename, partition) is
-    repeated, checked column by column with each pass in C: what a bulk AddFiles of good references costs.
-    False says only that the references must be checked one by one, which finds and names what is wrong."""
+def _well_formed_names(
+    state: TableState, references: tuple[FileReference, ...]
+) -> tuple[tuple[str, ...], set[str]] | None:
+    """The references' filenames, in order and as a set, if every reference would pass
+    :func:`check_new_reference` and no (filename, partition) is repeated, checked column by column with
+    each pass in C: what a bulk AddFiles of good references costs. None says only that the references
+    must be checked one by one, which finds and names what is wrong."""
     if set(map(type, references)) != {FileReference}:
-        return False
+        return None
     filenames, partition_ids, rows, approximate, whole_file, job_ids, times = zip(*references, strict=True)
     if set(map(type, filenames)) != {str}:
-        return False
+        return None
     names = set(filenames)
     count = len(references)
     # Distinct names (the usual case) cannot repeat a (name, partition) pair.
-    return (
+    well_formed = (
         (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
         and "" not in names
         and set(job_ids) == {None}
@@ -61,6 +64,7 @@ def _well_formed(state: TableState, references: tuple[FileReference, ...]) -> bo
         and set(map(type, partition_ids)) == {str}
         and all(map(state.partitions_by_id.__contains__, set(partition_ids)))
     )
+    return (filenames, names) if well_formed else None
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,17 @@ class AddFiles(Transaction):
             self._validate(state)
 
     def _validate(self, state: TableState) -> None:
-        # One search of the state for every name (a big AddFiles adds a hundred thousand).
-        present = state.files_present([ref.filename for ref in self.references])
-        if len(self.references) >= _MANY_REFERENCES and _well_formed(state, self.references):
-            if any(present):  # the only thing left that can be wrong with these references
-                raise FileAlreadyExistsError(self.references[present.index(True)].filename)
-            referenced = {ref.filename for ref in self.references}
-        else:
+        bulk = len(self.references) >= _MANY_REFERENCES
+        checked = _well_formed_names(state, self.references) if bulk else None
+        if checked is None:
+            # One search of the state for every name (a big AddFiles adds a hundred thousand).
+            present = state.files_present([ref.filename for ref in self.references])
             referenced = self._check_each_reference(state, present)
+        else:
+            filenames, referenced = checked
+            present = state.files_present(list(filenames))
+            if any(present):  # the only thing left that can be wrong with these references
+                raise FileAlreadyExistsError(filenames[present.index(True)])
         unreferenced: set[str] = set()
         for filename in self.unreferenced_files:
             if not isinstance(filename, str) or not filename:

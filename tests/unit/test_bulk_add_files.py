@@ -134,7 +134,7 @@ def both_ways(
     return bulk, small
 
 
-@pytest.mark.parametrize("append_ratio", [0, 8, 10**9], ids=["into-the-overlay", "as-measured", "appended"])
+@pytest.mark.parametrize("append_ratio", [0, 64, 10**9], ids=["into-the-overlay", "as-measured", "appended"])
 def test_a_bulk_add_files_leaves_the_state_a_small_one_would(
     monkeypatch: pytest.MonkeyPatch, the_small_way: Callable[[], None], append_ratio: int
 ) -> None:

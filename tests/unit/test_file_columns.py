@@ -43,6 +43,13 @@ def test_a_filename_splits_into_its_directory_and_base_name() -> None:
     assert split_filename("f.parquet") == ("", "f.parquet")
 
 
+def test_names_split_again_after_the_list_they_came_in_changed() -> None:
+    names = ["a/b.parquet", "c/d.parquet"]
+    assert split_filenames(names)[1].to_pylist() == ["b.parquet", "d.parquet"]
+    names[0] = "a/changed.parquet"
+    assert split_filenames(names)[1].to_pylist() == ["changed.parquet", "d.parquet"]
+
+
 def test_names_split_as_a_column_as_they_do_one_by_one() -> None:
     names = [
         "a/b/c.x",
