@@ -309,9 +309,11 @@ class FileColumns:
         if len(recent) >= _RECENT_ROWS:
             recent.clear()
         directory, base_name = split_filename(filename)
-        row = recent[filename] = self._row_of_hash(
-            _hash_of(directory, base_name, self._hash_mask), directory, base_name
-        )
+        try:
+            h = _hash_of(directory, base_name, self._hash_mask)
+        except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so no columns can hold the name
+            h = None
+        row = recent[filename] = None if h is None else self._row_of_hash(h, directory, base_name)
         return row
 
     def _row_of_hash(self, h: int, directory: str, base_name: str) -> int | None:
@@ -376,7 +378,10 @@ class FileColumns:
         last_names, last_rows = self._last_search
         if len(last_names) == len(filenames) and last_names == filenames:
             return list(last_rows)
-        hashes = _hashes_of_names(filenames, self._hash_mask)
+        try:
+            hashes = _hashes_of_names(filenames, self._hash_mask)
+        except UnicodeEncodeError:  # a name no columns can hold (see row_of): one by one
+            return [self.row_of(name) for name in filenames]
         positions = np.minimum(self._sorted_hashes.searchsorted(hashes), len(self._sorted_hashes) - 1)
         for i in np.flatnonzero(self._sorted_hashes[positions] == hashes).tolist():
             out[i] = self.row_of(filenames[i])

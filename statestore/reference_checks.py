@@ -29,6 +29,28 @@ def reference_in(state: TableState, filename: str, partition_id: str) -> FileRef
     return ref
 
 
+def is_storable_text(value: str) -> bool:
+    """Whether ``value`` can be stored as UTF-8, as every codec stores names. A lone surrogate (which a JSON
+    ``\\udXXX`` escape can carry) cannot: no state can hold such a name, so none may be added."""
+    if value.isascii():  # O(1) in CPython: the string knows its kind
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_new_filename(filename: object, what: str) -> None:
+    """Check the name of a file a transaction adds: a non-empty string that can be stored."""
+    if not isinstance(filename, str) or not filename:
+        raise InvalidTransactionError(f"{what} needs a non-empty filename (a string), got {filename!r}")
+    if not is_storable_text(filename):
+        raise InvalidTransactionError(
+            f"{what} has filename {filename!r}, which holds a lone surrogate: it cannot be stored as UTF-8"
+        )
+
+
 def check_new_reference(state: TableState, ref: FileReference) -> None:
     """Check a reference a transaction adds: a filename, storable fields, no job, a partition that exists."""
     # Fast path for the shape every well-formed new reference has (exact types: a subclass, such as a bool
@@ -37,6 +59,7 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
     if (
         type(filename) is str
         and filename
+        and filename.isascii()
         and job_id is None
         and type(rows) is int
         and 0 <= rows <= INT64_MAX
@@ -49,10 +72,7 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
         if partition_id not in state.partitions_by_id:
             raise PartitionNotFoundError(partition_id)
         return
-    if not isinstance(ref.filename, str) or not ref.filename:
-        raise InvalidTransactionError(
-            f"a file reference needs a non-empty filename (a string), got {ref.filename!r}"
-        )
+    check_new_filename(ref.filename, "a file reference")
     check_reference_fields(ref)
     if ref.job_id is not None:
         raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")

@@ -22,7 +22,13 @@ from statestore.errors import (
 )
 from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
-from statestore.reference_checks import check_epoch_ms, check_new_reference, reference_in
+from statestore.reference_checks import (
+    check_epoch_ms,
+    check_new_filename,
+    check_new_reference,
+    is_storable_text,
+    reference_in,
+)
 from statestore.schema import INT64_MAX, INT64_MIN
 from statestore.state import TableState
 from statestore.transactions.base import Transaction
@@ -52,6 +58,7 @@ def _well_formed_names(
     well_formed = (
         (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
         and "" not in names
+        and all(map(is_storable_text, names))
         and set(job_ids) == {None}
         and set(map(type, rows)) == {int}
         and 0 <= min(rows)
@@ -105,10 +112,7 @@ class AddFiles(Transaction):
                 raise FileAlreadyExistsError(filenames[present.index(True)])
         unreferenced: set[str] = set()
         for filename in self.unreferenced_files:
-            if not isinstance(filename, str) or not filename:
-                raise InvalidTransactionError(
-                    f"an unreferenced file needs a non-empty filename (a string), got {filename!r}"
-                )
+            check_new_filename(filename, "an unreferenced file")
             if filename in unreferenced or state.files_present([filename])[0]:
                 raise FileAlreadyExistsError(filename)
             if filename in referenced:

@@ -67,6 +67,7 @@ def rejection(state: TableState, transaction: AddFiles) -> TransactionValidation
         (ref("new", "nope"), PartitionNotFoundError, "nope"),
         (ref("new", "p1", -1), InvalidTransactionError, "negative row count"),
         (ref("", "p1"), InvalidTransactionError, "non-empty filename"),
+        (ref("new/\udc80.parquet", "p1"), InvalidTransactionError, "lone surrogate"),
         (ref("new", "p1", job_id="job"), InvalidTransactionError, "cannot already belong to a job"),
         (ref("new", "p1", rows=True), InvalidTransactionError, "new"),  # a bool is not a row count
         (FileReference("new", "p1", 5, last_update_time=1.5), InvalidTransactionError, "new"),  # type: ignore[arg-type]
@@ -81,6 +82,7 @@ def rejection(state: TableState, transaction: AddFiles) -> TransactionValidation
         "no-partition",
         "negative",
         "no-name",
+        "not-utf-8",
         "job",
         "bool-rows",
         "float-time",

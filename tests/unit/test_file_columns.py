@@ -144,6 +144,17 @@ def test_columns_appended_keep_their_rows_and_find_every_name_without_hashing_th
     assert nothing.append(added).table_files() == added.table_files()
 
 
+def test_a_name_that_is_not_utf_8_is_held_by_no_columns_and_looking_it_up_says_so() -> None:
+    state = new_state(split_points=["m"], references=[ref("a", "p1")])
+    state.file_columns()
+    strange = "tables/t/data/\udc80.parquet"  # a lone surrogate, as a JSON escape can carry
+    assert strange not in state.files_by_name
+    assert state.files_present([strange]) == [False]
+    assert state.files_present([strange, *NAMES[:100]]) == [False] * 101
+    with pytest.raises(FileNotFoundInStateError):
+        state.file(strange)
+
+
 def test_a_name_held_twice_is_reported_even_among_colliding_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(file_columns, "HASH_MASK", 0x1)
     columns = FileColumns.from_table_files(files_named([*NAMES[:20], NAMES[5]]))

@@ -260,6 +260,8 @@ def test_add_files_adds_each_file_with_its_references_stamped_with_the_update_ti
         ((ref("new", "nope"),), PartitionNotFoundError, "nope"),
         ((ref("new", "p1", -1),), InvalidTransactionError, "negative row count"),
         ((ref("", "p1"),), InvalidTransactionError, "non-empty filename"),
+        ((ref("new/\udc80", "p1"),), InvalidTransactionError, "lone surrogate"),
+        ((ref("new/é.parquet", "p1"), ref("b.parquet", "p2")), FileAlreadyExistsError, "b.parquet"),
         ((ref("new", "p1", job_id="job"),), InvalidTransactionError, "cannot already belong to a job"),
     ],
     ids=[
@@ -270,6 +272,8 @@ def test_add_files_adds_each_file_with_its_references_stamped_with_the_update_ti
         "no-partition",
         "negative",
         "no-name",
+        "not-utf-8",
+        "exists-after-a-non-ascii-name",
         "job",
     ],
 )

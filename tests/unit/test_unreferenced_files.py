@@ -50,8 +50,9 @@ def test_add_files_adds_referenced_and_unreferenced_files_together() -> None:
         (AddFiles((), ("kept.parquet",)), FileAlreadyExistsError, "kept.parquet"),
         (AddFiles((), ("new", "new")), FileAlreadyExistsError, "new"),
         (AddFiles((ref("new", "p1"),), ("new",)), InvalidTransactionError, "both with references and"),
+        (AddFiles((), ("a/\udc80.parquet",)), InvalidTransactionError, "lone surrogate"),
     ],
-    ids=["nothing", "empty-name", "exists-unreferenced", "exists-referenced", "twice", "both"],
+    ids=["nothing", "empty-name", "exists-unreferenced", "exists-referenced", "twice", "both", "not-utf-8"],
 )
 def test_add_files_with_an_unreferenced_file_that_cannot_be_added_is_rejected(
     transaction: AddFiles, error: type[Exception], match: str
