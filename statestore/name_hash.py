@@ -72,9 +72,9 @@ def hash_strings(strings: pa.Array) -> np.ndarray:
 
     Word ``j`` of every string is read at once. Strings all of one length (a column of same-length names)
     are read in place, through strided views of the data buffer; a column of a few lengths is taken
-    apart into one column per length. Others are
-    read from a copy of their bytes that holds a 64-bit word at every byte offset, taken longest first so
-    that the strings that still have a word ``j`` are a prefix; bytes past a string's end are masked off.
+    apart into one column per length. Others are read from a copy of their bytes that holds a 64-bit word
+    at every byte offset, taken longest first so that the strings that still have a word ``j`` are a
+    prefix; bytes past a string's end are masked off.
     """
     count = len(strings)
     if not count:
@@ -89,9 +89,11 @@ def hash_strings(strings: pa.Array) -> np.ndarray:
     length = int(lengths[0])
     with np.errstate(over="ignore"):
         # Arrow lays a column's strings out one after another: same-length ones are a strided view.
-        if data_buffer is not None and bool((lengths == length).all()):
-            h = _hash_laid_out(np.frombuffer(data_buffer, np.uint8, end - first, first), count, length)
-            return _finish(h)
+        if bool((lengths == length).all()):
+            data = np.zeros(0, np.uint8)  # only empty strings: no byte is read
+            if length:
+                data = np.frombuffer(data_buffer, np.uint8, end - first, first)
+            return _finish(_hash_laid_out(data, count, length))
         distinct_lengths = np.unique(lengths)
         if len(distinct_lengths) > _FEW_LENGTHS:
             return _finish(_hash_any(data_buffer, first, end, starts, lengths))
