@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import attrgetter, methodcaller
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -99,23 +99,31 @@ def _combined_hashes(directory_hashes: np.ndarray, base_name_hashes: np.ndarray,
     return hashes
 
 
-def _sorted_index(hashes: np.ndarray, mask: int) -> tuple[np.ndarray, np.ndarray, int]:
-    rows = np.argsort(hashes).astype(np.int32)
-    return hashes[rows], rows, mask
+class SplitNames(NamedTuple):
+    """A batch of filenames split as the columns hold them, and hashed: what a bulk AddFiles needs to look
+    its names up (:meth:`FileColumns.rows_of`) and then to add them (:meth:`FileColumns.of_new_files`)."""
 
+    directories: pa.Array  # the distinct directories (``string``), each with its "/"; "" for a bare name
+    directory_codes: np.ndarray  # int32: each name's directory, read-only
+    base_names: pa.Array  # ``large_string``: each name's base name
+    hashes: np.ndarray  # uint64: each name's hash with every bit (``_hash_of``), read-only
+    order: np.ndarray  # int64: the names in ascending order of ``hashes``, read-only
 
-def _hashes_of_names(filenames: Sequence[str], mask: int) -> np.ndarray:
-    """:func:`_hash_of` of each whole filename, computed on Arrow columns: no object per name."""
-    directories, base_names = split_filenames(filenames)
-    return _combined_hashes(hash_strings(directories), hash_strings(base_names), mask)
+    def sorted_hashes(self, mask: int) -> tuple[np.ndarray, np.ndarray]:
+        """The hashes under ``mask``, in ascending order, and the name of each (its position)."""
+        if mask == _ALL_BITS:
+            return self.hashes[self.order], self.order
+        hashes = self.hashes & np.uint64(mask)
+        order = np.argsort(hashes)
+        return hashes[order], order
 
 
 # The names split last and their split: a bulk AddFiles splits the same names in validate and in apply.
-_last_split: tuple[Sequence[str], tuple[pa.Array, pa.Array] | None] = ((), None)
+_last_split: tuple[Sequence[str], SplitNames | None] = ((), None)
 
 
-def split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
-    """:func:`split_filename` of each name, as two Arrow string arrays (directories, base names)."""
+def split_filenames(filenames: Sequence[str]) -> SplitNames:
+    """:func:`split_filename` of each name, as Arrow columns, with each name's hash."""
     global _last_split
     last_names, last = _last_split
     if last is not None and len(last_names) == len(filenames) and last_names == filenames:
@@ -125,19 +133,27 @@ def split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
     return split
 
 
-def _split_filenames(filenames: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+def _split_filenames(filenames: Sequence[str]) -> SplitNames:
     names = pa.array(filenames, pa.large_string())  # a batch's names may pass 2 GB
     parts = pc.split_pattern(names, "/", max_splits=1, reverse=True)
     offsets = parts.offsets.to_numpy()
     values = parts.values
     base_names = values.take(pa.array(offsets[1:] - 1))
-    has_directory = pa.array(np.diff(offsets) == 2)
-    heads = values.take(pa.array(offsets[:-1]))  # a bare name's own, where it has no directory: not used
-    empty = pa.scalar("", pa.large_string())
-    directories = pc.if_else(
-        has_directory, pc.binary_join_element_wise(heads, empty, pa.scalar("/", pa.large_string())), empty
-    )
-    return directories.cast(pa.string()), base_names
+    has_directory = np.diff(offsets) == 2
+    # Each name's directory without its "/" (null for a bare name), encoded: a batch names few directories,
+    # so the "/" is added and the hash computed once per directory, not once per name.
+    heads = pc.dictionary_encode(values.take(pa.array(offsets[:-1], mask=~has_directory)))
+    directories = pc.binary_join_element_wise(
+        heads.dictionary, pa.scalar("", pa.large_string()), pa.scalar("/", pa.large_string())
+    ).cast(pa.string())
+    codes = heads.indices.fill_null(len(directories)).to_numpy().astype(np.int32)
+    if not has_directory.all():
+        directories = pa.concat_arrays([directories, pa.array([""], pa.string())])
+    hashes = _combined_hashes(hash_strings(directories)[codes], hash_strings(base_names), _ALL_BITS)
+    order = np.argsort(hashes)
+    for column in (codes, hashes, order):  # shared by the columns made from them: never changed
+        column.setflags(write=False)
+    return SplitNames(directories, codes, base_names, hashes, order)
 
 
 class FileColumns:
@@ -251,17 +267,13 @@ class FileColumns:
         distinct (the caller checked them: a file of several references goes through ``TableFile``)."""
         referenced = len(filenames)
         count = referenced + len(unreferenced_files)
-        directories, base_names = split_filenames([*filenames, *unreferenced_files])
-        directory = pc.dictionary_encode(directories)
+        names = split_filenames([*filenames, *unreferenced_files])
         partitions = pc.dictionary_encode(pa.array(partition_ids, pa.string()))
-        directory_codes = directory.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-        hashes = _combined_hashes(
-            hash_strings(directory.dictionary)[directory_codes], hash_strings(base_names), HASH_MASK
-        )
+        sorted_hashes, order = names.sorted_hashes(HASH_MASK)
         return cls(
-            directory.dictionary,
-            directory_codes,
-            base_names,
+            names.directories,
+            names.directory_codes,
+            names.base_names,
             np.full(count, update_time, np.int64),
             np.minimum(np.arange(count + 1, dtype=np.int64), referenced),
             partitions.dictionary.to_pylist(),
@@ -272,17 +284,19 @@ class FileColumns:
             [],
             np.full(referenced, -1, np.int32),
             np.full(referenced, update_time, np.int64),
-            _sorted_index(hashes, HASH_MASK),
+            (sorted_hashes, order.astype(np.int32), HASH_MASK),
+        )
+
+    def _name_hashes(self, mask: int) -> np.ndarray:
+        """Every file's name hash under ``mask``, by row, computed from the names."""
+        return _combined_hashes(
+            hash_strings(self.directories)[self.directory_codes], hash_strings(self.base_names), mask
         )
 
     def _build_index(self) -> tuple[np.ndarray, np.ndarray]:
-        hashes = _combined_hashes(
-            hash_strings(self.directories)[self.directory_codes],
-            hash_strings(self.base_names),
-            self._hash_mask,
-        )
-        sorted_hashes, rows, _ = _sorted_index(hashes, self._hash_mask)
-        return sorted_hashes, rows
+        hashes = self._name_hashes(self._hash_mask)
+        rows = np.argsort(hashes).astype(np.int32)
+        return hashes[rows], rows
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -337,9 +351,7 @@ class FileColumns:
         snapshot stores so that loading it need not hash its names."""
         if self._hash_mask == _ALL_BITS:
             return self._sorted_hashes, self._rows_by_hash.astype(np.int64)
-        hashes = _combined_hashes(
-            hash_strings(self.directories)[self.directory_codes], hash_strings(self.base_names), _ALL_BITS
-        )
+        hashes = self._name_hashes(_ALL_BITS)
         rows = np.argsort(hashes, kind="stable")
         return hashes[rows], rows
 
@@ -379,11 +391,12 @@ class FileColumns:
         if len(last_names) == len(filenames) and last_names == filenames:
             return list(last_rows)
         try:
-            hashes = _hashes_of_names(filenames, self._hash_mask)
+            hashes, order = split_filenames(filenames).sorted_hashes(self._hash_mask)
         except UnicodeEncodeError:  # a name no columns can hold (see row_of): one by one
             return [self.row_of(name) for name in filenames]
+        # Searched in ascending order: each search starts near where the last one ended, in the cache.
         positions = np.minimum(self._sorted_hashes.searchsorted(hashes), len(self._sorted_hashes) - 1)
-        for i in np.flatnonzero(self._sorted_hashes[positions] == hashes).tolist():
+        for i in order[np.flatnonzero(self._sorted_hashes[positions] == hashes)].tolist():
             out[i] = self.row_of(filenames[i])
         self._last_search = (list(filenames), out)
         return list(out)

@@ -40,25 +40,24 @@ _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tup
 _MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
 
 
-def _well_formed_names(
-    state: TableState, references: tuple[FileReference, ...]
-) -> tuple[tuple[str, ...], set[str]] | None:
-    """The references' filenames, in order and as a set, if every reference would pass
+def _well_formed_names(state: TableState, transaction: AddFiles) -> tuple[tuple[str, ...], set[str]] | None:
+    """The filenames of ``transaction``'s references, in order and as a set, if every reference would pass
     :func:`check_new_reference` and no (filename, partition) is repeated, checked column by column with
     each pass in C: what a bulk AddFiles of good references costs. None says only that the references
     must be checked one by one, which finds and names what is wrong."""
-    if set(map(type, references)) != {FileReference}:
+    if set(map(type, transaction.references)) != {FileReference}:
         return None
-    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = zip(*references, strict=True)
+    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = transaction.columns()
     if set(map(type, filenames)) != {str}:
         return None
     names = set(filenames)
-    count = len(references)
+    count = len(filenames)
     # Distinct names (the usual case) cannot repeat a (name, partition) pair.
     well_formed = (
         (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
         and "" not in names
-        and all(map(is_storable_text, names))
+        # All ASCII, which any codec can store, in one test of the joined names (O(1) once joined).
+        and ("".join(filenames).isascii() or all(map(is_storable_text, names)))
         and set(job_ids) == {None}
         and set(map(type, rows)) == {int}
         and 0 <= min(rows)
@@ -89,6 +88,15 @@ class AddFiles(Transaction):
     references: tuple[FileReference, ...]
     unreferenced_files: tuple[str, ...] = ()
 
+    def columns(self) -> tuple[tuple[Any, ...], ...]:
+        """The references' fields as columns (filenames, partition ids, rows...), transposed once and kept
+        until :meth:`apply`: a bulk AddFiles reads them in validate, then in apply. The references are
+        FileReferences (their types checked)."""
+        columns = self.__dict__.get("_columns")  # not a field: no part of the transaction's value
+        if columns is None:
+            columns = self.__dict__["_columns"] = tuple(zip(*self.references, strict=True))
+        return cast(tuple[tuple[Any, ...], ...], columns)
+
     def validate(self, state: TableState) -> None:
         if not self.references and not self.unreferenced_files:
             raise InvalidTransactionError("AddFiles needs at least one file reference or unreferenced file")
@@ -100,7 +108,7 @@ class AddFiles(Transaction):
 
     def _validate(self, state: TableState) -> None:
         bulk = len(self.references) >= _MANY_REFERENCES
-        checked = _well_formed_names(state, self.references) if bulk else None
+        checked = _well_formed_names(state, self) if bulk else None
         if checked is None:
             # One search of the state for every name (a big AddFiles adds a hundred thousand).
             present = state.files_present([ref.filename for ref in self.references])
@@ -141,10 +149,11 @@ class AddFiles(Transaction):
         # A bulk AddFiles makes two objects per reference: see collector_paused.
         with collector_paused():
             self._apply(state, update_time)
+        self.__dict__.pop("_columns", None)  # its last use: see columns
 
     def _apply(self, state: TableState, update_time: int) -> None:
         if len(self.references) >= _MANY_REFERENCES:
-            names, partitions, rows, approximate, whole_file, _, _ = zip(*self.references, strict=True)
+            names, partitions, rows, approximate, whole_file, _, _ = self.columns()
             if len(set(names)) == len(names):  # one reference per file: straight into columns
                 added = FileColumns.of_new_files(
                     names, partitions, rows, approximate, whole_file, self.unreferenced_files, update_time

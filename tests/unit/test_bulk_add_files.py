@@ -213,3 +213,29 @@ def test_a_bulk_add_files_tried_under_an_undo_journal_is_undone_or_kept_with_the
     assert kept == kept_the_small_way
     assert kept.file(claimed).references[0].job_id == "job"
     assert undone == a_table_with_history()
+
+
+def test_a_bulk_add_files_of_names_past_ascii_that_utf_8_stores_is_taken_as_a_small_one_is(
+    the_small_way: Callable[[], None],
+) -> None:
+    references = bulk_references()
+    references[500] = ref("tables/t/data/partition=p1/été-𝄞.parquet", "p1")
+    bulk, small = both_ways(AddFiles(tuple(references)), the_small_way)
+
+    assert bulk == small
+    assert bulk.file("tables/t/data/partition=p1/été-𝄞.parquet").references[0].partition_id == "p1"
+
+
+def test_a_bulk_add_files_is_the_same_value_after_it_is_validated_and_applied_and_applies_again_alike() -> None:
+    transaction, twin = AddFiles(tuple(bulk_references())), AddFiles(tuple(bulk_references()))
+    first = a_table_with_history()
+    transaction.validate(first)  # transposes its references, kept for apply
+
+    assert transaction == twin and hash(transaction) == hash(twin)
+    commit(first, transaction, 3_000)
+    second = commit(a_table_with_history(), transaction, 3_000)
+    assert first == second == commit(a_table_with_history(), twin, 3_000)
+    assert transaction == twin and hash(transaction) == hash(twin)
+    # Validated again against a state that now holds its files, it is rejected.
+    with pytest.raises(FileAlreadyExistsError):
+        transaction.validate(first)

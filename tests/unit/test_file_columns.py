@@ -25,6 +25,11 @@ def files_named(names: list[str]) -> list[TableFile]:
     return [TableFile(name, (ref(name, "root", rows=i + 1),), 1_000 + i) for i, name in enumerate(names)]
 
 
+def hash_of_name(name: str) -> int:
+    """A name's hash computed one name at a time, as a lookup on the commit path does."""
+    return file_columns._hash_of(*split_filename(name), file_columns.ALL_HASH_BITS)
+
+
 NAMES = [f"tables/t/data/partition=p{i % 7}/{i:04d}.parquet" for i in range(200)] + ["bare.parquet"]
 
 
@@ -45,9 +50,9 @@ def test_a_filename_splits_into_its_directory_and_base_name() -> None:
 
 def test_names_split_again_after_the_list_they_came_in_changed() -> None:
     names = ["a/b.parquet", "c/d.parquet"]
-    assert split_filenames(names)[1].to_pylist() == ["b.parquet", "d.parquet"]
+    assert split_filenames(names).base_names.to_pylist() == ["b.parquet", "d.parquet"]
     names[0] = "a/changed.parquet"
-    assert split_filenames(names)[1].to_pylist() == ["changed.parquet", "d.parquet"]
+    assert split_filenames(names).base_names.to_pylist() == ["changed.parquet", "d.parquet"]
 
 
 def test_names_split_as_a_column_as_they_do_one_by_one() -> None:
@@ -61,10 +66,14 @@ def test_names_split_as_a_column_as_they_do_one_by_one() -> None:
         "𝄞/",
         "tables/t/data/partition=p/f.parquet",
     ]
-    directories, base_names = split_filenames(names)
-    assert list(zip(directories.to_pylist(), base_names.to_pylist(), strict=True)) == [
+    split = split_filenames(names)
+    directories = split.directories.take(pa.array(split.directory_codes)).to_pylist()
+    assert list(zip(directories, split.base_names.to_pylist(), strict=True)) == [
         split_filename(name) for name in names
     ]
+    assert len(set(split.directories.to_pylist())) == len(split.directories)  # each directory once
+    assert split.hashes.tolist() == [hash_of_name(name) for name in names]
+    assert split.hashes[split.order].tolist() == sorted(split.hashes.tolist())
 
 
 @pytest.mark.parametrize("hash_mask", [(1 << 64) - 1, 0x3, 0x0])
