@@ -226,7 +226,7 @@ def test_a_bulk_add_files_of_names_past_ascii_that_utf_8_stores_is_taken_as_a_sm
     assert bulk.file("tables/t/data/partition=p1/été-𝄞.parquet").references[0].partition_id == "p1"
 
 
-def test_a_bulk_add_files_is_the_same_value_after_it_is_validated_and_applied_and_applies_again_alike() -> None:
+def test_a_bulk_add_files_is_the_same_value_after_validate_and_apply_and_applies_again_alike() -> None:
     transaction, twin = AddFiles(tuple(bulk_references())), AddFiles(tuple(bulk_references()))
     first = a_table_with_history()
     transaction.validate(first)  # transposes its references, kept for apply
