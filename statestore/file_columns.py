@@ -133,6 +133,12 @@ def split_filenames(filenames: Sequence[str]) -> SplitNames:
     return split
 
 
+def forget_split_filenames() -> None:
+    """Drop the names split last (a bulk AddFiles' names, and a copy of the list of them) once used."""
+    global _last_split
+    _last_split = ((), None)
+
+
 def _split_filenames(filenames: Sequence[str]) -> SplitNames:
     names = pa.array(filenames, pa.large_string())  # a batch's names may pass 2 GB
     parts = pc.split_pattern(names, "/", max_splits=1, reverse=True)

@@ -20,7 +20,7 @@ from statestore.errors import (
     PartitionNotFoundError,
     TransactionValidationError,
 )
-from statestore.file_columns import FileColumns
+from statestore.file_columns import FileColumns, forget_split_filenames
 from statestore.files import FileReference, TableFile
 from statestore.reference_checks import (
     check_epoch_ms,
@@ -47,7 +47,7 @@ def _well_formed_names(state: TableState, transaction: AddFiles) -> tuple[tuple[
     must be checked one by one, which finds and names what is wrong."""
     if set(map(type, transaction.references)) != {FileReference}:
         return None
-    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = transaction.columns()
+    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = transaction._reference_columns()
     if set(map(type, filenames)) != {str}:
         return None
     names = set(filenames)
@@ -88,13 +88,14 @@ class AddFiles(Transaction):
     references: tuple[FileReference, ...]
     unreferenced_files: tuple[str, ...] = ()
 
-    def columns(self) -> tuple[tuple[Any, ...], ...]:
+    def _reference_columns(self) -> tuple[tuple[Any, ...], ...]:
         """The references' fields as columns (filenames, partition ids, rows...), transposed once and kept
         until :meth:`apply`: a bulk AddFiles reads them in validate, then in apply. The references are
         FileReferences (their types checked)."""
         columns = self.__dict__.get("_columns")  # not a field: no part of the transaction's value
         if columns is None:
-            columns = self.__dict__["_columns"] = tuple(zip(*self.references, strict=True))
+            transposed = tuple(zip(*self.references, strict=True)) or ((),) * len(FileReference._fields)
+            columns = self.__dict__["_columns"] = transposed
         return cast(tuple[tuple[Any, ...], ...], columns)
 
     def validate(self, state: TableState) -> None:
@@ -149,11 +150,13 @@ class AddFiles(Transaction):
         # A bulk AddFiles makes two objects per reference: see collector_paused.
         with collector_paused():
             self._apply(state, update_time)
-        self.__dict__.pop("_columns", None)  # its last use: see columns
+        # Their last use: neither the columns nor the split of the names outlive the transaction's apply.
+        self.__dict__.pop("_columns", None)
+        forget_split_filenames()
 
     def _apply(self, state: TableState, update_time: int) -> None:
         if len(self.references) >= _MANY_REFERENCES:
-            names, partitions, rows, approximate, whole_file, _, _ = self.columns()
+            names, partitions, rows, approximate, whole_file, _, _ = self._reference_columns()
             if len(set(names)) == len(names):  # one reference per file: straight into columns
                 added = FileColumns.of_new_files(
                     names, partitions, rows, approximate, whole_file, self.unreferenced_files, update_time

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from statestore import file_columns
 from statestore import state as state_module
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import (
@@ -239,3 +240,17 @@ def test_a_bulk_add_files_is_the_same_value_after_validate_and_apply_and_applies
     # Validated again against a state that now holds its files, it is rejected.
     with pytest.raises(FileAlreadyExistsError):
         transaction.validate(first)
+
+
+def test_a_bulk_add_files_applied_leaves_no_copy_of_its_names_or_fields_behind() -> None:
+    # What validate prepared for apply (the fields transposed, the names split and hashed) is a batch's size
+    # again: a committer holding it after the commit would hold a million names for nothing.
+    transaction = AddFiles(tuple(bulk_references()))
+    state = a_table_with_history()
+    transaction.validate(state)
+    assert file_columns._last_split[1] is not None  # the split validate made, for apply
+
+    transaction.apply(state, 3_000)
+
+    assert file_columns._last_split[1] is None
+    assert "_columns" not in vars(transaction)
