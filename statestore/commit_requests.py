@@ -24,6 +24,7 @@ from typing import Any
 from statestore import layout, resources
 from statestore.clock import now_millis
 from statestore.codec.transaction_json import transaction_from_json, transaction_to_json
+from statestore.collector import collector_paused, collector_paused_for_body
 from statestore.errors import BlobNotFoundError, CodecError, StoreUnavailableError
 from statestore.ports import BlobStore, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
 from statestore.transactions import TRANSACTION_TYPES, Transaction, TransactionBatch
@@ -102,16 +103,18 @@ class RequestEnvelope:
         Raises CodecError if the body is malformed, missing or of another type than the envelope says;
         StateStoreError (e.g. StoreUnavailableError) if the blob store fails.
         """
-        data = self.transaction_json
-        if data is None:
+        if self.transaction_json is not None:
+            transaction = transaction_from_json(self.transaction_json)
+        else:
             raw = body if body is not None else self.read_body(blobs)
-            try:
-                data = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as e:
-                raise CodecError(
-                    f"commit request {self.request_id!r}: body {self.body_key!r} is not JSON: {e}"
-                ) from e
-        transaction = transaction_from_json(data)
+            with collector_paused_for_body(len(raw)):
+                try:
+                    data = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                    raise CodecError(
+                        f"commit request {self.request_id!r}: body {self.body_key!r} is not JSON: {e}"
+                    ) from e
+                transaction = transaction_from_json(data)
         if transaction.TYPE != self.transaction_type:
             raise CodecError(
                 f"commit request {self.request_id!r} says it holds a {self.transaction_type!r} transaction "
@@ -159,7 +162,8 @@ def encode_request(
 
 
 def _transaction_text(transaction: Transaction) -> str:
-    return json.dumps(transaction_to_json(transaction), separators=(",", ":"))
+    with collector_paused():  # a bulk AddFiles is written as a list per reference, all short-lived
+        return json.dumps(transaction_to_json(transaction), separators=(",", ":"))
 
 
 def parse_request(body: str) -> RequestEnvelope:

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from statestore.collector import collector_paused
 from statestore.errors import CodecError
 from statestore.files import FileReference
 from statestore.partitions import Partition
@@ -36,6 +37,9 @@ FORMAT_VERSION = 1
 # Bodies below this size are stored as they are: zlib's header and dictionary-less start make small bodies
 # barely smaller (or larger), and a readable body helps whoever inspects the log.
 COMPRESS_ABOVE_BYTES = 256
+# zlib's default. A bulk AddFiles' body is mostly random file names: level 9 made a 9.5 MB body 0.3% smaller
+# than this level does, in 1.7 times the time (0.34 s against 0.20 s for 100,000 references).
+COMPRESSION_LEVEL = 6
 
 T = TypeVar("T")
 
@@ -47,11 +51,12 @@ def encode_transaction(txn: Transaction) -> tuple[bytes, bool]:
     Raises CodecError if the transaction holds a value JSON cannot carry (e.g. a float key).
     """
     try:
-        body = json.dumps(transaction_to_json(txn), separators=(",", ":")).encode("ascii")
+        with collector_paused():  # a bulk AddFiles is written as a list per reference, all short-lived
+            body = json.dumps(transaction_to_json(txn), separators=(",", ":")).encode("ascii")
     except (TypeError, ValueError) as e:
         raise CodecError(f"cannot write {txn.TYPE} as JSON: {e}") from e
     if len(body) > COMPRESS_ABOVE_BYTES:
-        compressed = zlib.compress(body, 9)
+        compressed = zlib.compress(body, COMPRESSION_LEVEL)
         if len(compressed) < len(body):
             return compressed, True
     return body, False

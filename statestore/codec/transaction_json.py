@@ -36,6 +36,7 @@ from statestore.codec.json_encoding import (
     encode_transaction,
     transaction_to_json,
 )
+from statestore.collector import collector_paused_for_body
 from statestore.errors import CodecError, InvalidPartitionTreeError
 from statestore.files import FileReference
 from statestore.partitions import Partition, Range, Region
@@ -86,15 +87,16 @@ def decode_transaction(
             body = zlib.decompress(body)
         except zlib.error as e:
             raise CodecError(f"transaction body is marked compressed but is not valid zlib data: {e}") from e
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise CodecError(f"transaction body is not UTF-8: {e}") from e
-    except ValueError as e:  # JSONDecodeError, or an integer too long to convert
-        raise CodecError(f"transaction body is not valid JSON: {e}") from e
-    except RecursionError as e:
-        raise CodecError("transaction body is nested too deeply to be a transaction") from e
-    return transaction_from_json(data, attachments)
+    with collector_paused_for_body(len(body)):
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise CodecError(f"transaction body is not UTF-8: {e}") from e
+        except ValueError as e:  # JSONDecodeError, or an integer too long to convert
+            raise CodecError(f"transaction body is not valid JSON: {e}") from e
+        except RecursionError as e:
+            raise CodecError("transaction body is nested too deeply to be a transaction") from e
+        return transaction_from_json(data, attachments)
 
 
 def decode_entry(entry: LogEntry) -> Transaction:

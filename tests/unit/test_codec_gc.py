@@ -1,4 +1,4 @@
-"""The snapshot codec leaves a host process's garbage collector as it found it, unless the process opts in.
+"""The codecs leave a host process's garbage collector as they found it; the snapshot codec may freeze it.
 
 ``gc.freeze`` freezes everything a process holds, so the library never calls it on its own: a Spark driver
 or a user's application that loads a state keeps its collector untouched. A Lambda container (a process of
@@ -8,6 +8,7 @@ ours) opts in through :func:`freeze_loaded_states`.
 from __future__ import annotations
 
 import gc
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,13 @@ import pytest
 from lambdas import _runtime
 from statestore.codec import parquet
 from statestore.codec.parquet import freeze_loaded_states, state_from_parquet, state_to_parquet
+from statestore.codec.transaction_json import decode_transaction, encode_transaction
+from statestore.collector import MANY_OBJECTS_BODY_BYTES
+from statestore.commit_requests import RequestEnvelope
+from statestore.errors import CodecError
+from statestore.files import FileReference
+from statestore.memory import InMemoryBlobStore
+from statestore.transactions import AddFiles
 from tests.builders import LONG_SCHEMA, new_state
 
 
@@ -69,3 +77,57 @@ def test_a_lambda_container_opts_in_when_it_builds_its_runtime(monkeypatch: pyte
     assert _runtime.runtime() == "rt"
     assert built == ["names"]
     assert parquet._freeze_loaded_states is True
+
+
+def _bulk_add_files(count: int) -> AddFiles:
+    return AddFiles(
+        tuple(FileReference(f"tables/t/data/p/{i:06d}.parquet", "root", 1 + i) for i in range(count))
+    )
+
+
+class _Collections:
+    """Counts the cycle collector's runs while it is installed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        self.count += phase == "start"
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def test_a_big_body_is_written_and_read_with_the_collector_paused_and_put_back_as_it_was() -> None:
+    transaction = _bulk_add_files(20_000)  # an object per reference each way: ~30 collections unpaused
+    envelope = RequestEnvelope("r", "t", "AddFiles", body_key="k")
+    for enabled in (True, False):
+        gc.enable() if enabled else gc.disable()
+        with _Collections() as collections:
+            body, compressed = encode_transaction(transaction)
+        # At most the one a paused collector owes when it is switched back on, and none if it was off.
+        assert collections.count <= enabled
+        with _Collections() as collections:
+            decoded = decode_transaction(body, compressed)
+        assert collections.count <= enabled
+        with _Collections() as collections:
+            from_the_bucket = envelope.transaction(InMemoryBlobStore(), zlib.decompress(body))
+        assert collections.count <= enabled
+        assert decoded == from_the_bucket == transaction
+        assert gc.isenabled() is enabled
+
+
+def test_a_big_body_that_is_not_a_transaction_is_refused_and_the_collector_is_back_on() -> None:
+    gc.enable()
+    body, compressed = encode_transaction(_bulk_add_files(5_000))
+    broken = zlib.decompress(body)[:-2] if compressed else body[:-2]
+    assert len(broken) >= MANY_OBJECTS_BODY_BYTES
+    with pytest.raises(CodecError, match="not valid JSON"):
+        decode_transaction(broken, compressed=False)
+    with pytest.raises(CodecError, match="is not JSON"):
+        RequestEnvelope("r", "t", "AddFiles", body_key="k").transaction(InMemoryBlobStore(), broken)
+    assert gc.isenabled()
