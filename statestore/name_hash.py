@@ -45,8 +45,11 @@ def hash_directory(directory: str) -> int:
 
 def hash_bytes(data: bytes) -> int:
     length = len(data)
-    h = (_SEED ^ (length * _LENGTH_MIX)) & _MASK
-    for word in _words(data + bytes(-length % 8)):  # the last word zero-padded
+    prepared = _by_length.get(length)
+    if prepared is None:
+        prepared = _prepare(length)
+    h, padding, unpack = prepared
+    for word in unpack(data + padding):  # the last word zero-padded
         h = ((h ^ word) * _WORD_MIX) & _MASK
         h ^= h >> 32
     h ^= h >> 29
@@ -54,16 +57,22 @@ def hash_bytes(data: bytes) -> int:
     return h ^ (h >> 32)
 
 
-_unpackers: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+# By length: the starting value, the padding to a whole word and the reader of the words (a lookup hashes
+# names of a few lengths again and again). Bounded: names of every length would not grow it past this.
+_by_length: dict[int, tuple[int, bytes, Callable[[bytes], tuple[int, ...]]]] = {}
+_LENGTHS_KEPT = 1024
 
 
-def _words(padded: bytes) -> tuple[int, ...]:
-    """The little-endian 64-bit words of ``padded`` (a multiple of 8 bytes long)."""
-    count = len(padded) >> 3
-    unpack = _unpackers.get(count)
-    if unpack is None:
-        unpack = _unpackers[count] = struct.Struct(f"<{count}Q").unpack
-    return unpack(padded)
+def _prepare(length: int) -> tuple[int, bytes, Callable[[bytes], tuple[int, ...]]]:
+    if len(_by_length) >= _LENGTHS_KEPT:
+        _by_length.clear()
+    words = (length + 7) >> 3
+    prepared = _by_length[length] = (
+        (_SEED ^ (length * _LENGTH_MIX)) & _MASK,
+        bytes(-length % 8),
+        struct.Struct(f"<{words}Q").unpack,
+    )
+    return prepared
 
 
 def hash_strings(strings: pa.Array) -> np.ndarray:

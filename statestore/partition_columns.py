@@ -17,10 +17,12 @@ import pyarrow.compute as pc
 
 from statestore.errors import InvalidPartitionTreeError
 from statestore.file_columns import StringColumn, one_array
+from statestore.hash_search import HashSearch
 from statestore.partitions import Partition, Range, Region
 
 _ALL_BITS = (1 << 64) - 1
 _RECENT_ROWS = 4096  # ids looked up lately, remembered (see PartitionColumns.row_of)
+_ABSENT: Any = object()
 
 
 class PartitionColumns:
@@ -39,6 +41,7 @@ class PartitionColumns:
         # Partitions made lately, by row: the commit path asks for the same few leaves again and again.
         self._made: dict[int, Partition] = {}
         self._rows_by_id: dict[str, int | None] = {}  # ids looked up lately (see row_of)
+        self._hash_search: HashSearch | None = None  # made on the first search (see row_of)
         self._scalars = _ScalarReaders(self._table, dimensions)
 
     def __len__(self) -> int:
@@ -60,24 +63,25 @@ class PartitionColumns:
         # The columns never change, so neither does an id's row: the commit path looks up the same
         # few partitions again and again (a leaf written to, its parent on a split). Kept small.
         rows = self._rows_by_id
-        if partition_id in rows:
-            return rows[partition_id]
+        row = rows.get(partition_id, _ABSENT)
+        if row is not _ABSENT:
+            return row
         if len(rows) >= _RECENT_ROWS:
             rows.clear()
-        row = rows[partition_id] = self._search(partition_id)
-        return row
-
-    def _search(self, partition_id: str) -> int | None:
         h = hash(partition_id) & _ALL_BITS
-        hashes = self._sorted_hashes
-        position = int(hashes.searchsorted(np.uint64(h)))
-        wanted = partition_id.encode()
-        while position < len(hashes) and int(hashes[position]) == h:  # several rows only on a collision
-            row = int(self._rows_by_hash[position])
-            if self._id_strings.bytes_at(row) == wanted:
-                return row
+        search = self._hash_search
+        if search is None:
+            search = self._hash_search = HashSearch(self._sorted_hashes)
+        position, count = search.position(h), len(search)
+        row = None
+        while position < count and search.at(position) == h:  # several rows only on a collision
+            candidate = self._rows_by_hash.item(position)
+            if self._id_strings.bytes_at(candidate) == partition_id.encode():
+                row = candidate
+                break
             position += 1
-        return None
+        rows[partition_id] = row
+        return row
 
     def ids(self, rows: np.ndarray | None = None) -> list[str]:
         ids = self._table.column("id")

@@ -69,7 +69,7 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
         and type(approximate) is bool
         and type(whole_file) is bool
     ):
-        if partition_id not in state.partitions_by_id:
+        if not state.has_partition(partition_id):
             raise PartitionNotFoundError(partition_id)
         return
     check_new_filename(ref.filename, "a file reference")

@@ -100,6 +100,14 @@ class TableState:
                     shadowed += 1
         self._partition_count = (0 if base is None else len(base)) + len(changed) - shadowed
 
+    def has_partition(self, partition_id: str) -> bool:
+        """``partition_id in self.partitions_by_id``, without making the view: a check every new reference
+        makes on the commit path."""
+        if partition_id in self._partitions:
+            return True
+        base = self._partition_base
+        return base is not None and base.row_of(partition_id) is not None
+
     @property
     def partitions_by_id(self) -> Mapping[str, Partition]:
         """Every partition by id: read-only (change them through the mutators)."""
