@@ -87,7 +87,9 @@ def decode_transaction(
             body = zlib.decompress(body)
         except zlib.error as e:
             raise CodecError(f"transaction body is marked compressed but is not valid zlib data: {e}") from e
-    with collector_paused_for_body(len(body)):
+    # A batch entry's items may be attached bodies (a bulk request's, by key): they are decoded here too.
+    attached_bytes = sum(map(len, attachments.values())) if attachments else 0
+    with collector_paused_for_body(len(body) + attached_bytes):
         try:
             data = json.loads(body.decode("utf-8"))
         except UnicodeDecodeError as e:

@@ -8,6 +8,7 @@ ours) opts in through :func:`freeze_loaded_states`.
 from __future__ import annotations
 
 import gc
+import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -17,13 +18,19 @@ import pytest
 from lambdas import _runtime
 from statestore.codec import parquet
 from statestore.codec.parquet import freeze_loaded_states, state_from_parquet, state_to_parquet
-from statestore.codec.transaction_json import decode_transaction, encode_transaction
+from statestore.codec.transaction_json import (
+    decode_entry,
+    decode_transaction,
+    encode_transaction,
+    transaction_to_json,
+)
 from statestore.collector import MANY_OBJECTS_BODY_BYTES
 from statestore.commit_requests import RequestEnvelope
 from statestore.errors import CodecError
 from statestore.files import FileReference
 from statestore.memory import InMemoryBlobStore
-from statestore.transactions import AddFiles
+from statestore.ports import LogEntry
+from statestore.transactions import AddFiles, BatchItem, TransactionBatch
 from tests.builders import LONG_SCHEMA, new_state
 
 
@@ -130,4 +137,19 @@ def test_a_big_body_that_is_not_a_transaction_is_refused_and_the_collector_is_ba
         decode_transaction(broken, compressed=False)
     with pytest.raises(CodecError, match="is not JSON"):
         RequestEnvelope("r", "t", "AddFiles", body_key="k").transaction(InMemoryBlobStore(), broken)
+    assert gc.isenabled()
+
+
+def test_a_log_entry_whose_bulk_body_is_attached_is_read_with_the_collector_paused() -> None:
+    # A group commit's entry holds a bulk request by its key: the entry is small, its attachment is not.
+    bulk, key = _bulk_add_files(20_000), "tables/t/log/requests/r2.json"
+    entry_body, compressed = encode_transaction(TransactionBatch((BatchItem("r2", bulk, key),)))
+    attached = json.dumps(transaction_to_json(bulk)).encode()
+    assert len(entry_body) < MANY_OBJECTS_BODY_BYTES <= len(attached)
+    entry = LogEntry(7, 1_700_000_000_000, "Batch", entry_body, compressed, "w", ((key, attached),))
+    gc.enable()
+    with _Collections() as collections:
+        decoded = decode_entry(entry)
+    assert collections.count <= 1  # at most the one owed when the collector is switched back on
+    assert isinstance(decoded, TransactionBatch) and decoded.items[0].transaction == bulk
     assert gc.isenabled()
