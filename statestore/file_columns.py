@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from statestore.files import FileReference, TableFile
 from statestore.hash_search import HashSearch
-from statestore.name_hash import hash_bytes, hash_directory, hash_string, hash_strings
+from statestore.name_hash import hash_bytes, hash_directory, hash_strings
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
 _MIX_INT = int(_MIX)
@@ -61,9 +61,10 @@ def split_filename(filename: str) -> tuple[str, str]:
     return filename[:cut], filename[cut:]
 
 
-def _hash_of(directory: str, base_name: str, mask: int) -> int:
-    # The scalar twin of _combined_hashes (uint64 arithmetic, wrapping).
-    return (hash_directory(directory) * _MIX_INT + hash_string(base_name)) & _ALL_BITS & mask
+def _hash_of(directory: str, base_bytes: bytes, mask: int) -> int:
+    # The scalar twin of _combined_hashes (uint64 arithmetic, wrapping); the base name as its UTF-8 bytes,
+    # which a lookup compares with the stored name's after.
+    return (hash_directory(directory) * _MIX_INT + hash_bytes(base_bytes)) & _ALL_BITS & mask
 
 
 class StringColumn:
@@ -332,11 +333,10 @@ class FileColumns:
             return row
         if len(recent) >= _RECENT_ROWS:
             recent.clear()
-        cut = filename.rfind("/") + 1  # split_filename and _hash_of, inline: the commit path's every lookup
-        directory, base_name = filename[:cut], filename[cut:]
+        directory, base_name = split_filename(filename)
         try:
             base_bytes = base_name.encode()
-            h = (hash_directory(directory) * _MIX_INT + hash_bytes(base_bytes)) & _ALL_BITS & self._hash_mask
+            h = _hash_of(directory, base_bytes, self._hash_mask)
         except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so no columns can hold the name
             row = recent[filename] = None
             return row
@@ -377,7 +377,8 @@ class FileColumns:
         count = len(self._sorted_hashes)
         for position in np.linspace(0, count - 1, min(samples, count)).astype(np.int64).tolist():
             name = self.filename(int(self._rows_by_hash[position]))
-            if _hash_of(*split_filename(name), self._hash_mask) != int(self._sorted_hashes[position]):
+            directory, base_name = split_filename(name)
+            if _hash_of(directory, base_name.encode(), self._hash_mask) != int(self._sorted_hashes[position]):
                 return name
         return None
 

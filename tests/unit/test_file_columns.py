@@ -27,7 +27,8 @@ def files_named(names: list[str]) -> list[TableFile]:
 
 def hash_of_name(name: str) -> int:
     """A name's hash computed one name at a time, as a lookup on the commit path does."""
-    return file_columns._hash_of(*split_filename(name), file_columns.ALL_HASH_BITS)
+    directory, base_name = split_filename(name)
+    return file_columns._hash_of(directory, base_name.encode(), file_columns.ALL_HASH_BITS)
 
 
 NAMES = [f"tables/t/data/partition=p{i % 7}/{i:04d}.parquet" for i in range(200)] + ["bare.parquet"]
