@@ -220,6 +220,7 @@ class FileColumns:
         self._hash_search: HashSearch | None = None  # made on the first lookup of one name (row_of)
         self._recent_rows: dict[str, Any] = {}  # filename -> row (None: not held), see row_of
         self._recent_files: dict[int, TableFile] = {}  # row -> the file made lately, see table_file
+        self._job_codes_by_id: dict[str, list[int]] | None = None  # made on first use (job_codes_of)
         self._last_search: tuple[list[str], list[int | None]] = ([], [])  # see rows_of
 
     # --- building ---------------------------------------------------------------------------------
@@ -394,6 +395,16 @@ class FileColumns:
                 return name
             seen.add(name)
         return None
+
+    def job_codes_of(self, job_ids: Iterable[str]) -> list[int]:
+        """The codes in ``job_codes`` of those of ``job_ids`` these columns name (a release of claims asks
+        for a few jobs among thousands; the dictionary of them is made on the first call)."""
+        by_id = self._job_codes_by_id
+        if by_id is None:
+            by_id = self._job_codes_by_id = {}
+            for code, job_id in enumerate(self.job_ids):
+                by_id.setdefault(job_id, []).append(code)
+        return [code for job_id in job_ids for code in by_id.get(job_id, ())]
 
     def rows_of(self, filenames: Sequence[str]) -> list[int | None]:
         """:meth:`row_of` of each name, with one vectorised search for all of them."""

@@ -19,6 +19,7 @@ past a fraction of the base, and no undo journal is open, it is folded into a ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -38,6 +39,7 @@ from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
 _ABSENT: Any = object()  # in an undo record: the key was not there before
+_JOB_ID = attrgetter("job_id")
 # The overlay is folded into the base when it holds more files than this, and more than a quarter of the
 # base's: folding costs in proportion to the table, so it happens after changes of a similar size.
 FOLD_MIN_FILES = 65_536
@@ -302,12 +304,46 @@ class TableState:
 
     def claimed_references(self, before: int | None = None) -> dict[str, list[FileReference]]:
         """References assigned to a job, by job id; with ``before`` (epoch ms) only claims made before it
-        (a claimed reference's ``last_update_time`` is when it was claimed)."""
+        (a claimed reference's ``last_update_time`` is when it was claimed). An object is made for each
+        claimed reference only, not for every reference of the table."""
+        base = self._base
+        selected = base.job_codes >= 0
+        if before is not None:
+            selected &= base.reference_times < before
         out: dict[str, list[FileReference]] = {}
-        for ref in self.file_references():
-            if ref.job_id is not None and (before is None or ref.last_update_time < before):
-                out.setdefault(ref.job_id, []).append(ref)
+        for ref in self._base_references_where(selected):
+            out.setdefault(cast(str, ref.job_id), []).append(ref)
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if ref.job_id is not None and (before is None or ref.last_update_time < before):
+                    out.setdefault(ref.job_id, []).append(ref)
         return out
+
+    def files_claimed_by(self, job_ids: Iterable[str], before: int | None = None) -> list[TableFile]:
+        """The files with a reference claimed by one of ``job_ids`` (with ``before``, claimed before that
+        time): what a ``ReleaseClaims`` rewrites, found by a pass over the base's columns, with an object
+        made for each such file only."""
+        jobs = set(job_ids)
+        base = self._base
+        codes = base.job_codes_of(jobs)
+        files: list[TableFile] = []
+        if codes:
+            selected = np.isin(base.job_codes, codes)
+            if before is not None:
+                selected &= base.reference_times < before
+            rows = np.unique(base.file_rows_of_references(np.flatnonzero(selected)))
+            files = base.table_files(rows[~self._shadowed[rows]])
+
+        # The changed files: those naming one of the jobs (a test in C), then, if a time is given, those
+        # with such a claim made before it.
+        changed = [f for f in self._changed_files() if not jobs.isdisjoint(map(_JOB_ID, f.references))]
+        if before is not None:
+            changed = [
+                f
+                for f in changed
+                if any(r.job_id in jobs and r.last_update_time < before for r in f.references)
+            ]
+        return files + changed
 
     def is_assigned(self, job_id: str, partition_id: str, filenames: Iterable[str]) -> bool:
         """Whether compaction job ``job_id`` holds its claim: every file's reference in ``partition_id`` is

@@ -281,13 +281,17 @@ class ReleaseClaims(Transaction):
         def released(ref: FileReference) -> bool:
             return ref.job_id in jobs and (before is None or ref.last_update_time < before)
 
-        changed = [f for f in state.files_by_name.values() if any(map(released, f.references))]
-        for table_file in changed:
-            refs = tuple(
-                r._replace(job_id=None, last_update_time=update_time) if released(r) else r
-                for r in table_file.references
+        # Only the files holding such a claim are read: a release costs what it changes, not the table.
+        state.put_files(
+            table_file.with_references(
+                tuple(
+                    r._replace(job_id=None, last_update_time=update_time) if released(r) else r
+                    for r in table_file.references
+                ),
+                update_time,
             )
-            state.put_file(table_file.with_references(refs, update_time))
+            for table_file in state.files_claimed_by(jobs, before)
+        )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ and a job whose claim was released or taken over can no longer commit its replac
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from statestore.errors import (
@@ -11,15 +12,18 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     InvalidTransactionError,
 )
+from statestore.file_columns import FileColumns
+from statestore.files import FileReference, TableFile
 from statestore.state import TableState
 from statestore.transactions import (
+    AddFiles,
     AssignJobIdRequest,
     AssignJobIds,
     ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import commit, ref
+from tests.builders import STRING_SCHEMA, commit, new_state, ref
 from tests.unit.test_transactions import T0, assert_rejected, standard_state
 
 CLAIMED_AT = 5_000  # job1 claims a and b in p1 then; job2 claims c in p2 at LATER
@@ -204,3 +208,99 @@ def test_claimed_references_groups_claims_by_job_and_filters_by_claim_time() -> 
     assert by_job == {"job1": ["a.parquet", "b.parquet"], "job2": ["c.parquet"]}
     assert old == {"job1": ["a.parquet", "b.parquet"]}
     assert state.claimed_references(CLAIMED_AT) == {}
+
+
+# --- found from the columns, not by a scan of every file ----------------------------------------------
+
+
+def mixed_state() -> TableState:
+    """Claims in the columns (folded: job1's at 5,000, job5's at 9,500) and in the overlay: a base file
+    claimed since the fold, a base file whose claim was released and made again, a file added since."""
+    state = claimed_state()
+    commit(state, AddFiles((ref("d.parquet", "p1"), ref("e.parquet", "p2"))), LATER)
+    commit(state, AssignJobIds((AssignJobIdRequest("job5", "p2", ("e.parquet",)),)), 9_500)
+    state.file_columns()  # folds every file into the columns
+    assert state.files_by_name  # (the view still serves them)
+    commit(state, AssignJobIds((AssignJobIdRequest("job3", "p1", ("d.parquet",)),)), 10_000)
+    commit(state, ReleaseClaims(("job2",)), 10_500)  # c.parquet: its base row now shadowed
+    commit(state, AssignJobIds((AssignJobIdRequest("job2", "p2", ("c.parquet",)),)), 11_000)
+    commit(state, AddFiles((ref("f.parquet", "p2"),)), 11_000)
+    commit(state, AssignJobIds((AssignJobIdRequest("job4", "p2", ("f.parquet",)),)), 11_500)
+    return state
+
+
+def claims_by_scan(state: TableState, before: int | None) -> dict[str, list[FileReference]]:
+    out: dict[str, list[FileReference]] = {}
+    for table_file in state.files_by_name.values():
+        for r in table_file.references:
+            if r.job_id is not None and (before is None or r.last_update_time < before):
+                out.setdefault(r.job_id, []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("before", [None, CLAIMED_AT, CLAIMED_AT + 1, 9_500, 10_001, 11_000, 11_501])
+def test_claimed_references_are_those_a_scan_of_every_file_finds(before: int | None) -> None:
+    state = mixed_state()
+    assert state._overlay and state._base.file_count  # both kinds of files are searched
+
+    found = state.claimed_references(before)
+
+    assert {job: sorted(refs) for job, refs in found.items()} == {
+        job: sorted(refs) for job, refs in claims_by_scan(state, before).items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("jobs", "before"),
+    [
+        (("job1",), None),
+        (("job2", "job3"), None),
+        (("job1", "job2", "job4"), 11_000),
+        (("job1", "job5"), 9_000),
+        (("gone",), None),
+    ],
+)
+def test_files_claimed_by_are_those_a_scan_of_every_file_finds(
+    jobs: tuple[str, ...], before: int | None
+) -> None:
+    state = mixed_state()
+    expected = {
+        f.filename: f
+        for f in state.files_by_name.values()
+        if any(r.job_id in jobs and (before is None or r.last_update_time < before) for r in f.references)
+    }
+
+    found = state.files_claimed_by(jobs, before)
+
+    assert len(found) == len(expected) and {f.filename: f for f in found} == expected
+
+
+def test_a_release_makes_objects_only_for_the_files_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A table of a thousand files in columns, two of them claimed: the release reads those two, not the
+    # table (it used to make a TableFile of every file, seconds and hundreds of MB at a million).
+    state = new_state(
+        STRING_SCHEMA, ["m"], [ref(f"f{i:04}.parquet", "p1") for i in range(1000)], update_time=T0
+    )
+    commit(
+        state, AssignJobIds((AssignJobIdRequest("job1", "p1", ("f0007.parquet", "f0500.parquet")),)), 5_000
+    )
+    state.file_columns()
+    made: list[int] = []
+    real = FileColumns.table_files
+
+    def counting(self: FileColumns, rows: np.ndarray | None = None) -> list[TableFile]:
+        files = real(self, rows)
+        made.append(len(files))
+        return files
+
+    monkeypatch.setattr(FileColumns, "table_files", counting)
+
+    commit(state, ReleaseClaims(("job1",)), 6_000)
+
+    assert made == [2]
+    monkeypatch.undo()
+    assert state.claimed_references() == {}
+    assert state.file("f0007.parquet").references[0] == ref("f0007.parquet", "p1")._replace(
+        last_update_time=6_000
+    )
+    assert len(state.files_by_name) == 1000

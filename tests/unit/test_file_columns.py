@@ -309,3 +309,20 @@ def test_a_name_that_is_not_a_string_is_held_by_no_state_as_a_dict_would_say() -
         assert name not in state.files_by_name
         with pytest.raises(FileNotFoundInStateError):
             state.file(name)  # type: ignore[arg-type]
+
+
+def test_job_codes_of_finds_every_code_a_job_id_has_and_none_for_unknown_ids() -> None:
+    files = [
+        TableFile(name, (ref(name, "root", job_id=job),), 1)
+        for name, job in (("a", "job1"), ("b", "job2"), ("c", None), ("d", "job1"))
+    ]
+    columns = FileColumns.from_table_files(files)
+    code = {job: columns.job_ids.index(job) for job in ("job1", "job2")}
+
+    assert columns.job_codes_of(["job1"]) == [code["job1"]]
+    assert sorted(columns.job_codes_of(["job2", "job1", "unknown"])) == sorted(code.values())
+    assert columns.job_codes_of([]) == [] and columns.job_codes_of(["unknown"]) == []
+    # A dictionary that names a job twice (columns joined from parts): both of its codes are found.
+    twice = FileColumns.from_table_files(files)
+    twice.job_ids.append("job2")
+    assert twice.job_codes_of(["job2"]) == [code["job2"], len(twice.job_ids) - 1]
