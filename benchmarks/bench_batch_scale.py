@@ -9,7 +9,9 @@ A table of 1,000 references over 100 leaves is measured too (not judged): unlike
 search an index for each new file and partition, as the big table's do.
 
 Beside it, ``state.copy()`` of the big state is timed: what each group commit paid before a batch was tried
-on the live state with an undo journal. ``--profile`` prints where the big table's batches spend their time.
+on the live state with an undo journal. Batches of ``ReleaseClaims`` on the big table are timed too (not
+judged): a release must read the files holding the claims it frees, not every file of the table.
+``--profile`` prints where the big table's batches spend their time.
 
     python benchmarks/bench_batch_scale.py [--batches 300] [--references 1000000] [--profile]
 """
@@ -23,6 +25,7 @@ import pstats
 import random
 import sys
 import time
+from collections.abc import Callable
 
 from lambdas._runtime import Runtime
 from statestore.catalog import InMemoryTableIndex, TableInfo
@@ -39,7 +42,7 @@ from statestore.memory import (
 )
 from statestore.partitions import root_partition
 from statestore.snapshots import SnapshotStore
-from statestore.transactions import AddFiles, InitialisePartitions
+from statestore.transactions import AddFiles, InitialisePartitions, ReleaseClaims, Transaction
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_model import SCHEMA, big_state  # noqa: E402
@@ -48,6 +51,7 @@ BATCH = 10
 FILES_PER_REQUEST = 2
 TARGET_RATIO = 0.8  # big table's batches/s over the empty table's
 SMALL_REFERENCES, SMALL_LEAVES = 1_000, 100
+RELEASE_BATCHES = 30
 
 
 def in_memory_runtime() -> Runtime:
@@ -86,16 +90,34 @@ def big_table(rt: Runtime, references: int, leaves: int, name: str = "big") -> t
 
 def batches_of(table_id: str, leaf_ids: list[str], count: int, tag: str) -> list[list[ReceivedMessage]]:
     rng = random.Random(7)
+
+    def add_files(b: int, i: int) -> Transaction:
+        return AddFiles(
+            tuple(
+                FileReference(f"tables/{table_id}/data/{tag}-{b}-{i}-{f}.parquet", rng.choice(leaf_ids), 1000)
+                for f in range(FILES_PER_REQUEST)
+            )
+        )
+
+    return messages(table_id, count, tag, add_files)
+
+
+def release_batches_of(table_id: str, job_ids: list[str], count: int) -> list[list[ReceivedMessage]]:
+    """Batches of requests that each release one job's claims (``job_ids[i]``, in turn)."""
+    return messages(table_id, count, "release", lambda b, i: ReleaseClaims((job_ids[b * BATCH + i],)))
+
+
+def messages(
+    table_id: str, count: int, tag: str, transaction: Callable[[int, int], Transaction]
+) -> list[list[ReceivedMessage]]:
+    """``count`` batches of ``BATCH`` commit requests, request ``i`` of batch ``b`` committing
+    ``transaction(b, i)``."""
     now = time.time_ns() // 1_000_000
     out = []
     for b in range(count):
         batch = []
         for i in range(BATCH):
-            refs = tuple(
-                FileReference(f"tables/{table_id}/data/{tag}-{b}-{i}-{f}.parquet", rng.choice(leaf_ids), 1000)
-                for f in range(FILES_PER_REQUEST)
-            )
-            request = CommitRequest.new(table_id, AddFiles(refs))
+            request = CommitRequest.new(table_id, transaction(b, i))
             batch.append(ReceivedMessage(f"{tag}-{b}-{i}", encode_request(request), table_id, 1, now))
         out.append(batch)
     return out
@@ -113,9 +135,21 @@ def measure(
     rt: Runtime, table_id: str, leaf_ids: list[str], batches: int, profile: bool
 ) -> tuple[float, float]:
     """Batches per second (wall clock, CPU of this process), after one warm-up batch that loads the state."""
+    return timed(
+        rt, batches_of(table_id, leaf_ids, 1, "warm"), batches_of(table_id, leaf_ids, batches, "m"), profile
+    )
+
+
+def timed(
+    rt: Runtime,
+    warm_up: list[list[ReceivedMessage]],
+    plan: list[list[ReceivedMessage]],
+    profile: bool = False,
+) -> tuple[float, float]:
+    """Batches of ``plan`` per second (wall clock, CPU of this process) through a new committer, after the
+    batches of ``warm_up`` (which load the state)."""
     committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
-    drive(committer, batches_of(table_id, leaf_ids, 1, "warm"))
-    plan = batches_of(table_id, leaf_ids, batches, "m")
+    drive(committer, warm_up)
     gc.collect()
     profiler = cProfile.Profile() if profile else None
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -127,7 +161,7 @@ def measure(
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
-    return batches / wall, batches / cpu
+    return len(plan) / wall, len(plan) / cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +200,22 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     state = TransactionLogStateStore(big_id, SCHEMA, rt.log, rt.snapshots).state()
+    # Batches that release claims: each request frees one job's references (a failed compaction's), so a
+    # batch rewrites ~100 files of the big table. It must not read the other million.
+    claims = state.claimed_references()
+    job_ids = sorted(claims, key=lambda job: int(job.rsplit("-", 1)[1]))[: RELEASE_BATCHES * BATCH]
+    released = sum(len(claims[job]) for job in job_ids)
+    del claims
+    release_wall, release_cpu = timed(
+        rt,
+        batches_of(big_id, big_leaves, 1, "warm-release"),
+        release_batches_of(big_id, job_ids, RELEASE_BATCHES),
+    )
+    print(
+        f"  release batches ({BATCH} ReleaseClaims of one job each, "
+        f"{released / len(job_ids):.0f} references per job) on the big table: {release_wall:.1f} batches/s "
+        f"(CPU: {release_cpu:.1f} /s; not judged)"
+    )
     gc.collect()
     start, cpu_start = time.perf_counter(), time.process_time()
     state.copy()
