@@ -106,7 +106,7 @@ def plan_read(state: TableState, regions: Sequence[Region]) -> list[ReadPart]:
     for region in regions:
         for partition in state.partition_tree.overlapping(region):
             partitions[partition.id] = partition
-    by_partition = state.references_by_partition()
+    by_partition = state.references_in_partitions(partitions)
     parts = []
     for partition in sorted(partitions.values(), key=_region_order):
         restricted = intersect(partition.region, whole)

@@ -83,6 +83,11 @@ class PartitionColumns:
         rows[partition_id] = row
         return row
 
+    def rows_without_parent(self) -> np.ndarray:
+        """The rows of the partitions with no parent (int64): the root, in a valid tree."""
+        no_parent = pc.is_null(self._table.column("parent_id"))
+        return np.flatnonzero(no_parent.to_numpy(zero_copy_only=False))
+
     def ids(self, rows: np.ndarray | None = None) -> list[str]:
         ids = self._table.column("id")
         return list(ids.to_pylist() if rows is None else ids.take(pa.array(rows, pa.int64())).to_pylist())

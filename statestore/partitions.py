@@ -7,7 +7,7 @@ A split turns one leaf into two children that meet at the split point on one row
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from statestore.errors import (
@@ -293,14 +293,24 @@ def extend_tree(
 
 
 class PartitionTree:
-    """A read-only view over a ``{id: Partition}`` mapping that forms one tree."""
+    """A read-only view over a ``{id: Partition}`` mapping that forms one tree.
 
-    def __init__(self, partitions: Mapping[str, Partition]) -> None:
+    ``roots``, if given, returns the partitions with no parent without reading every partition (a state
+    held as columns finds them there); by default they are found by a pass over the mapping.
+    """
+
+    def __init__(
+        self, partitions: Mapping[str, Partition], roots: Callable[[], list[Partition]] | None = None
+    ) -> None:
         self._partitions = partitions
+        self._roots = roots
 
     @property
     def root(self) -> Partition:
-        roots = [p for p in self._partitions.values() if p.parent_id is None]
+        if self._roots is not None:
+            roots = self._roots()
+        else:
+            roots = [p for p in self._partitions.values() if p.parent_id is None]
         if len(roots) != 1:
             raise InvalidPartitionTreeError(f"expected exactly one root partition, found {len(roots)}")
         return roots[0]

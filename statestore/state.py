@@ -216,7 +216,17 @@ class TableState:
 
     @property
     def partition_tree(self) -> PartitionTree:
-        return PartitionTree(self.partitions_by_id)
+        return PartitionTree(self.partitions_by_id, self._root_partitions)
+
+    def _root_partitions(self) -> list[Partition]:
+        """The partitions with no parent (one, in a valid tree), found on the columns: a walk down the tree
+        (a query's partitions, a key's leaf) must not make an object of every partition to start."""
+        roots = [p for p in self._partitions.values() if p.parent_id is None]
+        base = self._partition_base
+        if base is None:
+            return roots
+        rows = base.rows_without_parent()
+        return [base.partition(row) for row in rows[~self._partition_shadowed[rows]].tolist()] + roots
 
     def partitions(self) -> list[Partition]:
         return list(self.partitions_by_id.values())
@@ -370,16 +380,32 @@ class TableState:
     def references_by_partition(self) -> dict[str, list[FileReference]]:
         """Every partition that has references, mapped to them."""
         out: dict[str, list[FileReference]] = {}
-        for ref in self.file_references():
-            out.setdefault(ref.partition_id, []).append(ref)
+        with collector_paused():  # an object per reference of the table, none of them garbage
+            for ref in self._base_references_where(np.ones(self._base.total_reference_count, np.bool_)):
+                out.setdefault(ref.partition_id, []).append(ref)
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                out.setdefault(ref.partition_id, []).append(ref)
+        return out
+
+    def references_in_partitions(self, partition_ids: Iterable[str]) -> dict[str, list[FileReference]]:
+        """The references on each of ``partition_ids`` that has any: what a query of a few partitions reads,
+        selected on the columns, with an object made for each of those references only."""
+        wanted = set(partition_ids)
+        base = self._base
+        codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
+        out: dict[str, list[FileReference]] = {}
+        if codes:
+            for ref in self._base_references_where(np.isin(base.partition_codes, codes)):
+                out.setdefault(ref.partition_id, []).append(ref)
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if ref.partition_id in wanted:
+                    out.setdefault(ref.partition_id, []).append(ref)
         return out
 
     def references_in_partition(self, partition_id: str) -> list[FileReference]:
-        base = self._base
-        codes = [code for code, p in enumerate(base.partition_ids) if p == partition_id]
-        return self._base_references_where(np.isin(base.partition_codes, codes)) + [
-            r for f in self._changed_files() for r in f.references if r.partition_id == partition_id
-        ]
+        return self.references_in_partitions((partition_id,)).get(partition_id, [])
 
     def files_ready_for_gc(self, before: int) -> list[str]:
         """Names of files with no references whose last update was before ``before`` (epoch ms)."""
