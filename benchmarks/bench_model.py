@@ -37,13 +37,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from spark_client.read_plan import plan_read
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.codec.transaction_json import decode_transaction, encode_transaction
 from statestore.files import FileReference, TableFile
 from statestore.partitions import partitions_from_split_points
 from statestore.schema import Schema
 from statestore.state import TableState
-from statestore.transactions import AddFiles, InitialisePartitions
+from statestore.transactions import AddFiles, InitialisePartitions, ReleaseClaims
 
 SCHEMA = Schema.of({"key": "string"}, sort_keys={"timestamp": "long"}, values={"value": "bytes"})
 BASE_TIME = 1_767_225_600_000  # 2026-01-01 in epoch ms
@@ -354,6 +355,29 @@ def bench_snapshot(report: Report, scale: Scale) -> None:
     equal = loaded == expected
     print(f"  loaded state equals the written one: {equal}")
     report.failed |= not equal
+    del expected
+    bench_few_partitions(report, loaded)
+
+
+def bench_few_partitions(report: Report, state: TableState) -> None:
+    """Work on a few partitions or jobs of the loaded table: each must cost what it reads, not the table."""
+    print("  on the loaded table, work that reads a few files (not judged; each made an object per file or")
+    print("  partition of the table until 2026-11-24: 10 s to plan a read, 8 s to release a claim at 1M):")
+    release = ReleaseClaims(("job-0",))  # big_state's first job: the first 10 references it made
+    claimed = state.files_claimed_by(release.job_ids)
+    leaf = state.partition(claimed[0].references[0].partition_id)  # a leaf with references
+    start = time.perf_counter()
+    parts = plan_read(state, [leaf.region])
+    report.figure(
+        f"plan a read of one leaf ({len(parts)} references), ms", (time.perf_counter() - start) * 1000, "ms"
+    )
+    start = time.perf_counter()
+    release.validate(state)
+    release.apply(state, BASE_TIME)
+    report.figure(
+        f"release one job's claims ({len(claimed)} files), ms", (time.perf_counter() - start) * 1000, "ms"
+    )
+    assert not state.files_claimed_by(release.job_ids)
 
 
 def report_fresh_load(
