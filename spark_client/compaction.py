@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from pyspark.sql import SparkSession
 
@@ -112,10 +113,11 @@ def plan_reference_splits(state: TableState) -> list[SplitFileReferenceRequest]:
     """
     tree = state.partition_tree
     requests = []
-    for ref in state.file_references():
+    leaf_ids = set(state.leaf_ids())
+    above_leaves = [p for p in state.partitions_by_id if p not in leaf_ids]
+    found = state.references_in_partitions(above_leaves, unassigned=True)
+    for ref in sorted(chain.from_iterable(found.values()), key=lambda r: (r.filename, r.partition_id)):
         partition = state.partition(ref.partition_id)
-        if partition.leaf or ref.job_id is not None:
-            continue
         leaves = sorted(p.id for p in tree.overlapping(partition.region, leaves_only=True))
         table_file = state.file(ref.filename)
         leaves = [leaf for leaf in leaves if table_file.reference_in(leaf) is None]
@@ -163,12 +165,9 @@ def plan_compaction_jobs(
     """
     if min_files < 1 or max_files < min_files:
         raise ValueError(f"need 1 <= min_files <= max_files, got {min_files} and {max_files}")
-    cutoff = take_over_claimed_before
-    by_leaf: dict[str, list[FileReference]] = {}
-    for ref in state.file_references():
-        free = ref.job_id is None or (cutoff is not None and ref.last_update_time < cutoff)
-        if free and state.partition(ref.partition_id).leaf:
-            by_leaf.setdefault(ref.partition_id, []).append(ref)
+    by_leaf = state.references_in_partitions(
+        state.leaf_ids(), unassigned=True, claimed_before=take_over_claimed_before
+    )
     jobs = []
     for partition_id, refs in sorted(by_leaf.items()):
         if len(refs) < min_files:

@@ -50,11 +50,9 @@ class SplitDecision:
 
 def rows_per_leaf(state: TableState) -> dict[str, int]:
     """Rows referenced on each leaf (as counted by its references; exact after ingest or compaction)."""
-    counts = {p.id: 0 for p in state.leaf_partitions()}
-    for ref in state.file_references():
-        if ref.partition_id in counts:
-            counts[ref.partition_id] += ref.number_of_rows
-    return counts
+    leaf_ids = state.leaf_ids()
+    found = state.references_in_partitions(leaf_ids)
+    return {leaf: sum(ref.number_of_rows for ref in found.get(leaf, ())) for leaf in leaf_ids}
 
 
 def leaves_to_split(state: TableState, max_rows: int) -> list[tuple[str, int]]:
@@ -64,8 +62,9 @@ def leaves_to_split(state: TableState, max_rows: int) -> list[tuple[str, int]]:
 
 def _files_covering(state: TableState, partition: Partition) -> list[str]:
     """Files with rows in ``partition``: references on it and on its ancestors."""
-    ids = {partition.id, *(p.id for p in state.partition_tree.ancestors(partition.id))}
-    return sorted({ref.filename for ref in state.file_references() if ref.partition_id in ids})
+    ids = [partition.id, *(p.id for p in state.partition_tree.ancestors(partition.id))]
+    found = state.references_in_partitions(ids)
+    return sorted({ref.filename for refs in found.values() for ref in refs})
 
 
 def choose_split_point(values: pa.Array, region_min: Key) -> Key | None:

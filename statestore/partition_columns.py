@@ -83,6 +83,10 @@ class PartitionColumns:
         rows[partition_id] = row
         return row
 
+    def leaf_rows(self) -> np.ndarray:
+        """The rows of the leaf partitions (int64)."""
+        return np.flatnonzero(self._table.column("leaf").to_numpy(zero_copy_only=False))
+
     def rows_without_parent(self) -> np.ndarray:
         """The rows of the partitions with no parent (int64): the root, in a valid tree."""
         no_parent = pc.is_null(self._table.column("parent_id"))

@@ -225,14 +225,31 @@ class TableState:
         base = self._partition_base
         if base is None:
             return roots
-        rows = base.rows_without_parent()
-        return [base.partition(row) for row in rows[~self._partition_shadowed[rows]].tolist()] + roots
+        rows = self._unchanged_partition_rows(base.rows_without_parent())
+        return [base.partition(row) for row in rows.tolist()] + roots
 
     def partitions(self) -> list[Partition]:
         return list(self.partitions_by_id.values())
 
     def leaf_partitions(self) -> list[Partition]:
-        return [p for p in self.partitions_by_id.values() if p.leaf]
+        changed = [p for p in self._partitions.values() if p.leaf]
+        base = self._partition_base
+        if base is None:
+            return changed
+        return base.partitions(self._unchanged_partition_rows(base.leaf_rows())) + changed
+
+    def leaf_ids(self) -> list[str]:
+        """The ids of the leaf partitions, in the order of :meth:`leaf_partitions`, without making them."""
+        changed = [p.id for p in self._partitions.values() if p.leaf]
+        base = self._partition_base
+        if base is None:
+            return changed
+        return base.ids(self._unchanged_partition_rows(base.leaf_rows())) + changed
+
+    def _unchanged_partition_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Those of ``rows`` of the partition columns whose partition was not changed since (the changed ones
+        are in the dictionary over them)."""
+        return rows[~self._partition_shadowed[rows]]
 
     def partition(self, partition_id: str) -> Partition:
         try:
@@ -388,19 +405,38 @@ class TableState:
                 out.setdefault(ref.partition_id, []).append(ref)
         return out
 
-    def references_in_partitions(self, partition_ids: Iterable[str]) -> dict[str, list[FileReference]]:
+    def references_in_partitions(
+        self, partition_ids: Iterable[str], *, unassigned: bool = False, claimed_before: int | None = None
+    ) -> dict[str, list[FileReference]]:
         """The references on each of ``partition_ids`` that has any: what a query of a few partitions reads,
-        selected on the columns, with an object made for each of those references only."""
+        selected on the columns, with an object made for each of those references only.
+
+        With ``unassigned``, only references assigned to no job, and with ``claimed_before`` (epoch ms) also
+        those claimed before that time (whose job a take-over presumes dead).
+        """
+        if claimed_before is not None and not unassigned:
+            raise ValueError("claimed_before selects among unassigned references: pass unassigned=True")
         wanted = set(partition_ids)
         base = self._base
         codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
         out: dict[str, list[FileReference]] = {}
         if codes:
-            for ref in self._base_references_where(np.isin(base.partition_codes, codes)):
-                out.setdefault(ref.partition_id, []).append(ref)
+            selected = np.isin(base.partition_codes, codes)
+            if unassigned:
+                free = base.job_codes < 0
+                if claimed_before is not None:
+                    free |= base.reference_times < claimed_before
+                selected &= free
+            with collector_paused():  # possibly an object per reference of the table, none of them garbage
+                for ref in self._base_references_where(selected):
+                    out.setdefault(ref.partition_id, []).append(ref)
         for table_file in self._changed_files():
             for ref in table_file.references:
-                if ref.partition_id in wanted:
+                if ref.partition_id in wanted and (
+                    not unassigned
+                    or ref.job_id is None
+                    or (claimed_before is not None and ref.last_update_time < claimed_before)
+                ):
                     out.setdefault(ref.partition_id, []).append(ref)
         return out
 

@@ -23,12 +23,22 @@ SCHEMA = Schema.of({"key": "string"})
 
 def loaded_state(split_points: list[str]) -> TableState:
     """Partitions and files in columns (loaded from a snapshot) and changes since in the overlay: a leaf
-    split, files added on the new leaves and on an old one, a claim on a loaded file."""
+    split, files added on the new leaves and on an old one, a claim on a loaded file; claims loaded too."""
     partitions = partitions_from_split_points(SCHEMA, split_points)
     leaves = [p for p in partitions if p.leaf]
+    # f36-f39, one on each leaf, were claimed by "base-job" before the load.
     files = {
         f"f{i}.parquet": TableFile(
-            f"f{i}.parquet", (ref(f"f{i}.parquet", leaves[i % len(leaves)].id, 10 + i),), 1
+            f"f{i}.parquet",
+            (
+                ref(
+                    f"f{i}.parquet",
+                    leaves[i % len(leaves)].id,
+                    10 + i,
+                    job_id="base-job" if i >= 36 else None,
+                ),
+            ),
+            1,
         )
         for i in range(40)
     }
@@ -42,7 +52,7 @@ def loaded_state(split_points: list[str]) -> TableState:
         state, AddFiles((ref("new-low", "low"), ref("new-high", "high"), ref("new-old", old_leaf.id))), 2_000
     )
     if old_leaf.id != "high":  # (with no split points, "h" falls in a new leaf)
-        claimed = state.references_in_partition(old_leaf.id)[0].filename
+        claimed = next(r.filename for r in state.references_in_partition(old_leaf.id) if r.job_id is None)
         commit(state, AssignJobIds((AssignJobIdRequest("job", old_leaf.id, (claimed,)),)), 3_000)
     return state
 
@@ -129,3 +139,43 @@ def test_a_query_of_one_leaf_makes_objects_for_that_leafs_references_only(
     # No file made from the columns; a reference made for each of the leaf's there: all but the file added
     # since and the one claimed since, which the overlay holds as objects already.
     assert made == [] and references_made == len(expected) - 2
+
+
+@pytest.mark.parametrize("split_points", [[], ["g", "m", "t"]], ids=["root-only", "seven-partitions"])
+def test_leaf_ids_and_leaf_partitions_are_the_leaves_of_all_partitions(split_points: list[str]) -> None:
+    state = loaded_state(split_points)  # "low" and "high" are new leaves; the leaf they split is not one
+    leaves = [p for p in state.partitions_by_id.values() if p.leaf]
+
+    assert state.leaf_partitions() == leaves
+    assert state.leaf_ids() == [p.id for p in leaves]
+    assert {"low", "high"} <= set(state.leaf_ids()) and state.partition_tree.root.id not in state.leaf_ids()
+
+
+@pytest.mark.parametrize("claimed_before", [None, 2_999, 3_001])
+def test_unassigned_references_in_partitions_leave_out_claims_unless_older_than_a_time(
+    claimed_before: int | None,
+) -> None:
+    state = loaded_state(["g", "m", "t"])
+    commit(state, AssignJobIds((AssignJobIdRequest("old-job", "low", ("new-low",)),)), 2_500)
+    everything = state.references_by_partition()
+    ids = state.leaf_ids()
+
+    def free(r: FileReference) -> bool:
+        return r.job_id is None or (claimed_before is not None and r.last_update_time < claimed_before)
+
+    found = state.references_in_partitions(ids, unassigned=True, claimed_before=claimed_before)
+
+    expected = {p: sorted(filter(free, everything[p])) for p in ids if any(map(free, everything.get(p, ())))}
+    assert {p: sorted(refs) for p, refs in found.items()} == expected
+    claims = {r.job_id for refs in found.values() for r in refs} - {None}
+    assert (
+        claims
+        == {None: set(), 2_999: {"old-job", "base-job"}, 3_001: {"old-job", "job", "base-job"}}[
+            claimed_before
+        ]
+    )
+
+
+def test_a_claim_time_without_unassigned_is_refused() -> None:
+    with pytest.raises(ValueError, match="claimed_before selects among unassigned references"):
+        loaded_state([]).references_in_partitions(["low"], claimed_before=5)
