@@ -50,9 +50,8 @@ class SplitDecision:
 
 def rows_per_leaf(state: TableState) -> dict[str, int]:
     """Rows referenced on each leaf (as counted by its references; exact after ingest or compaction)."""
-    leaf_ids = state.leaf_ids()
-    found = state.references_in_partitions(leaf_ids)
-    return {leaf: sum(ref.number_of_rows for ref in found.get(leaf, ())) for leaf in leaf_ids}
+    totals = state.reference_totals()
+    return {leaf: totals[leaf].rows if leaf in totals else 0 for leaf in state.leaf_ids()}
 
 
 def leaves_to_split(state: TableState, max_rows: int) -> list[tuple[str, int]]:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from statestore.errors import InvalidQueryError
 from statestore.files import TableFile
 from statestore.partitions import Partition
-from statestore.state import TableState
+from statestore.state import PartitionTotals, TableState
+
+_NO_REFERENCES = PartitionTotals(0, 0, 0, False)  # a partition no reference is on
 
 
 def _check_limit(name: str, value: int | None) -> None:
@@ -108,18 +110,18 @@ def references_per_partition(state: TableState) -> list[PartitionReferences]:
 
     A partition with none is listed with zeros: a leaf with no references holds no data yet.
     """
-    by_partition = state.references_by_partition()
+    totals = state.reference_totals()
     out = []
     for partition in tree_order(state):
-        refs = by_partition.get(partition.id, [])
+        counted = totals.get(partition.id, _NO_REFERENCES)
         out.append(
             PartitionReferences(
                 partition_id=partition.id,
                 leaf=partition.leaf,
-                references=len(refs),
-                assigned_to_jobs=sum(1 for r in refs if r.job_id is not None),
-                rows=sum(r.number_of_rows for r in refs),
-                rows_approximate=any(r.count_approximate for r in refs),
+                references=counted.references,
+                assigned_to_jobs=counted.assigned_to_jobs,
+                rows=counted.rows,
+                rows_approximate=counted.rows_approximate,
             )
         )
     return out
@@ -154,20 +156,19 @@ def partition_report(state: TableState, split_threshold: int | None = None) -> P
     over it (the rule the splitting job applies). Rows still referenced on an ancestor, not yet split down
     to the leaves, are not counted in any leaf."""
     _check_limit("split_threshold", split_threshold)
-    by_partition = state.references_by_partition()
+    totals = state.reference_totals()
     leaves = []
     for partition in tree_order(state):
         if not partition.leaf:
             continue
-        refs = by_partition.get(partition.id, [])
-        rows = sum(r.number_of_rows for r in refs)
+        counted = totals.get(partition.id, _NO_REFERENCES)
         leaves.append(
             LeafSize(
                 partition=partition,
-                references=len(refs),
-                rows=rows,
-                rows_approximate=any(r.count_approximate for r in refs),
-                over_split_threshold=split_threshold is not None and rows > split_threshold,
+                references=counted.references,
+                rows=counted.rows,
+                rows_approximate=counted.rows_approximate,
+                over_split_threshold=split_threshold is not None and counted.rows > split_threshold,
             )
         )
     return PartitionReport(len(state.partitions_by_id), tuple(leaves), split_threshold)

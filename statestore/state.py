@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -53,6 +53,15 @@ _APPENDED_FIELDS = ("_base", "_shadowed", "_file_count", "_reference_count")
 # overlay one object each: at 64 an append never costs more per file than the overlay would.
 _APPEND_RATIO = 64
 _PARTITION_FIELDS = ("_partition_base", "_partitions", "_partition_shadowed", "_partition_count")
+
+
+class PartitionTotals(NamedTuple):
+    """A partition's references in figures (see :meth:`TableState.reference_totals`)."""
+
+    references: int
+    assigned_to_jobs: int
+    rows: int
+    rows_approximate: bool  # whether any of their row counts is approximate
 
 
 class TableState:
@@ -404,6 +413,41 @@ class TableState:
             for ref in table_file.references:
                 out.setdefault(ref.partition_id, []).append(ref)
         return out
+
+    def reference_totals(self) -> dict[str, PartitionTotals]:
+        """For each partition with references: how many, how many a job holds, their rows, and whether any
+        row count is approximate. Summed on the columns, with no object made per reference."""
+        base = self._base
+        width = len(base.partition_ids)
+        live = np.repeat(~self._shadowed, np.diff(base.reference_starts))  # references of unchanged files
+        codes = base.partition_codes[live]
+        rows = base.number_of_rows[live]
+        references = np.bincount(codes, minlength=width)
+        assigned = np.bincount(codes[base.job_codes[live] >= 0], minlength=width)
+        approximate = np.bincount(codes[base.count_approximate[live]], minlength=width) > 0
+        if len(rows) and int(rows.max()) < (1 << 63) // len(rows):  # no int64 sum can overflow
+            row_sums = np.zeros(width, np.int64)
+            np.add.at(row_sums, codes, rows)
+            sums: list[int] = row_sums.tolist()
+        else:  # exact in Python (counts near the int64 limit, which a codec accepts one by one)
+            sums = [0] * width
+            for code, count in zip(codes.tolist(), rows.tolist(), strict=True):
+                sums[code] += count
+        totals: dict[str, list[Any]] = {}
+        for code in np.flatnonzero(references).tolist():
+            entry = totals.setdefault(base.partition_ids[code], [0, 0, 0, False])
+            entry[0] += int(references[code])
+            entry[1] += int(assigned[code])
+            entry[2] += sums[code]
+            entry[3] = entry[3] or bool(approximate[code])
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                entry = totals.setdefault(ref.partition_id, [0, 0, 0, False])
+                entry[0] += 1
+                entry[1] += ref.job_id is not None
+                entry[2] += ref.number_of_rows
+                entry[3] = entry[3] or ref.count_approximate
+        return {partition_id: PartitionTotals(*entry) for partition_id, entry in totals.items()}
 
     def references_in_partitions(
         self, partition_ids: Iterable[str], *, unassigned: bool = False, claimed_before: int | None = None

@@ -14,7 +14,7 @@ from statestore.files import FileReference, TableFile
 from statestore.partition_columns import PartitionColumns
 from statestore.partitions import Partition, PartitionTree, Range, Region, partitions_from_split_points
 from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.state import PartitionTotals, TableState
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, SplitPartition
 from tests.builders import commit, ref
 
@@ -179,3 +179,46 @@ def test_unassigned_references_in_partitions_leave_out_claims_unless_older_than_
 def test_a_claim_time_without_unassigned_is_refused() -> None:
     with pytest.raises(ValueError, match="claimed_before selects among unassigned references"):
         loaded_state([]).references_in_partitions(["low"], claimed_before=5)
+
+
+def totals_by_scan(state: TableState) -> dict[str, PartitionTotals]:
+    return {
+        partition_id: PartitionTotals(
+            len(refs),
+            sum(r.job_id is not None for r in refs),
+            sum(r.number_of_rows for r in refs),
+            any(r.count_approximate for r in refs),
+        )
+        for partition_id, refs in state.references_by_partition().items()
+    }
+
+
+def test_reference_totals_are_those_of_all_references() -> None:
+    state = loaded_state(["g", "m", "t"])  # claims and row counts in the columns and since
+    approximate = FileReference("approx", "low", 7, count_approximate=True)
+    commit(state, AddFiles((approximate, ref("exact", "high", 5))), 4_000)
+    assert state._base.file_count and state._overlay
+
+    totals = state.reference_totals()
+
+    assert totals == totals_by_scan(state)
+    assert totals["low"].rows_approximate and not totals["high"].rows_approximate
+    assert sum(t.assigned_to_jobs for t in totals.values()) == 5  # base-job's 4 and job's 1
+    # Only the overlay (no columns yet), and only the columns (all folded):
+    fresh = TableState(SCHEMA)
+    assert fresh.reference_totals() == {}
+    state.file_columns()
+    assert not state._overlay and state.reference_totals() == totals
+
+
+def test_reference_totals_sum_row_counts_near_the_int64_limit_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    big = 2**63 - 1  # the largest count a codec stores: two of them overflow an int64 sum
+    partitions = partitions_from_split_points(SCHEMA, [])
+    files = {name: TableFile(name, (ref(name, "root", big),), 1) for name in ("a", "b", "c")}
+    state = state_from_parquet(
+        SCHEMA, *state_to_parquet(TableState(SCHEMA, {p.id: p for p in partitions}, files)), 0
+    )
+
+    assert state.reference_totals() == {"root": PartitionTotals(3, 0, 3 * big, False)}
