@@ -85,7 +85,7 @@ class PartitionColumns:
 
     def leaf_rows(self) -> np.ndarray:
         """The rows of the leaf partitions (int64)."""
-        return np.flatnonzero(self._table.column("leaf").to_numpy(zero_copy_only=False))
+        return np.flatnonzero(self._scalars.leaf)
 
     def rows_without_parent(self) -> np.ndarray:
         """The rows of the partitions with no parent (int64): the root, in a valid tree."""
@@ -151,7 +151,7 @@ class _ScalarReaders:
         children = one_array(table.column("child_ids"))
         self._child_offsets = children.offsets.to_numpy(zero_copy_only=False)
         self._child_ids = StringColumn(children.values)
-        self._leaf = table.column("leaf").to_numpy(zero_copy_only=False)
+        self.leaf = table.column("leaf").to_numpy(zero_copy_only=False)  # also what leaf_rows reads
         self._dimension = table.column("dimension").to_numpy(zero_copy_only=False)
         self._bounds = [
             (
@@ -169,7 +169,7 @@ class _ScalarReaders:
             Region(tuple(Range(low.at(row), high.at(row)) for low, high in self._bounds)),
             self._parent_ids.at(row),
             tuple(child_ids.at(i) for i in range(start, end)),
-            bool(self._leaf[row]),
+            bool(self.leaf[row]),
             int(self._dimension[row]),
         )
 

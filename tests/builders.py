@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from statestore.files import FileReference
+import numpy as np
+import pytest
+
+from statestore.file_columns import FileColumns
+from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition, partitions_from_split_points
 from statestore.schema import Key, Schema
 from statestore.state import TableState
@@ -66,3 +70,18 @@ def new_state(
 def leaf_ids_in_key_order(state: TableState) -> list[str]:
     """Leaf partition ids ordered by the minimum of their first row key range."""
     return [p.id for p in sorted(state.leaf_partitions(), key=lambda p: p.region.ranges[0].min)]
+
+
+def count_files_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the ``TableFile`` objects made from file columns: the list gets how many each call of
+    ``FileColumns.table_files`` made (what a read of a few files of a big table must keep small)."""
+    made: list[int] = []
+    table_files = FileColumns.table_files
+
+    def counting(self: FileColumns, rows: np.ndarray | None = None) -> list[TableFile]:
+        files = table_files(self, rows)
+        made.append(len(files))
+        return files
+
+    monkeypatch.setattr(FileColumns, "table_files", counting)
+    return made

@@ -3,7 +3,6 @@ and a job whose claim was released or taken over can no longer commit its replac
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from statestore.errors import (
@@ -12,8 +11,7 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     InvalidTransactionError,
 )
-from statestore.file_columns import FileColumns
-from statestore.files import FileReference, TableFile
+from statestore.files import FileReference
 from statestore.state import TableState
 from statestore.transactions import (
     AddFiles,
@@ -23,7 +21,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import STRING_SCHEMA, commit, new_state, ref
+from tests.builders import STRING_SCHEMA, commit, count_files_made, new_state, ref
 from tests.unit.test_transactions import T0, assert_rejected, standard_state
 
 CLAIMED_AT = 5_000  # job1 claims a and b in p1 then; job2 claims c in p2 at LATER
@@ -285,15 +283,7 @@ def test_a_release_makes_objects_only_for_the_files_it_changes(monkeypatch: pyte
         state, AssignJobIds((AssignJobIdRequest("job1", "p1", ("f0007.parquet", "f0500.parquet")),)), 5_000
     )
     state.file_columns()
-    made: list[int] = []
-    real = FileColumns.table_files
-
-    def counting(self: FileColumns, rows: np.ndarray | None = None) -> list[TableFile]:
-        files = real(self, rows)
-        made.append(len(files))
-        return files
-
-    monkeypatch.setattr(FileColumns, "table_files", counting)
+    made = count_files_made(monkeypatch)
 
     commit(state, ReleaseClaims(("job1",)), 6_000)
 

@@ -16,7 +16,7 @@ from statestore.partitions import Partition, PartitionTree, Range, Region, parti
 from statestore.schema import Schema
 from statestore.state import PartitionTotals, TableState
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, SplitPartition
-from tests.builders import commit, ref
+from tests.builders import commit, count_files_made, ref
 
 SCHEMA = Schema.of({"key": "string"})
 
@@ -59,20 +59,12 @@ def loaded_state(split_points: list[str]) -> TableState:
 
 def forbid_whole_table_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make every partition's object from the columns an error, and count the files made from them."""
-    made: list[int] = []
-    table_files = FileColumns.table_files
-
-    def counting(self: FileColumns, rows: np.ndarray | None = None) -> list[TableFile]:
-        files = table_files(self, rows)
-        made.append(len(files))
-        return files
 
     def every_partition(self: PartitionColumns, rows: np.ndarray | None = None) -> list[Partition]:
         raise AssertionError("every partition of the table was made to read a few")
 
-    monkeypatch.setattr(FileColumns, "table_files", counting)
     monkeypatch.setattr(PartitionColumns, "partitions", every_partition)
-    return made
+    return count_files_made(monkeypatch)
 
 
 @pytest.mark.parametrize("split_points", [[], ["g", "m", "t"]], ids=["root-only", "seven-partitions"])
