@@ -126,6 +126,33 @@ class LocalDeadLetter:
     receive_count: int
 
 
+def wait_until_drained(
+    what: str,
+    queued: Callable[[], int],
+    busy: Callable[[], bool],
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Wait until ``queued()`` is 0 and ``busy()`` is false. The deadline is ``timeout`` seconds after the
+    count last fell (to fewer messages than ever seen in this wait), not after the call: raises TimeoutError
+    once that long passes with no message leaving ``what``."""
+    count = fewest = queued()
+    deadline = clock() + timeout
+    while True:
+        # Messages stay counted (in flight) until the poller deletes them, and it is busy until it has
+        # counted them: so an empty queue, then a poller not busy, means every earlier request is done.
+        if count == 0 and not busy():
+            return
+        if clock() > deadline:
+            raise TimeoutError(f"{what} still holds {count} message(s): none has left it for {timeout:.0f}s")
+        sleep(0.1)  # each count scans the whole queue on moto: do not ask too often
+        count = queued()
+        if count < fewest:
+            fewest, deadline = count, clock() + timeout
+
+
 class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
     """A local endpoint holding one instance's resources, with the committer and the schedules running.
 
@@ -437,19 +464,14 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait until the commit queue is empty and no batch is being processed (every request sent before
-        the call has its outcome). Raises TimeoutError after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            # Messages stay counted (in flight) until the poller deletes them, and it is busy until it has
-            # counted them: so an empty queue, then a poller not busy, means every earlier request is done.
-            if self._queued_messages() == 0 and not self._busy.is_set():
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the commit queue {self.resources.commit_queue!r} still holds "
-                    f"{self._queued_messages()} message(s) after {timeout:.0f}s"
-                )
-            time.sleep(0.1)  # each count scans the whole queue on moto: do not ask too often
+        the call has its outcome). Raises TimeoutError once ``timeout`` seconds pass with no message leaving
+        the queue: a busy machine drains it slowly, a stuck committer not at all."""
+        wait_until_drained(
+            f"the commit queue {self.resources.commit_queue!r}",
+            self._queued_messages,
+            self._busy.is_set,
+            timeout,
+        )
 
     def _queued_messages(self, queue: SqsCommitQueue | None = None) -> int:
         queue = queue or self.queue

@@ -42,6 +42,9 @@ def test_a_paused_committer_leaves_requests_on_the_queue_until_resumed(paused_th
     assert status.code == EXIT_OK
     assert "paused" in status.out and "1 request waiting" in status.out
     assert rt.sender().status(request_id) is None  # not committed: still waiting
+    # Nothing leaves a paused committer's queue: waiting for it to drain gives up after the timeout.
+    with pytest.raises(TimeoutError, match=r"still holds 1 message\(s\): none has left it for 1s"):
+        rt.wait_idle(timeout=1)
 
     resumed = cli("committer", "resume", "--json")
     assert resumed.code == EXIT_OK and ours(resumed.out)["paused"] is False
