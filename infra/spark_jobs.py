@@ -4,14 +4,16 @@ when idle, bounded in size, and the role its jobs run as."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
-from aws_cdk import Aws
+from aws_cdk import Aws, CfnElement, Stack
 from aws_cdk import aws_emrserverless as emrserverless
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra import data_bucket as objects
 from infra.data_bucket import DataBucket
+from infra.nag import acknowledge
 from statestore import layout
 
 # Spark 4.0, the Spark of the PySpark version pyproject.toml pins.
@@ -30,6 +32,10 @@ class SparkJobs(Construct):
     and environment under ``spark/artifacts/`` and the staged input under ``spark/input/``, and writes job
     logs under ``spark/logs/``. It cannot change the artifacts, so a job cannot replace another's code.
     Only EMR Serverless, for this application in this account, may assume it.
+
+    ``submit_policy`` (``statestore-<instance>-spark-submit-<region>``) is for whoever submits the jobs: start
+    job runs on the application as the job role (and pass no other role), watch and cancel them, stage
+    input under ``spark/input/`` and read the logs and results. It does not write the artifacts.
     """
 
     def __init__(
@@ -103,3 +109,50 @@ class SparkJobs(Construct):
         # The query and incremental jobs write their results here (and read them back to check them).
         data.grant_read(self.job_role, objects.SPARK_OUTPUT_OBJECTS)
         data.grant_put(self.job_role, objects.SPARK_OUTPUT_OBJECTS)
+        self.submit_policy = self._submit_policy(instance_id, data, application_arn)
+
+    def _submit_policy(self, instance_id: str, data: DataBucket, application_arn: str) -> iam.ManagedPolicy:
+        policy = iam.ManagedPolicy(
+            self,
+            "SubmitPolicy",
+            managed_policy_name=f"statestore-{instance_id}-spark-submit-{Aws.REGION}",
+            description=f"statestore {instance_id}: submit Spark jobs to EMR Serverless application "
+            f"statestore-{instance_id} and watch them",
+        )
+        job_runs = f"{application_arn}/jobruns/*"
+        policy.add_statements(
+            iam.PolicyStatement(
+                actions=[
+                    "emr-serverless:StartJobRun",
+                    "emr-serverless:ListJobRuns",
+                    "emr-serverless:GetApplication",
+                ],
+                resources=[application_arn],
+            ),
+            iam.PolicyStatement(
+                actions=[
+                    "emr-serverless:GetJobRun",
+                    "emr-serverless:CancelJobRun",
+                    "emr-serverless:GetDashboardForJobRun",
+                ],
+                resources=[job_runs],
+            ),
+            # StartJobRun passes the execution role: this one, and only to EMR Serverless.
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[self.job_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": SERVICE_PRINCIPAL}},
+            ),
+        )
+        data.grant_put(policy, objects.SPARK_INPUT_OBJECTS)
+        data.grant_read(
+            policy, objects.SPARK_INPUT_OBJECTS, objects.SPARK_LOG_OBJECTS, objects.SPARK_OUTPUT_OBJECTS
+        )
+        application = f"<{Stack.of(self).get_logical_id(cast(CfnElement, self.application))}.Arn>"
+        acknowledge(
+            policy,
+            "A job run's id is known only once it is started: the runs are granted as the application's "
+            "jobruns/*, on this application only.",
+            f"AwsSolutions-IAM5[Resource::{application}/jobruns/*]",
+        )
+        return policy

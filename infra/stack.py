@@ -284,6 +284,10 @@ class StatestoreStack(Stack):
                 "EMR Serverless application for Spark jobs",
             )
             outputs["EmrJobRoleArn"] = (self.spark.job_role.role_arn, "execution role for its job runs")
+            outputs["SparkSubmitPolicyArn"] = (
+                self.spark.submit_policy.managed_policy_arn,
+                "submit Spark jobs to the application and watch them",
+            )
         if self.postgres is not None:
             outputs["PostgresHost"] = (self.postgres.host, "the file-reference database (from its VPC)")
             outputs["PostgresSecretArn"] = (self.postgres.secret.secret_arn, "its credentials")

@@ -122,4 +122,8 @@ def _name(template: dict[str, Any], logical_id: str) -> str:
         return f"event-source-mapping:{function['Properties']['FunctionName']}"
     if kind == "AWS::Logs::LogGroup":  # a Lambda's own, named by CloudFormation
         return f"log-group:{logical_id}"
+    if kind == "AWS::EMRServerless::Application":
+        return f"emr-application:{properties['Name']}"
+    if kind == "AWS::IAM::Role":  # named by CloudFormation
+        return f"role:{logical_id}"
     raise AssertionError(f"teach tests/infra/permissions.py to name {kind} {logical_id}")

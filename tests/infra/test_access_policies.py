@@ -113,8 +113,9 @@ def test_each_managed_policy_allows_exactly_its_grant(template_json: dict[str, A
     assert sorted(EXPECTED[grant] - allowed) == [], "less than the grant"
 
 
-def test_there_are_exactly_the_four_managed_policies(template: Any) -> None:
-    template.resource_count_is("AWS::IAM::ManagedPolicy", len(EXPECTED))
+def test_there_are_exactly_the_four_managed_policies_and_the_spark_submit_one(template: Any) -> None:
+    # The fifth submits Spark jobs to the stack's EMR Serverless application (tests/infra/test_spark_jobs.py).
+    template.resource_count_is("AWS::IAM::ManagedPolicy", len(EXPECTED) + 1)
 
 
 @pytest.mark.parametrize("grant", sorted(EXPECTED))

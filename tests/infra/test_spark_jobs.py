@@ -11,7 +11,14 @@ from aws_cdk import assertions
 
 from statestore import layout
 from tests.infra.conftest import SynthStack
-from tests.infra.permissions import OBJECT_PUT, OBJECT_READ, allows, managed_policy, role_permissions
+from tests.infra.permissions import (
+    OBJECT_PUT,
+    OBJECT_READ,
+    allows,
+    managed_policy,
+    permissions,
+    role_permissions,
+)
 
 Match = assertions.Match
 
@@ -158,6 +165,67 @@ def test_the_job_role_holds_the_job_policies_and_the_spark_prefixes_and_nothing_
     assert not [a for a, r in allowed if r == artifacts and a not in OBJECT_READ]
 
 
+# --- submitting jobs ------------------------------------------------------------------------------------
+
+
+def submit_policy(template_json: dict[str, Any]) -> str:
+    name = {"Fn::Join": ["", ["statestore-main-spark-submit-", {"Ref": "AWS::Region"}]]}
+    found = [
+        logical_id
+        for logical_id, r in template_json["Resources"].items()
+        if r["Type"] == "AWS::IAM::ManagedPolicy" and r["Properties"]["ManagedPolicyName"] == name
+    ]
+    assert len(found) == 1, f"expected one spark-submit managed policy, found {len(found)}"
+    return found[0]
+
+
+def test_the_submit_policy_runs_jobs_on_this_application_as_the_job_role_and_nothing_more(
+    template_json: dict[str, Any],
+) -> None:
+    statements = template_json["Resources"][submit_policy(template_json)]["Properties"]["PolicyDocument"][
+        "Statement"
+    ]
+    [pass_role] = [s for s in statements if s["Action"] == "iam:PassRole"]
+    # StartJobRun passes the execution role: only the job role, and only to EMR Serverless.
+    assert pass_role == {
+        "Action": "iam:PassRole",
+        "Effect": "Allow",
+        "Resource": {"Fn::GetAtt": [job_role(template_json), "Arn"]},
+        "Condition": {"StringEquals": {"iam:PassedToService": EMR}},
+    }
+    application = "emr-application:statestore-main"
+    runs = f"{application}/jobruns/*"
+    expected = (
+        allows(
+            ("emr-serverless:StartJobRun", "emr-serverless:ListJobRuns", "emr-serverless:GetApplication"),
+            application,
+        )
+        | allows(
+            (
+                "emr-serverless:GetJobRun",
+                "emr-serverless:CancelJobRun",
+                "emr-serverless:GetDashboardForJobRun",
+            ),
+            runs,
+        )
+        | allows(OBJECT_PUT, f"bucket/{layout.SPARK_INPUT_PREFIX}*")
+        | allows(
+            OBJECT_READ,
+            "bucket",
+            f"bucket/{layout.SPARK_INPUT_PREFIX}*",
+            f"bucket/{layout.SPARK_LOGS_PREFIX}*",
+            f"bucket/{layout.SPARK_OUTPUT_PREFIX}*",
+        )
+    )
+    allowed = permissions(template_json, [s for s in statements if s is not pass_role])
+    assert sorted(allowed - expected) == [], "more than submitting and watching jobs"
+    assert sorted(expected - allowed) == [], "less than submitting and watching jobs"
+
+
+def test_the_submit_policy_arn_is_an_output(template_json: dict[str, Any]) -> None:
+    assert template_json["Outputs"]["SparkSubmitPolicyArn"]["Value"] == {"Ref": submit_policy(template_json)}
+
+
 # --- the bucket's Spark prefixes -------------------------------------------------------------------------
 
 
@@ -218,7 +286,7 @@ def test_with_the_flag_off_there_is_no_emr_application_nor_job_role(synth_stack:
         r for r in roles.values() if EMR in str(r["Properties"]["AssumeRolePolicyDocument"])
     ]
     outputs = off.to_json()["Outputs"]
-    assert "EmrApplicationId" not in outputs and "EmrJobRoleArn" not in outputs
+    assert not {"EmrApplicationId", "EmrJobRoleArn", "SparkSubmitPolicyArn"} & set(outputs)
     # The policies for jobs run elsewhere, and the bucket's Spark prefixes, stay.
     off.resource_count_is("AWS::IAM::ManagedPolicy", 4)
     assert {"SparkArtifactsUri", "SparkInputUri", "SparkLogsUri", "DataPolicyArn"} <= set(outputs)
