@@ -19,7 +19,6 @@ past a fraction of the base, and no undo journal is open, it is folded into a ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -39,13 +38,20 @@ from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
 _ABSENT: Any = object()  # in an undo record: the key was not there before
-_JOB_ID = attrgetter("job_id")
 # The overlay is folded into the base when it holds more files than this, and more than a quarter of the
 # base's: folding costs in proportion to the table, so it happens after changes of a similar size.
 FOLD_MIN_FILES = 65_536
 _CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
 # What clear_files and replace_partitions replace whole, saved as one undo record each.
-_FILE_FIELDS = ("_base", "_shadowed", "_overlay", "_shadowing", "_file_count", "_reference_count")
+_FILE_FIELDS = (
+    "_base",
+    "_shadowed",
+    "_overlay",
+    "_shadowing",
+    "_overlay_claims",
+    "_file_count",
+    "_reference_count",
+)
 # What add_new_files replaces when it appends to the base (the overlay is left as it is).
 _APPENDED_FIELDS = ("_base", "_shadowed", "_file_count", "_reference_count")
 # A batch of new files is appended to the base when it holds at least 1/_APPEND_RATIO of the base's files.
@@ -131,6 +137,9 @@ class TableState:
         self._shadowed = np.zeros(base.file_count, np.bool_)  # base rows the overlay replaces or removes
         self._overlay: dict[str, TableFile | None] = {}
         self._shadowing: dict[str, int] = {}  # overlay filename -> the base row it shadows
+        # Job id -> the overlay's files with a reference it holds: made on the first release of claims
+        # (files_claimed_by), then kept as the overlay changes.
+        self._overlay_claims: dict[str, set[str]] | None = None
         self._file_count = base.file_count
         self._reference_count = base.total_reference_count
 
@@ -201,8 +210,11 @@ class TableState:
     def _set_entry(self, filename: str, entry: Any, row: int | None) -> None:
         """Make the overlay entry of ``filename`` (over base ``row``) ``entry`` (_ABSENT: none)."""
         overlay = self._overlay
-        files_before, refs_before = self._visible(overlay.get(filename, _ABSENT), row)
+        before = overlay.get(filename, _ABSENT)
+        files_before, refs_before = self._visible(before, row)
         files_after, refs_after = self._visible(entry, row)
+        if self._overlay_claims is not None:
+            self._index_claims(filename, before, entry)
         if entry is _ABSENT:
             overlay.pop(filename, None)
             if row is not None:
@@ -215,6 +227,20 @@ class TableState:
                 self._shadowed[row] = True
         self._file_count += files_after - files_before
         self._reference_count += refs_after - refs_before
+
+    def _index_claims(self, filename: str, before: Any, after: Any) -> None:
+        """Keep ``_overlay_claims`` true as the overlay entry of ``filename`` goes from ``before`` to
+        ``after`` (each a TableFile, None for removed, or _ABSENT for none)."""
+        claims = cast(dict[str, set[str]], self._overlay_claims)
+        for ref in getattr(before, "references", ()):
+            names = claims.get(ref.job_id) if ref.job_id is not None else None
+            if names is not None:
+                names.discard(filename)
+                if not names:
+                    del claims[ref.job_id]
+        for ref in getattr(after, "references", ()):
+            if ref.job_id is not None:
+                claims.setdefault(ref.job_id, set()).add(filename)
 
     def _base_row(self, filename: str) -> int | None:
         if filename in self._overlay:
@@ -364,15 +390,21 @@ class TableState:
         codes = base.job_codes_of(jobs)
         files: list[TableFile] = []
         if codes:
-            selected = np.isin(base.job_codes, codes)
+            claimed = base.reference_rows_claimed_by(codes)
             if before is not None:
-                selected &= base.reference_times < before
-            rows = np.unique(base.file_rows_of_references(np.flatnonzero(selected)))
+                claimed = claimed[base.reference_times[claimed] < before]
+            rows = np.unique(base.file_rows_of_references(claimed))
             files = base.table_files(rows[~self._shadowed[rows]])
 
-        # The changed files: those naming one of the jobs (a test in C), then, if a time is given, those
-        # with such a claim made before it.
-        changed = [f for f in self._changed_files() if not jobs.isdisjoint(map(_JOB_ID, f.references))]
+        # The changed files holding a claim of one of the jobs, then, if a time is given, those with such a
+        # claim made before it.
+        claims = self._overlay_claims
+        if claims is None:
+            claims = self._overlay_claims = {}
+            for name, table_file in self._overlay.items():
+                self._index_claims(name, _ABSENT, table_file)
+        names = set().union(*(claims.get(job, ()) for job in jobs))
+        changed = [cast(TableFile, self._overlay[name]) for name in sorted(names)]
         if before is not None:
             changed = [
                 f
@@ -520,6 +552,8 @@ class TableState:
             if row is None and name not in overlay:  # a new file (an AddFiles): no base row to shadow
                 if undo is not None:
                     undo.append(("file", name, _ABSENT, None))
+                if self._overlay_claims is not None:
+                    self._index_claims(name, _ABSENT, table_file)
                 overlay[name] = table_file
                 added_files += 1
                 added_references += len(table_file.references)
@@ -641,6 +675,7 @@ class TableState:
         copy._shadowed = self._shadowed.copy()
         copy._overlay = dict(self._overlay)
         copy._shadowing = dict(self._shadowing)
+        copy._overlay_claims = None  # made again on the copy's first use
         copy._file_count, copy._reference_count = self._file_count, self._reference_count
         return copy
 

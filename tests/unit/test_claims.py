@@ -11,7 +11,7 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     InvalidTransactionError,
 )
-from statestore.files import FileReference
+from statestore.files import FileReference, TableFile
 from statestore.state import TableState
 from statestore.transactions import (
     AddFiles,
@@ -294,3 +294,19 @@ def test_a_release_makes_objects_only_for_the_files_it_changes(monkeypatch: pyte
         last_update_time=6_000
     )
     assert len(state.files_by_name) == 1000
+
+
+def test_a_file_put_with_a_claim_after_the_first_release_is_found_by_the_next() -> None:
+    # The first release indexes the overlay's claims; a new file put into the overlay afterwards, holding a
+    # claim (no transaction adds one today, but put_files takes any file), is indexed as it goes in.
+    state = mixed_state()
+    assert state.files_claimed_by(["job7"]) == []
+    claim = ref("g.parquet", "p1")._replace(job_id="job7", last_update_time=12_000)
+    claimed = TableFile("g.parquet", (claim,), 12_000)
+
+    state.put_files([claimed])
+    assert state.files_claimed_by(["job7"]) == [claimed]
+    assert state.files_claimed_by(["job7"], before=12_000) == []
+
+    state.remove_file("g.parquet")
+    assert state.files_claimed_by(["job7"]) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 
 import numpy as np
 import pyarrow as pa
@@ -309,6 +310,30 @@ def test_a_name_that_is_not_a_string_is_held_by_no_state_as_a_dict_would_say() -
         assert name not in state.files_by_name
         with pytest.raises(FileNotFoundInStateError):
             state.file(name)  # type: ignore[arg-type]
+
+
+def test_reference_rows_claimed_by_are_the_rows_a_scan_of_the_job_codes_finds() -> None:
+    rng = random.Random(11)
+    jobs = [None, None, "job-a", "job-b", "job-c", "job-d"]
+
+    def files(prefix: str, count: int) -> list[TableFile]:
+        made = []
+        for i in range(count):
+            name = f"{prefix}/f{i}"
+            references = [ref(name, f"p{k}", job_id=rng.choice(jobs)) for k in range(rng.randrange(4))]
+            made.append(TableFile(name, tuple(references), 1))
+        return made
+
+    first = FileColumns.from_table_files(files("one", 300))
+    # Joined columns name jobs through a merged dictionary (a job of both parts keeps one code).
+    joined = first.concat(FileColumns.from_table_files(files("two", 200)))
+    for columns in (first, joined):
+        all_codes = list(range(len(columns.job_ids)))
+        twice = [*all_codes, *all_codes]
+        for codes in ([], *([c] for c in all_codes), all_codes[:2], all_codes[::-1], twice):
+            found = columns.reference_rows_claimed_by(codes)
+            assert found.tolist() == np.flatnonzero(np.isin(columns.job_codes, codes)).tolist(), codes
+            assert found.dtype == np.int64
 
 
 def test_job_codes_of_finds_every_code_a_job_id_has_and_none_for_unknown_ids() -> None:
