@@ -19,6 +19,8 @@ from spark_client.gc import find_orphan_files
 from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
+from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
+from tests.builders import STRING_SCHEMA, commit, new_state, ref
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, SparkTable, as_tuples, dataframe, key_rows
 
 pytestmark = pytest.mark.spark
@@ -196,3 +198,28 @@ def test_only_the_jobs_that_lost_a_file_stop_when_claims_race(
     committed, rejected, _ = commit_jobs(table.store(), table.data, table.committer, finished)
     assert len(committed) == len(claimed) and rejected == []
     assert as_tuples(query(spark, table.store(), table.data)) == expected
+
+
+class NamedOutputs:
+    """The one thing the planner asks of a data store: a new output file's name."""
+
+    def new_data_file(self, table_id: str, partition_id: str) -> str:
+        return f"tables/{table_id}/data/{partition_id}/out.parquet"
+
+
+def test_a_job_takes_a_leafs_oldest_unassigned_files_first_then_by_name() -> None:
+    state = new_state(STRING_SCHEMA, ["m"])
+    # p1: the oldest file is claimed; of the others two share the oldest time, and the newest has the name
+    # that sorts first.
+    commit(state, AddFiles((ref("p1-x", "p1"),)), update_time=500)
+    commit(state, AddFiles((ref("p1-z", "p1"), ref("p1-b", "p1"))), update_time=1_000)
+    commit(state, AddFiles((ref("p1-c", "p1"),)), update_time=2_000)
+    commit(state, AddFiles((ref("p1-a", "p1"),)), update_time=3_000)
+    commit(state, AssignJobIds((AssignJobIdRequest("other", "p1", ("p1-x",)),)), update_time=4_000)
+    commit(state, AddFiles((ref("p2-only", "p2"),)), update_time=1_000)  # too few files for a job
+
+    [job] = plan_compaction_jobs(state, NamedOutputs(), "t", min_files=2, max_files=3)  # type: ignore[arg-type]
+
+    assert job.partition_id == "p1" and job.region == state.partition("p1").region
+    assert job.input_files == ("p1-b", "p1-z", "p1-c")
+    assert job.output_file == "tables/t/data/p1/out.parquet"
