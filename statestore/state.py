@@ -383,8 +383,9 @@ class TableState:
 
     def files_claimed_by(self, job_ids: Iterable[str], before: int | None = None) -> list[TableFile]:
         """The files with a reference claimed by one of ``job_ids`` (with ``before``, claimed before that
-        time): what a ``ReleaseClaims`` rewrites, found by a pass over the base's columns, with an object
-        made for each such file only."""
+        time): what a ``ReleaseClaims`` rewrites. Found through the columns' claimed rows by job and the
+        index of the overlay's claims, so it costs what it finds; an object is made for each such file
+        only."""
         jobs = set(job_ids)
         base = self._base
         codes = base.job_codes_of(jobs)
