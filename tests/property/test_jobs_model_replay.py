@@ -14,18 +14,9 @@ from statestore.jobs_model import JobsModel, JobState
 from statestore.jobs_reader import JobStatusReader
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
-from statestore.transactions import InitialisePartitions, Transaction
+from statestore.transactions import InitialisePartitions
 from tests.builders import STRING_SCHEMA, tree
-from tests.property.test_log_replay import SPLIT_POINTS, TABLE, VALID_OPERATIONS, Names, invalid
-
-
-def next_transaction(data: st.DataObject, state: TableState, names: Names) -> Transaction | None:
-    for operation in data.draw(st.permutations(VALID_OPERATIONS)):
-        transaction = operation(data, state, names)
-        if transaction is not None:
-            return transaction
-    return None
+from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
 
 
 def run_history(

@@ -214,7 +214,8 @@ def invalid(data: st.DataObject, state: TableState, names: Names) -> Transaction
     return AddFiles((ref(names("file"), "no-such-partition"),))
 
 
-VALID_OPERATIONS = [
+Operation = Callable[[st.DataObject, TableState, Names], Transaction | None]
+VALID_OPERATIONS: list[Operation] = [
     add_files,
     split_leaf,
     extend_tree,
@@ -226,6 +227,18 @@ VALID_OPERATIONS = [
     take_over_claims,
     release_claims,
 ]
+
+
+def next_transaction(
+    data: st.DataObject, state: TableState, names: Names, operations: list[Operation] = VALID_OPERATIONS
+) -> Transaction | None:
+    """The transaction of the first of ``operations``, tried in a random order, that ``state`` allows; None
+    if it allows none."""
+    for operation in data.draw(st.permutations(operations)):
+        transaction = operation(data, state, names)
+        if transaction is not None:
+            return transaction
+    return None
 
 
 def run_history(data: st.DataObject, log: InMemoryTransactionLog) -> list[TableState]:
@@ -255,12 +268,8 @@ def run_history(data: st.DataObject, log: InMemoryTransactionLog) -> list[TableS
                 raise AssertionError(f"an invalid {transaction.TYPE} was committed")
             assert store.state() == before and log.latest_number(TABLE) == latest
             continue
-        # Try the operations in a random order and take the first one the current state allows.
-        for operation in data.draw(st.permutations(VALID_OPERATIONS)):
-            transaction = operation(data, state, names)
-            if transaction is not None:
-                break
-        else:
+        transaction = next_transaction(data, state, names)
+        if transaction is None:
             continue
         store.commit(transaction)
         states.append(store.state().copy())

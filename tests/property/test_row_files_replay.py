@@ -16,7 +16,7 @@ from statestore.row_files import RowFilesStateStore
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions, Transaction
 from tests.builders import STRING_SCHEMA, tree
-from tests.property.test_log_replay import SPLIT_POINTS, TABLE, VALID_OPERATIONS, Names, invalid
+from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
 
 # The kinds of file store the invariant is checked on (the coordinator adds PostgreSQL).
 FILE_STORES = {"memory": InMemoryFileReferenceStore}
@@ -75,11 +75,9 @@ def run_both(data: st.DataObject, files: FileReferenceStore) -> None:
             # A group drawn from one state: later members may clash with earlier ones (rejected alike).
             members = []
             for position in range(data.draw(st.integers(2, 5))):
-                for operation in data.draw(st.permutations(VALID_OPERATIONS)):
-                    chosen = operation(data, state, names)
-                    if chosen is not None:
-                        members.append(GroupMember(f"r{len(names_used)}-{position}", chosen))
-                        break
+                chosen = next_transaction(data, state, names)
+                if chosen is not None:
+                    members.append(GroupMember(f"r{len(names_used)}-{position}", chosen))
             names_used.append(len(members))
             clock.now += 7
             on_log_outcome = on_log.commit_group(members)
@@ -94,11 +92,9 @@ def run_both(data: st.DataObject, files: FileReferenceStore) -> None:
             commit_both(transaction)
             continue
         else:
-            for operation in data.draw(st.permutations(VALID_OPERATIONS)):
-                chosen = operation(data, state, names)
-                if chosen is not None:
-                    commit_both(chosen)
-                    break
+            chosen = next_transaction(data, state, names)
+            if chosen is not None:
+                commit_both(chosen)
         log_state, rows_state = on_log.state(), in_rows.state()
         assert rows_state.partitions_by_id == log_state.partitions_by_id
         assert files_and_references(rows_state) == files_and_references(log_state)
