@@ -18,7 +18,7 @@ past a fraction of the base, and no undo journal is open, it is folded into a ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -438,13 +438,24 @@ class TableState:
 
     def references_by_partition(self) -> dict[str, list[FileReference]]:
         """Every partition that has references, mapped to them."""
+        return self._references_by_partition(
+            np.ones(self._base.total_reference_count, np.bool_), lambda ref: True
+        )
+
+    def _references_by_partition(
+        self, selected: np.ndarray | None, keep: Callable[[FileReference], bool]
+    ) -> dict[str, list[FileReference]]:
+        """The base's references where ``selected`` holds (None: none of them) and the changed files' that
+        ``keep`` keeps, by partition id."""
         out: dict[str, list[FileReference]] = {}
-        with collector_paused():  # an object per reference of the table, none of them garbage
-            for ref in self._base_references_where(np.ones(self._base.total_reference_count, np.bool_)):
-                out.setdefault(ref.partition_id, []).append(ref)
+        if selected is not None:
+            with collector_paused():  # possibly an object per reference of the table, none of them garbage
+                for ref in self._base_references_where(selected):
+                    out.setdefault(ref.partition_id, []).append(ref)
         for table_file in self._changed_files():
             for ref in table_file.references:
-                out.setdefault(ref.partition_id, []).append(ref)
+                if keep(ref):
+                    out.setdefault(ref.partition_id, []).append(ref)
         return out
 
     def reference_totals(self) -> dict[str, PartitionTotals]:
@@ -496,7 +507,7 @@ class TableState:
         wanted = set(partition_ids)
         base = self._base
         codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
-        out: dict[str, list[FileReference]] = {}
+        selected = None
         if codes:
             selected = np.isin(base.partition_codes, codes)
             if unassigned:
@@ -504,18 +515,17 @@ class TableState:
                 if claimed_before is not None:
                     free |= base.reference_times < claimed_before
                 selected &= free
-            with collector_paused():  # possibly an object per reference of the table, none of them garbage
-                for ref in self._base_references_where(selected):
-                    out.setdefault(ref.partition_id, []).append(ref)
-        for table_file in self._changed_files():
-            for ref in table_file.references:
-                if ref.partition_id in wanted and (
+        return self._references_by_partition(
+            selected,
+            lambda ref: (
+                ref.partition_id in wanted
+                and (
                     not unassigned
                     or ref.job_id is None
                     or (claimed_before is not None and ref.last_update_time < claimed_before)
-                ):
-                    out.setdefault(ref.partition_id, []).append(ref)
-        return out
+                )
+            ),
+        )
 
     def references_in_partition(self, partition_id: str) -> list[FileReference]:
         return self.references_in_partitions((partition_id,)).get(partition_id, [])
