@@ -166,6 +166,16 @@ def _split_filenames(filenames: Sequence[str]) -> SplitNames:
     return SplitNames(directories, codes, base_names, hashes, order)
 
 
+class OldestReferences(NamedTuple):
+    """What :meth:`FileColumns.oldest_by_partition` chose: the names and times of the references chosen,
+    partition after partition, and for each partition code how many references it has and where its chosen
+    ones are (``names[start:stop]``)."""
+
+    names: list[str]
+    times: np.ndarray  # int64
+    groups: dict[int, tuple[int, int, int]]  # partition code -> (count, start, stop)
+
+
 class FileColumns:
     """An immutable, column-wise set of files and their references (see the module docstring).
 
@@ -507,6 +517,39 @@ class FileColumns:
         """The references at ``reference_rows`` (reference row numbers), as ``FileReference`` objects."""
         file_rows = np.searchsorted(self.reference_starts, reference_rows, "right") - 1
         return self._references(reference_rows, self.filenames(file_rows))
+
+    def oldest_by_partition(self, reference_rows: np.ndarray, at_most: int) -> OldestReferences:
+        """The references at ``reference_rows`` by partition code: how many each code has, and the names and
+        times of its oldest ``at_most``, oldest first and by name among equals (names compare as ``str`` do:
+        UTF-8 bytes sort in code point order). Sorted in C, with a name made only for those chosen."""
+        if not len(reference_rows):
+            return OldestReferences([], np.zeros(0, np.int64), {})
+        file_rows = self.file_rows_of_references(reference_rows)
+        codes = self.partition_codes[reference_rows]
+        times = self.reference_times[reference_rows]
+        names = pc.binary_join_element_wise(
+            self.directories.take(pa.array(self.directory_codes[file_rows])).cast(pa.large_string()),
+            self.base_names.take(pa.array(file_rows)),
+            pa.scalar("", pa.large_string()),
+        )
+        order = pc.sort_indices(
+            pa.table({"code": codes, "time": times, "name": names}),
+            [("code", "ascending"), ("time", "ascending"), ("name", "ascending")],
+        ).to_numpy()
+        sorted_codes = codes[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_codes[1:] != sorted_codes[:-1]]))
+        counts = np.diff(np.append(starts, len(order)))
+        chosen = order[np.arange(len(order)) - np.repeat(starts, counts) < at_most]
+        taken = np.minimum(counts, at_most)
+        stops = np.cumsum(taken)
+        groups = dict(
+            zip(
+                sorted_codes[starts].tolist(),
+                zip(counts.tolist(), (stops - taken).tolist(), stops.tolist(), strict=True),
+                strict=True,
+            )
+        )
+        return OldestReferences(names.take(pa.array(chosen)).to_pylist(), times[chosen], groups)
 
     def reference_rows_of(self, rows: np.ndarray) -> np.ndarray:
         """The reference rows of the files at ``rows``, file after file in that order."""

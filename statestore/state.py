@@ -527,6 +527,61 @@ class TableState:
             ),
         )
 
+    def oldest_unassigned_files(
+        self,
+        partition_ids: Iterable[str],
+        *,
+        at_least: int,
+        at_most: int,
+        claimed_before: int | None = None,
+    ) -> dict[str, list[str]]:
+        """For each of ``partition_ids`` with at least ``at_least`` references assigned to no job, the files
+        of its oldest ``at_most`` such references: oldest first (``last_update_time``), by name among equals.
+        What a compaction job takes in. With ``claimed_before`` (epoch ms) references claimed before that
+        time count as unassigned (their job is presumed dead).
+
+        Selected and sorted on the columns, with no object made per reference: at 1M references the
+        references of every leaf are ordered in about a second.
+        """
+        if at_least < 1 or at_most < 1:
+            raise ValueError(f"need at_least >= 1 and at_most >= 1, got {at_least} and {at_most}")
+        wanted = set(partition_ids)
+
+        def free(job_id: str | None, claimed_at: int) -> bool:
+            return job_id is None or (claimed_before is not None and claimed_at < claimed_before)
+
+        changed: dict[str, list[tuple[int, str]]] = {}
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if ref.partition_id in wanted and free(ref.job_id, ref.last_update_time):
+                    changed.setdefault(ref.partition_id, []).append((ref.last_update_time, ref.filename))
+        base = self._base
+        codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
+        out: dict[str, list[str]] = {}
+        with collector_paused():  # a name per reference chosen, none of them garbage
+            if codes:
+                selected = np.isin(base.partition_codes, codes)
+                unassigned = base.job_codes < 0
+                if claimed_before is not None:
+                    unassigned |= base.reference_times < claimed_before
+                rows = np.flatnonzero(selected & unassigned)
+                rows = rows[~self._shadowed[base.file_rows_of_references(rows)]]  # changed files: above
+                oldest = base.oldest_by_partition(rows, at_most)
+                for code, (count, start, stop) in oldest.groups.items():
+                    partition_id = base.partition_ids[code]
+                    more = changed.pop(partition_id, None)
+                    if more is None:
+                        if count >= at_least:
+                            out[partition_id] = oldest.names[start:stop]
+                    elif count + len(more) >= at_least:  # the oldest of the columns' and the changed together
+                        times = oldest.times[start:stop].tolist()
+                        chosen = list(zip(times, oldest.names[start:stop], strict=True))
+                        out[partition_id] = _names_of_oldest(chosen + more, at_most)
+            for partition_id, more in changed.items():  # partitions only the changed files reference
+                if len(more) >= at_least:
+                    out[partition_id] = _names_of_oldest(more, at_most)
+        return out
+
     def references_in_partition(self, partition_id: str) -> list[FileReference]:
         return self.references_in_partitions((partition_id,)).get(partition_id, [])
 
@@ -710,6 +765,11 @@ class TableState:
             f"partitions={self._partition_count}, files={self._file_count}, "
             f"references={self.reference_count()})"
         )
+
+
+def _names_of_oldest(references: list[tuple[int, str]], at_most: int) -> list[str]:
+    """The names of the oldest ``at_most`` of ``(last_update_time, filename)`` pairs, by name among equals."""
+    return [filename for _, filename in sorted(references)[:at_most]]
 
 
 def _files_equal(a: dict[str, TableFile], b: dict[str, TableFile]) -> bool:
