@@ -540,8 +540,8 @@ class TableState:
         What a compaction job takes in. With ``claimed_before`` (epoch ms) references claimed before that
         time count as unassigned (their job is presumed dead).
 
-        Selected and sorted on the columns, with no object made per reference: at 1M references the
-        references of every leaf are ordered in about a second.
+        Selected and sorted on the columns, with no object made per reference: at 1M references over
+        100,000 leaves, every leaf's are chosen in ~1.3 s (``benchmarks/bench_planners.py``).
         """
         if at_least < 1 or at_most < 1:
             raise ValueError(f"need at_least >= 1 and at_most >= 1, got {at_least} and {at_most}")
