@@ -5,9 +5,9 @@
 :func:`create_user` makes an IAM user holding exactly those statements; inside :func:`iam_enforced` every
 request moto receives is authorised against the caller's policies.
 
-moto 5.2.5 enforces IAM for DynamoDB, S3 and SQS, but for three kinds of request it checks a different
-resource or action than AWS does, which would deny calls the deployed stack allows. :func:`iam_enforced`
-makes moto check what AWS checks:
+moto 5.2.5 enforces IAM for DynamoDB, S3, SQS and Secrets Manager, but for some kinds of request it checks
+a different resource or action than AWS does, which would deny calls the deployed stack allows.
+:func:`iam_enforced` makes moto check what AWS checks:
 
 * DynamoDB: moto authorises every request against resource ``*`` (it never names the table), so no
   table-scoped statement would ever match. Here each request is checked against the ARN of every table it
@@ -18,6 +18,8 @@ makes moto check what AWS checks:
 * Lambda: moto checks every request against ``*``; here UpdateEventSourceMapping is checked against the
   mapping's ARN, as AWS does (a Ref to the stack's mapping resolves to the one moto holds for its function).
   moto also fails the signature of a GET with query parameters (it hashes them as a body): fixed here.
+* Secrets Manager: moto checks every request against ``*``; here a request naming a secret (by name or
+  ARN) is checked against the secret's ARN, as AWS does.
 * S3 DeleteObjects: moto checks s3:DeleteObject on the bucket's ARN; AWS checks it on each object's key.
   Here each key is checked (a denied key denies the whole request). A PutObject with tags also needs
   s3:PutObjectTagging, as in AWS.
@@ -42,11 +44,15 @@ from moto.core.authorization import enable_iam_authentication
 from moto.dynamodb.responses import DynamoHandler
 from moto.iam.access_control import IAMRequest, S3IAMRequest
 from moto.s3.responses import S3Response
+from moto.secretsmanager.models import secretsmanager_backends
+from moto.secretsmanager.responses import SecretsManagerResponse
 from moto.sqs.exceptions import QueueDoesNotExist
 from moto.sqs.responses import SQSResponse
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 REGION = "eu-west-2"  # tests/conftest.py's region
+# The endpoint of the stack's database proxy or cluster: the PostgreSQL server a test starts on loopback.
+DATABASE_HOST = "127.0.0.1"
 
 _SUB_VARIABLE = re.compile(r"\$\{([^}]+)\}")
 
@@ -171,6 +177,13 @@ def _ref(template: dict[str, Any], name: str) -> str:
             raise ValueError(f"{len(mappings)} event source mappings of {function} in moto; expected one")
         # A test that created none gets an id no mapping has: the statement then allows nothing.
         return str(mappings[0].uuid) if mappings else f"{name}-not-created-in-moto"
+    if kind == "AWS::SecretsManager::SecretTargetAttachment":  # the attached secret's ARN
+        return str(resolve(template, properties["SecretId"]))
+    if kind == "AWS::SecretsManager::Secret":  # CloudFormation names it: the one secret moto holds
+        secrets = [secret.arn for secret in secretsmanager_backends[ACCOUNT_ID][REGION].secrets.values()]
+        if len(secrets) > 1:
+            raise ValueError(f"{len(secrets)} secrets in moto; expected one")
+        return secrets[0] if secrets else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT_ID}:secret:{name}-none"
     raise ValueError(f"cannot resolve Ref to {kind} {name}")
 
 
@@ -178,6 +191,8 @@ def _get_att(template: dict[str, Any], logical_id: str, attribute: str) -> str:
     resource = template["Resources"][logical_id]
     properties = resource.get("Properties", {})
     kind = resource["Type"]
+    if (kind, attribute) in (("AWS::RDS::DBProxy", "Endpoint"), ("AWS::RDS::DBCluster", "Endpoint.Address")):
+        return DATABASE_HOST
     if attribute != "Arn":
         raise ValueError(f"cannot resolve {logical_id}.{attribute}")
     if kind == "AWS::DynamoDB::Table":
@@ -231,6 +246,7 @@ def iam_enforced() -> Iterator[None]:
             (SQSResponse, "_authenticate_and_authorize_normal_action", _authorize_sqs),
             (S3Response, "_authenticate_and_authorize_s3_action", _authorize_s3),
             (LambdaResponse, "_authenticate_and_authorize_normal_action", _authorize_lambda),
+            (SecretsManagerResponse, "_authenticate_and_authorize_normal_action", _authorize_secrets),
         ):
             stack.enter_context(_patched(cls, name, replacement))
         stack.enter_context(enable_iam_authentication())
@@ -334,6 +350,14 @@ def _authorize_lambda(_original: Any, handler: Any, resource: str = "*") -> None
         request.check_action_permitted(resource)
         return
     _authorize(handler, IAMRequest, action, resource)
+
+
+def _authorize_secrets(_original: Any, handler: Any, resource: str = "*") -> None:
+    secret_id = handler._get_param("SecretId")
+    if secret_id:  # named by name or ARN: AWS checks the secret's full ARN
+        secret = handler.backend.secrets.get(secret_id)
+        resource = secret.arn if secret is not None else secret_id
+    _authorize(handler, IAMRequest, handler._get_action(), resource)
 
 
 def _authorize_s3(

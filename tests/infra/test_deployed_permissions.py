@@ -2,16 +2,17 @@
 
 Every handler is cold-started (no runtime built yet) with its deployed environment and runs one real
 invocation in moto as an IAM user holding its role's statements, with IAM enforced; a call the stack does
-not grant fails the test. moto 5.2.5 enforces IAM for DynamoDB, S3 and SQS, but names the wrong resource or
-action for some DynamoDB, SQS and S3 requests; ``tests/infra/deployed_iam.py`` says which and makes it check
-what AWS checks. CloudWatch Logs and X-Ray are not exercised (the handlers do not call them here).
+not grant fails the test. moto 5.2.5 enforces IAM for DynamoDB, S3, SQS and Secrets Manager, but names the
+wrong resource or action for some of their requests; ``tests/infra/deployed_iam.py`` says which and makes it
+check what AWS checks. CloudWatch Logs and X-Ray are not exercised (the handlers do not call them here). The
+stack's PostgreSQL option is exercised the same way in ``test_deployed_permissions_postgres.py``.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
@@ -79,6 +80,8 @@ class Deployed:
     work_queues: dict[str, SqsCommitQueue]
     iam: Any
     monkeypatch: pytest.MonkeyPatch
+    # Set beside the deployed environment: what stands in for AWS here needs (a database without TLS).
+    local_environment: dict[str, str] = field(default_factory=dict)
 
     def create_table(self, name: str, properties: dict[str, str] | None = None) -> TransactionLogStateStore:
         info = TableInfo.new(name, INT_SCHEMA, properties)
@@ -128,7 +131,8 @@ class Deployed:
         credentials = create_user(self.iam, user, statements)
         module = {COMMITTER: committer_lambda, SNAPSHOT: snapshot_lambda, CLEANUP: cleanup_lambda}[handler]
         with pytest.MonkeyPatch.context() as env:
-            for name, value in {**function_environment(self.template, handler), **credentials}.items():
+            environment = function_environment(self.template, handler)
+            for name, value in {**environment, **self.local_environment, **credentials}.items():
                 env.setenv(name, value)
             env.delenv("AWS_SESSION_TOKEN", raising=False)
             use_runtime(None)  # a new container: the handler builds its runtime from the environment
@@ -142,27 +146,32 @@ class Deployed:
 
 @pytest.fixture
 def deployed(template_json: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
-    names = ResourceNames.from_json(function_environment(template_json, COMMITTER)["STATESTORE_RESOURCES"])
     with mock_aws():
-        backend = AwsBackend.connect(names)
-        backend.provision()
-        sqs = make_client("sqs")
-        queue_url, dlq_url = provision_queues(names, sqs)
-        yield Deployed(
-            template=template_json,
-            names=names,
-            admin=Runtime.for_aws(names),
-            backend=backend,
-            commit_queue=SqsCommitQueue(sqs, queue_url),
-            dead_letter_queue=SqsCommitQueue(sqs, dlq_url),
-            work_queues={
-                kind: SqsCommitQueue(sqs, url)
-                for kind, url in provision_upkeep_queues(names, sqs).items()
-                if kind != "dead_letters"
-            },
-            iam=make_client("iam"),
-            monkeypatch=monkeypatch,
-        )
+        yield deploy(template_json, monkeypatch)
+
+
+def deploy(template_json: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Deployed:
+    """The stack's tables, bucket and queues made in moto (which the caller has started)."""
+    names = ResourceNames.from_json(function_environment(template_json, COMMITTER)["STATESTORE_RESOURCES"])
+    backend = AwsBackend.connect(names)
+    backend.provision()
+    sqs = make_client("sqs")
+    queue_url, dlq_url = provision_queues(names, sqs)
+    return Deployed(
+        template=template_json,
+        names=names,
+        admin=Runtime.for_aws(names),
+        backend=backend,
+        commit_queue=SqsCommitQueue(sqs, queue_url),
+        dead_letter_queue=SqsCommitQueue(sqs, dlq_url),
+        work_queues={
+            kind: SqsCommitQueue(sqs, url)
+            for kind, url in provision_upkeep_queues(names, sqs).items()
+            if kind != "dead_letters"
+        },
+        iam=make_client("iam"),
+        monkeypatch=monkeypatch,
+    )
 
 
 def as_list(value: str | list[str]) -> list[str]:
