@@ -143,7 +143,9 @@ def partitions_of(table: pa.Table, dimensions: int) -> list[Partition]:
 
 class _ScalarReaders:
     """One partition read value by value straight from the columns' buffers (what a commit pays for a
-    partition it has not asked for before): ~3 µs, where slicing the table and converting it costs ~150."""
+    partition it has not asked for before): ~7 µs at 200,000 partitions (about half reading its strings,
+    half making the Partition, Region and Range objects), where slicing the table and converting it costs
+    ~150."""
 
     def __init__(self, table: pa.Table, dimensions: int) -> None:
         self._ids = StringColumn(one_array(table.column("id")))
