@@ -47,8 +47,9 @@ def files_ready_for_gc(state: TableState, before: int, limit: int | None = None)
     the time it was added; a compacted-away file from the time its last reference went.
     """
     _check_limit("limit", limit)
+    # Found on the columns; a TableFile made only for each file found.
     ready = sorted(
-        (f for f in state.files_by_name.values() if not f.references and f.last_update_time < before),
+        (state.file(filename) for filename in state.files_ready_for_gc(before)),
         key=lambda f: (f.last_update_time, f.filename),
     )
     return GcCandidates(before, tuple(ready if limit is None else ready[:limit]), len(ready))

@@ -198,18 +198,19 @@ def cmd_tables_show(s: Session) -> int:
     state = s.client.state(table.table_id)
     snapshots = s.client.snapshots.metadata.list(table.table_id)
     latest_snapshot = s.client.snapshots.metadata.latest(table.table_id)
-    references = list(state.file_references())
-    rows = sum(r.number_of_rows for r in references)
-    approximate = any(r.count_approximate for r in references)
+    totals = state.reference_totals().values()  # summed on the columns: no object per reference
+    references = sum(t.references for t in totals)
+    rows = sum(t.rows for t in totals)
+    approximate = any(t.rows_approximate for t in totals)
     unreferenced = len(state.unreferenced_files())
-    leaves = len(state.leaf_partitions())
+    leaves = len(state.leaf_ids())
     data = {
         **fmt.table_json(table),
         "transaction_number": state.transaction_number,
         "partitions": len(state.partitions_by_id),
         "leaf_partitions": leaves,
         "files": len(state.files_by_name),
-        "file_references": len(references),
+        "file_references": references,
         "unreferenced_files": unreferenced,
         "rows": rows,
         "rows_approximate": approximate,
@@ -238,7 +239,7 @@ def cmd_tables_show(s: Session) -> int:
                 ("transaction", state.transaction_number),
                 ("partitions", f"{len(state.partitions_by_id)} ({fmt.plural(leaves, 'leaf', 'leaves')})"),
                 ("files", f"{len(state.files_by_name)} ({unreferenced} awaiting garbage collection)"),
-                ("references", len(references)),
+                ("references", references),
                 ("rows", fmt.rows_text(rows, approximate)),
                 ("snapshot", snapshot),
             ]

@@ -42,6 +42,24 @@ def reported_table(client: StateStoreClient) -> str:
     return name
 
 
+def test_tables_show_counts_files_references_and_rows_of_a_table_with_references(
+    cli: Cli, client: StateStoreClient
+) -> None:
+    name = reported_table(client)
+    # A file spanning both leaves, one of its counts approximate: two references, 30 + 40 rows.
+    client.commit(name, AddFiles((ref("d", "p1", 30), ref("d", "p2", 40, approximate=True))))
+
+    shown = cli("tables", "show", name, "--json")
+
+    assert shown.code == EXIT_OK, shown.err
+    details = shown.json()
+    assert (details["files"], details["file_references"], details["unreferenced_files"]) == (6, 5, 2)
+    assert (details["rows"], details["rows_approximate"]) == (10 + 20 + 250 + 30 + 40, True)
+    assert (details["partitions"], details["leaf_partitions"]) == (3, 2)
+    human = cli("tables", "show", name).out
+    assert "files:       6 (2 awaiting garbage collection)" in human and "references:  5" in human
+
+
 def test_report_gc_lists_files_ready_before_a_time_with_a_limit(cli: Cli, client: StateStoreClient) -> None:
     name = reported_table(client)
 
