@@ -115,6 +115,17 @@ class Deployed:
         assert len(event["Records"]) == 1, f"no {kind} work waiting"
         return event, queue
 
+    def cleanup_once(self, table_id: str) -> dict[str, Any]:
+        """One period of the cleanup Lambda on the one table there is: its plan, then its work on the table,
+        acknowledged as the event source does; returns the work's summary."""
+        plan = self.invoke(CLEANUP, SCHEDULED_EVENT)
+        assert plan["planned"] == [table_id]
+        event, source = self.work_event(CLEANUP, "cleanup")
+        summary = self.invoke(CLEANUP, event)
+        with iam_enforced():
+            source.delete([r["receiptHandle"] for r in event["Records"]])
+        return summary
+
     def invoke(
         self,
         handler: str,
@@ -262,13 +273,8 @@ def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_i
     deployed.monkeypatch.setenv("STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES", "0")
     deployed.monkeypatch.setenv("STATESTORE_SNAPSHOT_RETENTION_MINUTES", "0")
 
-    plan = deployed.invoke(CLEANUP, SCHEDULED_EVENT)
-    event, source = deployed.work_event(CLEANUP, "cleanup")
-    summary = deployed.invoke(CLEANUP, event)
-    with iam_enforced():
-        source.delete([r["receiptHandle"] for r in event["Records"]])
+    summary = deployed.cleanup_once(table_id)
 
-    assert plan["planned"] == [table_id]
     assert summary["errors"] == {}
     assert summary["data_files_deleted"] == 1 and summary["snapshots_deleted"] == 1
     assert summary["log_entries_deleted"] == 3

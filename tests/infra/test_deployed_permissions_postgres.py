@@ -40,7 +40,7 @@ from statestore.transactions import (
 from tests.builders import INT_SCHEMA, ref, tree
 from tests.fixtures.postgres import SUPERUSER, PostgresServer
 from tests.infra.conftest import SynthStack
-from tests.infra.deployed_iam import REGION, iam_enforced
+from tests.infra.deployed_iam import REGION
 from tests.infra.test_deployed_permissions import (
     CLEANUP,
     COMMITTER,
@@ -137,23 +137,12 @@ def test_the_cleanup_lambda_collects_a_database_tables_garbage_with_its_role(
     store.commit(ReplaceFileReferences((ReplaceFileReferencesJob("compaction", "root", (old,), ref(new)),)))
 
     # The first run marks "old" unreferenced in the database; the next, a GC delay (0) later, deletes it.
-    summaries = [cleanup_once(db, table_id) for _ in range(2)]
+    summaries = [db.deployed.cleanup_once(table_id) for _ in range(2)]
 
     assert [s["errors"] for s in summaries] == [{}, {}]
     assert [s["data_files_deleted"] for s in summaries] == [0, 1]
     assert db.deployed.admin.blobs.list(layout.data_prefix(table_id)) == [new]
     assert set(db.files.files(table_id)) == {new}
-
-
-def cleanup_once(db: WithDatabase, table_id: str) -> dict[str, Any]:
-    """One period of the cleanup Lambda: its plan, then its work on the one table, acknowledged."""
-    plan = db.deployed.invoke(CLEANUP, SCHEDULED_EVENT)
-    assert plan["planned"] == [table_id]
-    event, source = db.deployed.work_event(CLEANUP, "cleanup")
-    summary = db.deployed.invoke(CLEANUP, event)
-    with iam_enforced():  # the event source acknowledges the work
-        source.delete([r["receiptHandle"] for r in event["Records"]])
-    return summary
 
 
 @pytest.mark.parametrize("handler", [COMMITTER, CLEANUP])
