@@ -41,7 +41,6 @@ from statestore.files import FileReference
 from statestore.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
-    InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
     InMemoryTransactionLog,
 )
@@ -63,10 +62,9 @@ def in_memory_runtime() -> Runtime:
     blobs = InMemoryBlobStore()
     return Runtime(
         tables=InMemoryTableIndex(),
-        log=InMemoryTransactionLog(),
+        log=InMemoryTransactionLog(blobs),
         snapshots=SnapshotStore(InMemorySnapshotMetadataStore(), blobs),
         blobs=blobs,
-        statuses=InMemoryCommitStatusStore(),
         dead_letters=InMemoryCommitQueue(),
     )
 
@@ -157,7 +155,7 @@ def timed(
 ) -> tuple[float, float]:
     """Batches of ``plan`` per second (wall clock, CPU of this process) through a new committer, after the
     batches of ``warm_up`` (which load the state)."""
-    committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
+    committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.blobs, rt.dead_letters)
     drive(committer, warm_up)
     gc.collect()
     profiler = cProfile.Profile() if profile else None

@@ -113,7 +113,7 @@ def measure(backend: AwsBackend, endpoint: str, names: ResourceNames, count: int
         if any(r.outcome is not MessageOutcome.COMMITTED for r in results):
             raise RuntimeError(f"benchmark request not committed: {results}")
         queue.delete([r["receiptHandle"] for r in records])
-        status = sender.status(request_id)
+        status = sender.status(table_id, request_id)
         if status is None or status.outcome is not CommitOutcome.COMMITTED:
             raise RuntimeError(f"benchmark request {request_id} has status {status}")
         return committer_seconds

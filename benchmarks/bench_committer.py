@@ -249,14 +249,17 @@ class Delayed:
 def latency_runtime(rtt: float) -> Runtime:
     """In-memory stores behind a simulated round trip per call, shared by every committer of the run."""
     blobs: Any = Delayed(InMemoryBlobStore(), rtt)
+    inner_statuses = InMemoryCommitStatusStore()
+    statuses = cast(CommitStatusStore, Delayed(inner_statuses, rtt))
+    log: Any = Delayed(InMemoryTransactionLog(None, inner_statuses), rtt)
+    log.request_statuses = statuses  # the log writes statuses with its entries; reads of them are delayed too
     return Runtime(
         tables=cast(TableIndex, Delayed(InMemoryTableIndex(), rtt)),
-        log=cast(TransactionLogStore, Delayed(InMemoryTransactionLog(), rtt)),
+        log=cast(TransactionLogStore, log),
         snapshots=SnapshotStore(
             cast(SnapshotMetadataStore, Delayed(InMemorySnapshotMetadataStore(), rtt)), blobs
         ),
         blobs=blobs,
-        statuses=cast(CommitStatusStore, Delayed(InMemoryCommitStatusStore(), rtt)),
         dead_letters=cast(CommitQueue, Delayed(InMemoryCommitQueue(), rtt)),
     )
 
@@ -267,7 +270,7 @@ def bench_tables_latency_bound(rt: Runtime, tables: int, batches: int) -> float:
     plans = []
     for _ in range(tables):
         table_id = create_table(rt, f"lat-{uuid.uuid4().hex[:8]}")
-        committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.statuses, rt.blobs, rt.dead_letters)
+        committer = BatchCommitter(rt.tables, rt.log, rt.snapshots, rt.blobs, rt.dead_letters)
         drive(committer, [messages(table_id, BATCH, "warm")])
         todo = messages(table_id, batches * BATCH, "m")
         plans.append((committer, [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]))

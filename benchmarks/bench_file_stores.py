@@ -378,7 +378,6 @@ def through_committer(
         backend.table_index,
         backend.log,
         SnapshotStore(backend.snapshot_metadata, backend.blobs),
-        backend.commit_statuses,
         backend.blobs,
         InMemoryCommitQueue(),  # the dead-letter queue: nothing should land there
         **extra,

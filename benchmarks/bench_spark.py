@@ -178,7 +178,14 @@ def run_moto(spark: SparkSession, df: DataFrame, rows: int, leaves: int) -> Figu
         data = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
         committer = QueueCommitter(runtime.sender(), wait_timeout=120, poll_interval=0.02)
         return measure(
-            "moto", spark, df, rows, client.state_store(table_id), data, committer, committer.outcome
+            "moto",
+            spark,
+            df,
+            rows,
+            client.state_store(table_id),
+            data,
+            committer,
+            lambda request_id: committer.outcome(table_id, request_id),
         )
 
 

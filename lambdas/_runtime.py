@@ -26,7 +26,6 @@ from statestore.engine import TransactionLogStateStore
 from statestore.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
-    InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
     InMemoryTransactionLog,
 )
@@ -63,7 +62,6 @@ class Runtime:
         log: TransactionLogStore | None = None,
         snapshots: SnapshotStore | None = None,
         blobs: BlobStore | None = None,
-        statuses: CommitStatusStore | None = None,
         dead_letters: CommitQueue | None = None,
         upkeep_queues: Mapping[UpkeepKind, CommitQueue] | None = None,
         file_store: FileReferenceStore | None = None,
@@ -78,7 +76,6 @@ class Runtime:
             "log": log,
             "snapshots": snapshots,
             "blobs": blobs,
-            "statuses": statuses,
             "dead_letters": dead_letters,
             "file_store": file_store,
         }
@@ -103,7 +100,6 @@ class Runtime:
             log=InMemoryTransactionLog(blobs),
             snapshots=SnapshotStore(InMemorySnapshotMetadataStore(), blobs),
             blobs=blobs,
-            statuses=InMemoryCommitStatusStore(),
             dead_letters=InMemoryCommitQueue(),
             upkeep_queues={kind: InMemoryCommitQueue() for kind in UpkeepKind},
         )
@@ -129,9 +125,13 @@ class Runtime:
     def blobs(self) -> BlobStore:
         return self._backend.blobs
 
-    @cached_property
+    @property
     def statuses(self) -> CommitStatusStore:
-        return self._backend.commit_statuses
+        """The log's status store, where it writes a committed request's status with its entry."""
+        statuses = self.log.request_statuses
+        if statuses is None:
+            raise RuntimeError("this Runtime's log records no commit statuses")
+        return statuses
 
     @cached_property
     def dead_letters(self) -> CommitQueue:
@@ -166,7 +166,6 @@ class Runtime:
                 self.tables,
                 self.log,
                 self.snapshots,
-                self.statuses,
                 self.blobs,
                 self.dead_letters,
                 file_store=self.file_store,

@@ -56,15 +56,17 @@ class JobCommitter(Protocol):
         """
         ...
 
-    def previous_outcome(self, request_id: str) -> CommitReport | None:
-        """The final outcome of an earlier request with this id, or None if there is none (yet)."""
+    def previous_outcome(self, table_id: str, request_id: str) -> CommitReport | None:
+        """The final outcome of an earlier request of ``table_id`` with this id, or None if there is none
+        (yet). Request ids are scoped to their table."""
         ...
 
 
 class SyncCommitter:
     """Commits directly through :meth:`TableStateStore.commit` (the caller does the conditional put).
 
-    Fine for tests, benchmarks and rare writers. ``wait`` is ignored: the outcome is always final.
+    Fine for tests, benchmarks and rare writers. ``wait`` is ignored: the outcome is always final. A
+    ``request_id`` makes a commit idempotent as through the queue: its status is written with its entry.
     Thread-safe: commits to one table are serialised on one store instance (the store is not
     thread-safe, and concurrent writers still coordinate through the log).
     """
@@ -89,26 +91,41 @@ class SyncCommitter:
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
     ) -> CommitReport:
-        if request_id is not None:
-            raise ValueError(_NO_REQUEST_IDS)
         with self._lock:
-            store = self._stores.get(table_id)
-            if store is None:
-                store = self._stores[table_id] = self._factory(table_id)
+            store = self._store(table_id)
             try:
-                result = store.commit(transaction)
+                result = store.commit(transaction, request_id)
             except TransactionValidationError as e:
-                return CommitReport(False, reason=f"{type(e).__name__}: {e}")
-        return CommitReport(True, result.transaction_number, rejected_parts=result.rejected_parts)
+                return CommitReport(False, reason=f"{type(e).__name__}: {e}", request_id=request_id)
+        return CommitReport(
+            True, result.transaction_number, request_id=request_id, rejected_parts=result.rejected_parts
+        )
 
-    def previous_outcome(self, request_id: str) -> CommitReport | None:
-        raise ValueError(_NO_REQUEST_IDS)
+    def previous_outcome(self, table_id: str, request_id: str) -> CommitReport | None:
+        with self._lock:
+            statuses = self._store(table_id).log.request_statuses
+        if statuses is None:
+            raise ValueError(
+                "this table's log records no commit statuses, so a synchronous commit cannot be made "
+                "idempotent; commit through the queue (QueueCommitter)"
+            )
+        status = statuses.get(table_id, request_id)
+        return None if status is None or not status.is_final else report_of_status(request_id, status)
+
+    def _store(self, table_id: str) -> TableStateStore:
+        store = self._stores.get(table_id)
+        if store is None:
+            store = self._stores[table_id] = self._factory(table_id)
+        return store
 
 
-_NO_REQUEST_IDS = (
-    "a synchronous commit keeps no record of request ids, so it cannot be made idempotent: "
-    "commit through the queue (QueueCommitter), whose committer records each request's outcome"
-)
+def report_of_status(request_id: str, status: CommitStatus) -> CommitReport:
+    """A request's final status as a report."""
+    if status.outcome is CommitOutcome.COMMITTED:
+        # For a committed request the reason, if any, names the parts that were skipped.
+        parts = (("skipped", status.reason),) if status.reason else ()
+        return CommitReport(True, status.transaction_number, None, request_id, parts)
+    return CommitReport(False, reason=f"{status.outcome.value}: {status.reason}", request_id=request_id)
 
 
 class QueueCommitter:
@@ -127,34 +144,29 @@ class QueueCommitter:
     def commit(
         self, table_id: str, transaction: Transaction, wait: bool = True, request_id: str | None = None
     ) -> CommitReport:
-        if request_id is not None and (previous := self.previous_outcome(request_id)) is not None:
+        if request_id is not None and (previous := self.previous_outcome(table_id, request_id)) is not None:
             return previous
         request_id = self.sender.send(table_id, transaction, request_id)
         if not wait:
             return CommitReport(False, request_id=request_id, pending=True)
-        return self.outcome(request_id)
+        return self.outcome(table_id, request_id)
 
-    def outcome(self, request_id: str) -> CommitReport:
+    def outcome(self, table_id: str, request_id: str) -> CommitReport:
         """Wait (up to ``wait_timeout``) for the outcome of an earlier request."""
-        status = self.sender.wait(request_id, timeout=self.wait_timeout, poll_interval=self.poll_interval)
+        status = self.sender.wait(
+            table_id, request_id, timeout=self.wait_timeout, poll_interval=self.poll_interval
+        )
         if status is None:
             reason = f"no outcome after {self.wait_timeout:g}s; look it up later by request id {request_id!r}"
             return CommitReport(False, reason=reason, request_id=request_id, pending=True)
-        return self._from_status(request_id, status)
+        return report_of_status(request_id, status)
 
-    def previous_outcome(self, request_id: str) -> CommitReport | None:
-        """The final outcome of an earlier request with this id (committed, rejected or unknown), or None.
+    def previous_outcome(self, table_id: str, request_id: str) -> CommitReport | None:
+        """The final outcome of an earlier request of the table with this id (committed, rejected or
+        unknown), or None.
 
         A dead-lettered request is not final (it can be redriven), so it gives None: sending it again is
         how it gets processed. Outcomes are kept as long as the status table keeps them (its TTL).
         """
-        status = self.sender.status(request_id)
-        return None if status is None or not status.is_final else self._from_status(request_id, status)
-
-    @staticmethod
-    def _from_status(request_id: str, status: CommitStatus) -> CommitReport:
-        if status.outcome is CommitOutcome.COMMITTED:
-            # For a committed request the reason, if any, names the parts that were skipped.
-            parts = (("skipped", status.reason),) if status.reason else ()
-            return CommitReport(True, status.transaction_number, None, request_id, parts)
-        return CommitReport(False, reason=f"{status.outcome.value}: {status.reason}", request_id=request_id)
+        status = self.sender.status(table_id, request_id)
+        return None if status is None or not status.is_final else report_of_status(request_id, status)

@@ -104,8 +104,8 @@ def ingest(
 
     ``idempotency_key=(job_name, batch_id)`` makes a rerun safe (like Delta's txnAppId/txnVersion): the
     request id is derived from it, so a retried driver's commit is recognised as the same request and not
-    applied twice, and a rerun after the first one committed writes nothing at all. It needs the commit
-    queue (the committer records outcomes by request id, for as long as its status table keeps them).
+    applied twice, and a rerun after the first one committed writes nothing at all. The outcome is recorded
+    by request id with the commit (queued or synchronous), for as long as the status table keeps it.
     Every file is checked to be a readable Parquet file of the table's schema and row count before the
     commit (:class:`InvalidDataFileError`).
 
@@ -118,7 +118,7 @@ def ingest(
     request_id = None
     if idempotency_key is not None:
         request_id = ingest_request_id(table_id, *idempotency_key)
-        previous = committer.previous_outcome(request_id)
+        previous = committer.previous_outcome(table_id, request_id)
         if previous is not None and previous.committed:
             return IngestResult((), 0, time.monotonic() - started, previous, already_committed=True)
         if previous is not None:

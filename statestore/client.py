@@ -16,7 +16,12 @@ from statestore.errors import StateStoreError, TableNotFoundError, UnsupportedBy
 from statestore.files import TableFile
 from statestore.jobs_model import JobRun, JobState
 from statestore.jobs_reader import JobStatusReader, save_job_model_beside_snapshot
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
+from statestore.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitStatusStore,
+    InMemorySnapshotMetadataStore,
+    InMemoryTransactionLog,
+)
 from statestore.partitions import Partition, partitions_from_split_points
 from statestore.ports import (
     BlobStore,
@@ -69,7 +74,7 @@ class StateStoreClient:
         """Everything in this process: for tests, examples and the in-memory demo. ``file_store`` (e.g. an
         :class:`statestore.memory.InMemoryFileReferenceStore`) holds the files of postgres tables."""
         blobs = InMemoryBlobStore()
-        log = InMemoryTransactionLog(blobs)
+        log = InMemoryTransactionLog(blobs, InMemoryCommitStatusStore())
         return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs, file_store=file_store)
 
     @classmethod
@@ -241,9 +246,10 @@ class StateStoreClient:
         """Leaf sizes from their references, and which leaves hold more than ``split_threshold`` rows."""
         return reports.partition_report(self.state(table), split_threshold)
 
-    def commit(self, table: str, transaction: Transaction) -> CommitResult:
-        """Commit synchronously (fine for rare writers; jobs use the commit queue)."""
-        return self.state_store(table).commit(transaction)
+    def commit(self, table: str, transaction: Transaction, request_id: str | None = None) -> CommitResult:
+        """Commit synchronously (fine for rare writers; jobs use the commit queue). A ``request_id`` makes it
+        idempotent: committed once, however often it is sent (see :meth:`TransactionLogStateStore.commit`)."""
+        return self.state_store(table).commit(transaction, request_id)
 
     def create_snapshot(self, table: str) -> SnapshotInfo | None:
         """Snapshot the table's latest state, and save its job model beside it; None when nothing changed

@@ -26,7 +26,7 @@ from statestore.clock import now_millis
 from statestore.codec.transaction_json import transaction_from_json, transaction_to_json
 from statestore.collector import collector_paused, collector_paused_for_body
 from statestore.errors import BlobNotFoundError, CodecError, StoreUnavailableError
-from statestore.ports import BlobStore, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
+from statestore.ports import BlobStore, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage, RequestKey
 from statestore.transactions import TRANSACTION_TYPES, Transaction, TransactionBatch
 
 REQUEST_FORMAT_VERSION = 1
@@ -82,6 +82,11 @@ class RequestEnvelope:
     transaction_type: str
     transaction_json: dict[str, Any] | None = None
     body_key: str | None = None
+
+    @property
+    def key(self) -> RequestKey:
+        """The request's (table id, request id): request ids are scoped to their table."""
+        return (self.table_id, self.request_id)
 
     def read_body(self, blobs: BlobStore) -> bytes:
         """The bytes of the body stored aside at ``body_key``.
@@ -260,10 +265,14 @@ class CommitSender:
         self.queue.send(messages)
         return [r.request_id for r in requests]
 
-    def status(self, request_id: str) -> CommitStatus | None:
-        return self.statuses.get(request_id)
+    def status(self, table_id: str, request_id: str) -> CommitStatus | None:
+        """The status of request ``request_id`` of table ``table_id``, or None (request ids are scoped to
+        their table: another table's request of the same id is another request)."""
+        return self.statuses.get(table_id, request_id)
 
-    def wait(self, request_id: str, timeout: float, poll_interval: float = 0.2) -> CommitStatus | None:
+    def wait(
+        self, table_id: str, request_id: str, timeout: float, poll_interval: float = 0.2
+    ) -> CommitStatus | None:
         """The request's final status (committed or rejected), or None if there is none after ``timeout``
         seconds. A dead-lettered status is returned at once too: nothing more will happen until someone
         redrives the message.
@@ -271,7 +280,7 @@ class CommitSender:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                status = self.statuses.get(request_id)
+                status = self.statuses.get(table_id, request_id)
             except StoreUnavailableError:
                 status = None  # a transient read failure only delays the answer
             if status is not None:

@@ -7,12 +7,12 @@ re-exports every name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from statestore.errors import TransactionValidationError
-from statestore.ports import SnapshotInfo, TransactionLogStore
+from statestore.errors import RequestRejectedBeforeError, StateStoreError, TransactionValidationError
+from statestore.ports import CommitOutcome, CommitStatus, SnapshotInfo, TransactionLogStore
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import Transaction
@@ -36,8 +36,10 @@ class GroupCommitResult:
     """What a group commit did with each member.
 
     ``committed`` members are in entry ``transaction_number`` (None when nothing was written); ``found``
-    maps members already in the log to their entry; ``rejected`` holds each invalid member's error;
-    ``skipped_parts`` the parts of committed members that were skipped, with their reasons.
+    maps members a file store found committed before to their commit; ``rejected`` holds each invalid
+    member's error; ``skipped_parts`` the parts of committed members that were skipped, with their
+    reasons; ``decided`` the members left out because their request already had a final status when the
+    entry was put (committed or rejected before: look the status up).
 
     A store that keeps files outside the log (:class:`statestore.row_files.RowFilesStateStore`) may land
     one group in several commits: ``numbers`` and ``update_times`` then give each committed member its own
@@ -56,6 +58,7 @@ class GroupCommitResult:
     numbers: Mapping[str, int] = field(default_factory=dict)
     update_times: Mapping[str, int] = field(default_factory=dict)
     log_entries: tuple[tuple[int, int, tuple[str, ...]], ...] | None = None
+    decided: tuple[str, ...] = ()
 
     def number_of(self, key: str) -> int:
         """The number of the commit that holds committed member ``key``. Raises KeyError for another."""
@@ -84,12 +87,36 @@ class GroupCommitResult:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """Where a committed transaction landed, and the parts of it that were skipped with their reasons."""
+    """Where a committed transaction landed, and the parts of it that were skipped with their reasons.
+
+    ``already_committed``: a commit with a request id that an earlier commit of that id had applied (this
+    one applied nothing; the figures are the first's, its update time the time its status was recorded).
+    """
 
     transaction_number: int
     update_time: int
     attempts: int = 1
     rejected_parts: tuple[tuple[str, str], ...] = field(default=())
+    already_committed: bool = False
+
+
+def skipped_note(parts: Sequence[tuple[str, str]]) -> str | None:
+    """What a committed request's status says of its skipped parts (None: none was skipped)."""
+    return "; ".join(f"skipped {part}: {error}" for part, error in parts) or None
+
+
+def result_of_final_status(status: CommitStatus) -> CommitResult:
+    """The result of a commit whose request id was decided before: committed (``already_committed``), or
+    RequestRejectedBeforeError for a rejected one; StateStoreError for an outcome no commit can stand on."""
+    if status.outcome is CommitOutcome.COMMITTED and status.transaction_number is not None:
+        parts = (("skipped", status.reason),) if status.reason else ()
+        return CommitResult(status.transaction_number, status.recorded_time, 0, parts, already_committed=True)
+    if status.outcome is CommitOutcome.REJECTED:
+        raise RequestRejectedBeforeError(status.table_id, status.request_id, status.reason or "")
+    raise StateStoreError(
+        f"table {status.table_id!r}: request {status.request_id!r} is {status.outcome.value}: "
+        f"{status.reason or 'no reason recorded'}; send its changes again under a new request id"
+    )
 
 
 class TableStateStore(Protocol):
@@ -116,13 +143,8 @@ class TableStateStore(Protocol):
 
     def require_file_log(self, what: str) -> None: ...
 
-    def commit(self, transaction: Transaction) -> CommitResult: ...
+    def commit(self, transaction: Transaction, request_id: str | None = None) -> CommitResult: ...
 
-    def commit_group(
-        self,
-        members: Sequence[GroupMember],
-        *,
-        already_committed: Callable[[str], int | None] = ...,
-    ) -> GroupCommitResult: ...
+    def commit_group(self, members: Sequence[GroupMember]) -> GroupCommitResult: ...
 
     def create_snapshot(self) -> SnapshotInfo | None: ...

@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry, encode_transaction
-from statestore.commit_results import CommitResult, GroupCommitResult, GroupMember
+from statestore.commit_results import (
+    CommitResult,
+    GroupCommitResult,
+    GroupMember,
+    result_of_final_status,
+    skipped_note,
+)
 from statestore.commit_results import TableStateStore as TableStateStore
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
+    RequestsAlreadyDecidedError,
     StateStoreError,
     StoreUnavailableError,
     ThrottledError,
@@ -30,7 +37,14 @@ from statestore.errors import (
     TransactionNumberTakenError,
     TransactionValidationError,
 )
-from statestore.ports import LogEntry, SnapshotInfo, TransactionLogStore
+from statestore.ports import (
+    CommitOutcome,
+    CommitStatus,
+    CommitStatusStore,
+    LogEntry,
+    SnapshotInfo,
+    TransactionLogStore,
+)
 from statestore.schema import Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
@@ -56,14 +70,15 @@ class RetryPolicy:
 @dataclass(frozen=True)
 class _Draft:
     """What one attempt would append: the transaction, the undo mark it was applied under (None: not applied
-    yet, apply it on success to the state it was validated on), its encoded body and the bodies that body
-    points at."""
+    yet, apply it on success to the state it was validated on), its encoded body, the bodies that body
+    points at, and the ``committed`` statuses of the requests it holds (written with it)."""
 
     transaction: Transaction
     undo_mark: int | None
     encoded: tuple[bytes, bool]
     rejected_parts: tuple[tuple[str, str], ...]
     attachments: tuple[tuple[str, bytes], ...] = ()
+    outcomes: tuple[CommitStatus, ...] = ()
 
 
 def entries_after(
@@ -102,7 +117,6 @@ class TransactionLogStateStore:
         clock: Callable[[], int] = now_millis,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
-        on_follow: Callable[[LogEntry, Transaction], None] | None = None,
         max_unread_ms: int = 5 * 60_000,
     ) -> None:
         self.table_id = table_id
@@ -116,8 +130,6 @@ class TransactionLogStateStore:
         self._state: TableState | None = None
         self.max_unread_ms = max_unread_ms
         self._read_to_end_at = 0
-        # Told of every log entry this store applies from the log (the committer learns request ids from it).
-        self._on_follow = on_follow
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
 
     # --- reading --------------------------------------------------------------------------------
@@ -201,8 +213,6 @@ class TransactionLogStateStore:
             transaction = decode_entry(entry)
             transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
-            if self._on_follow is not None:
-                self._on_follow(entry, transaction)
         if to_number is None:
             # Read to the end. The log never deletes its latest entry, so an empty read means the state
             # is current, not that cleanup removed everything after it.
@@ -215,14 +225,22 @@ class TransactionLogStateStore:
 
     # --- writing --------------------------------------------------------------------------------
 
-    def commit(self, transaction: Transaction) -> CommitResult:
+    def commit(self, transaction: Transaction, request_id: str | None = None) -> CommitResult:
         """Validate and append ``transaction`` as the next log entry, then apply it locally.
+
+        With a ``request_id`` the commit is idempotent, as a queued request is: the entry holds the request
+        (a batch of one) and its ``committed`` status is written with it; a request already decided is not
+        applied again (a committed one gives its first result, with ``already_committed``; a rejected one
+        raises RequestRejectedBeforeError), and a rejection is recorded as the request's final status.
+        That needs a log that records statuses (StateStoreError otherwise).
 
         Raises the transaction's TransactionValidationError (nothing is written; the state it was checked
         against was read to the end of the log), CommitConflictError when every attempt lost the race for
         the next number, CommitOutcomeUnknownError when the store failed so that it cannot be told
         whether the entry was stored, or ThrottledError when the log kept refusing the put (not stored).
         """
+        if request_id is not None:
+            return self._commit_request(transaction, request_id)
         encoded: list[tuple[bytes, bool]] = []
         errors: list[TransactionValidationError] = []
 
@@ -244,43 +262,72 @@ class TransactionLogStateStore:
         number, update_time, attempts, made = appended
         return CommitResult(number, update_time, attempts, made.rejected_parts)
 
-    def commit_group(
-        self,
-        members: Sequence[GroupMember],
-        *,
-        already_committed: Callable[[str], int | None] = lambda key: None,
-    ) -> GroupCommitResult:
+    def _commit_request(self, transaction: Transaction, request_id: str) -> CommitResult:
+        statuses = self._statuses("commit with a request id")
+        known = statuses.get(self.table_id, request_id)
+        if known is not None and known.is_final:
+            return result_of_final_status(known)
+        outcome = self._commit_group([GroupMember(request_id, transaction)], optimistic=False)
+        if request_id in outcome.rejected:
+            error = outcome.rejected[request_id]
+            rejected = CommitStatus(
+                request_id, self.table_id, CommitOutcome.REJECTED, self._clock(), None, str(error)
+            )
+            kept = statuses.record([rejected])
+            if rejected.key in kept:  # decided meanwhile by another writer: that decision stands
+                return result_of_final_status(kept[rejected.key])
+            raise error
+        if request_id in outcome.decided:
+            decided = statuses.get(self.table_id, request_id)
+            if decided is None:  # a final status cannot go; only its expiry could lose it
+                raise StateStoreError(
+                    f"table {self.table_id!r}: request {request_id!r} was decided, but its status is gone"
+                )
+            return result_of_final_status(decided)
+        return CommitResult(
+            outcome.number_of(request_id),
+            outcome.update_time_of(request_id),
+            outcome.attempts,
+            outcome.skipped_parts.get(request_id, ()),
+        )
+
+    def _statuses(self, what: str) -> CommitStatusStore:
+        statuses = self.log.request_statuses
+        if statuses is None:
+            raise StateStoreError(f"table {self.table_id!r}: {what} needs a log that records commit statuses")
+        return statuses
+
+    def commit_group(self, members: Sequence[GroupMember]) -> GroupCommitResult:
         """Commit several independent requests as **one** log entry (a :class:`TransactionBatch`).
 
         Each member is validated against the state as changed by the members before it, starting from the
         state the entry will be appended after; invalid members are rejected, the others written together
         at exactly that state's number + 1. On a lost race the whole group is redone against the caught-up
-        state. ``already_committed(key)`` gives the transaction number of a member found in the log (asked
-        again on every attempt, as catching up may reveal members another writer committed); such members
-        are skipped. A rejection is only reported once it was made against a state read to the end of the
-        log or proven current by the append that followed it.
+        state. A rejection is only reported once it was made against a state read to the end of the log or
+        proven current by the append that followed it.
+
+        Where the log records statuses, the ``committed`` status of each member written is put with the
+        entry, atomically; a member whose request already has a final status is then left out (listed in
+        ``decided``: look its status up), and the group redone without it.
 
         Optimistic: starts from the cached state, without reading the log. Raises CommitConflictError,
         CommitOutcomeUnknownError, or a store's StateStoreError; nothing is reported then.
         """
+        return self._commit_group(members, optimistic=True)
+
+    def _commit_group(self, members: Sequence[GroupMember], *, optimistic: bool) -> GroupCommitResult:
         keys = [m.key for m in members]
         if len(set(keys)) != len(keys):
             raise ValueError("a commit group names a key more than once")
-        found: dict[str, int] = {}
+        records_statuses = self.log.request_statuses is not None
+        decided: list[str] = []  # members whose request had a final status when the entry was put
         rejected: dict[str, TransactionValidationError] = {}
         skipped: dict[str, tuple[tuple[str, str], ...]] = {}
 
         def draft(state: TableState, update_time: int) -> _Draft | None:
-            found.clear()
             rejected.clear()
             skipped.clear()
-            todo = []
-            for member in members:
-                number = already_committed(member.key)
-                if number is not None:
-                    found[member.key] = number
-                else:
-                    todo.append(member)
+            todo = [member for member in members if member.key not in decided]
             # One member is validated on the state and applied after the append. Several are each validated
             # against the state as the ones before it changed it: applied to the state itself under an undo
             # mark, kept if the append succeeds and undone otherwise, so a group costs what it changes.
@@ -288,15 +335,17 @@ class TransactionLogStateStore:
             try:
                 items = []
                 attachments = []
+                outcomes = []
                 for member in todo:
                     try:
                         member.transaction.validate(state)
                     except TransactionValidationError as e:
                         rejected[member.key] = e
                         continue
-                    skipped[member.key] = tuple(
+                    parts = tuple(
                         (part, str(error)) for part, error in member.transaction.rejected_parts(state)
                     )
+                    skipped[member.key] = parts
                     if mark is not None:
                         member.transaction.apply(state, update_time)
                     if member.stored_body is None:
@@ -304,27 +353,53 @@ class TransactionLogStateStore:
                     else:
                         items.append(BatchItem(member.key, member.transaction, member.stored_body[0]))
                         attachments.append(member.stored_body)
+                    if records_statuses:
+                        outcomes.append(
+                            CommitStatus(
+                                member.key,
+                                self.table_id,
+                                CommitOutcome.COMMITTED,
+                                update_time,
+                                state.transaction_number + 1,
+                                skipped_note(parts),
+                            )
+                        )
                 if not items:
                     if mark is not None:
                         state.undo_changes(mark)
                     return None
                 batch = TransactionBatch(tuple(items))
-                return _Draft(batch, mark, encode_transaction(batch), (), tuple(attachments))
+                return _Draft(batch, mark, encode_transaction(batch), (), tuple(attachments), tuple(outcomes))
             except BaseException:
                 if mark is not None:
                     state.undo_changes(mark)
                 raise
 
         appended = self._append(
-            draft, optimistic=True, what=f"group of {len(members)}", recheck=lambda: bool(rejected)
-        )
+            draft, optimistic=optimistic, what=f"group of {len(members)}", recheck=lambda: bool(rejected),
+            decided=decided,
+        )  # fmt: skip
+        if rejected and records_statuses:
+            # A member another writer committed is invalid on the state that holds it (its file exists):
+            # its request's final status, not this rejection, is the truth.
+            finals = self._statuses("a group commit").get_many((self.table_id, key) for key in rejected)
+            for key in [key for key in rejected if (f := finals.get((self.table_id, key))) and f.is_final]:
+                del rejected[key]
+                decided.append(key)
         if appended is None:
-            return GroupCommitResult(None, None, 1, (), dict(found), dict(rejected), {})
+            return GroupCommitResult(None, None, 1, (), {}, dict(rejected), {}, decided=tuple(decided))
         number, update_time, attempts, made = appended
         batch = made.transaction
         assert isinstance(batch, TransactionBatch)
         return GroupCommitResult(
-            number, update_time, attempts, batch.request_ids, dict(found), dict(rejected), dict(skipped)
+            number,
+            update_time,
+            attempts,
+            batch.request_ids,
+            {},
+            dict(rejected),
+            dict(skipped),
+            decided=tuple(decided),
         )
 
     def _append(
@@ -334,6 +409,7 @@ class TransactionLogStateStore:
         optimistic: bool,
         what: str,
         recheck: Callable[[], bool] = lambda: False,
+        decided: list[str] | None = None,
     ) -> tuple[int, int, int, _Draft] | None:
         """The append loop every commit goes through.
 
@@ -341,8 +417,10 @@ class TransactionLogStateStore:
         there is nothing to write. Its entry goes in at exactly ``state.transaction_number + 1``; on a lost
         race the state is caught up and ``draft`` asked again, after a full-jitter backoff. When nothing is
         to be written from an ``optimistic`` (cached) state and ``recheck()`` says the decision depended on
-        that state (a rejection), the state is read to the end and ``draft`` asked again. Returns
-        ``(number, update_time, attempts, draft)``, or None if the last draft had nothing to write.
+        that state (a rejection), the state is read to the end and ``draft`` asked again. When the log
+        refuses the entry because some of its requests already have a final status, their ids are added to
+        ``decided`` and ``draft`` asked again (it leaves them out). Returns ``(number, update_time,
+        attempts, draft)``, or None if the last draft had nothing to write.
         """
         state = self.cached_state() if optimistic else self.state()
         current = not optimistic  # whether ``state`` was just read to the end of the log
@@ -370,7 +448,14 @@ class TransactionLogStateStore:
                 made.attachments,
             )
             try:
-                appended = self._put(entry)
+                appended = self._put(entry, made.outcomes)
+            except RequestsAlreadyDecidedError as e:
+                if made.undo_mark is not None:
+                    state.undo_changes(made.undo_mark)
+                if decided is None or not set(e.request_ids) - set(decided):
+                    raise  # nothing left out would change the next draft
+                decided.extend(r for r in e.request_ids if r not in decided)
+                continue  # nothing was written: draft again without them, on the same state
             except BaseException:
                 if made.undo_mark is not None:
                     state.undo_changes(made.undo_mark)  # the cached state stays as the log was last read
@@ -396,21 +481,27 @@ class TransactionLogStateStore:
             state = self._state = self._catch_up(state)
             current = True
 
-    def _put(self, entry: LogEntry) -> bool:
-        """Append ``entry``: True once it is in the log, False if another writer holds its number.
+    def _put(self, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> bool:
+        """Append ``entry`` (with ``outcomes``): True once it is in the log, False if another writer holds its
+        number.
 
         An ambiguous failure (StoreUnavailableError: the put may have landed) is resolved by reading the
-        entry's number back and comparing writer tokens; while that cannot be told, the identical entry is
-        put again (safe: the condition lets at most one copy in). Raises CommitOutcomeUnknownError if the
-        outcome stays unknown. A throttled first put (ThrottledError: refused, so not stored) is raised as
-        it is: botocore has retried it already. Each put and read-back is one call of at most botocore's
-        attempts, so a log that always fails sees at most ``retry.max_attempts`` of each.
+        entry's number back and comparing writer tokens (the outcomes are written with the entry or not at
+        all); while that cannot be told, the identical entry is put again (safe: the condition lets at most
+        one copy in). Raises CommitOutcomeUnknownError if the outcome stays unknown, and
+        RequestsAlreadyDecidedError (nothing written) as the log does. A throttled first put
+        (ThrottledError: refused, so not stored) is raised as it is: botocore has retried it already. Each
+        put and read-back is one call of at most botocore's attempts, so a log that always fails sees at
+        most ``retry.max_attempts`` of each.
         """
         number = entry.transaction_number
         last_error: StoreUnavailableError | None = None
         for attempt in range(self.retry.max_attempts):
             try:
-                self.log.append(self.table_id, entry)
+                if outcomes:
+                    self.log.append(self.table_id, entry, outcomes)
+                else:
+                    self.log.append(self.table_id, entry)
                 return True
             except TransactionNumberTakenError:
                 holder = self._writer_at(number)
@@ -419,6 +510,15 @@ class TransactionLogStateStore:
                         self.table_id, number, entry.writer_token, "the number is taken but its entry is gone"
                     ) from None
                 return holder == entry.writer_token
+            except RequestsAlreadyDecidedError:
+                if last_error is None:
+                    raise
+                # A retry after an ambiguous failure: the first try may have landed, writing these very
+                # statuses. Only the entry can tell.
+                holder = self._writer_at(number)
+                if holder == entry.writer_token:
+                    return True
+                raise
             except StoreUnavailableError as e:
                 if isinstance(e, ThrottledError) and last_error is None:
                     raise  # refused, so surely not stored (botocore has retried it already)

@@ -134,6 +134,20 @@ class InvalidTransactionError(TransactionValidationError):
     """A transaction is malformed in itself (duplicate entries, negative counts, empty job, ...)."""
 
 
+class RequestRejectedBeforeError(TransactionValidationError):
+    """A commit with a request id whose first commit was rejected: requests are decided once, so it is
+    rejected again with the first reason, whatever the table holds now."""
+
+    def __init__(self, table_id: str, request_id: str, reason: str) -> None:
+        super().__init__(
+            f"request {request_id!r} of table {table_id!r} was rejected before: {reason}; a request is "
+            "decided once, so send its changes under a new request id"
+        )
+        self.table_id = table_id
+        self.request_id = request_id
+        self.reason = reason
+
+
 class AllJobsRejectedError(TransactionValidationError):
     """Every job of a ReplaceFileReferences transaction failed validation; nothing would change."""
 
@@ -153,6 +167,17 @@ class TransactionNumberTakenError(StateStoreError):
         super().__init__(f"transaction {transaction_number} of table {table_id!r} is already in the log")
         self.table_id = table_id
         self.transaction_number = transaction_number
+
+
+class RequestsAlreadyDecidedError(StateStoreError):
+    """A log append carrying requests' outcomes wrote nothing: some of those requests (``request_ids``, of
+    table ``table_id``) already have a final status (committed or rejected before)."""
+
+    def __init__(self, table_id: str, request_ids: Sequence[str]) -> None:
+        names = ", ".join(repr(r) for r in request_ids)
+        super().__init__(f"table {table_id!r}: commit request(s) {names} already have a final status")
+        self.table_id = table_id
+        self.request_ids = tuple(request_ids)
 
 
 class CommitConflictError(StateStoreError):

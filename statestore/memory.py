@@ -15,6 +15,7 @@ from statestore import file_rows
 from statestore.clock import now_millis
 from statestore.errors import (
     BlobNotFoundError,
+    RequestsAlreadyDecidedError,
     StaleSnapshotError,
     StateStoreError,
     TransactionNotRetainedError,
@@ -36,6 +37,7 @@ from statestore.ports import (
     FileReferenceStore,
     LogEntry,
     QueueMessage,
+    RequestKey,
     SnapshotInfo,
     SnapshotMetadataStore,
     TransactionLogStore,
@@ -46,21 +48,38 @@ from statestore.schema import Schema
 
 class InMemoryTransactionLog(TransactionLogStore):
     """Entries in a dict. Given the ``blobs`` an entry's attachments live in, it reads them from there and
-    deletes them with the entry, as the DynamoDB log does; without, it keeps the bytes it was given."""
+    deletes them with the entry, as the DynamoDB log does; without, it keeps the bytes it was given. It
+    writes the outcomes of an entry's requests in ``statuses`` (its own store if not given) with the entry,
+    atomically."""
 
-    def __init__(self, blobs: BlobStore | None = None) -> None:
+    def __init__(
+        self, blobs: BlobStore | None = None, statuses: InMemoryCommitStatusStore | None = None
+    ) -> None:
         self._entries: dict[str, dict[int, LogEntry]] = {}
         self._latest: dict[str, int] = {}
         self._lock = threading.Lock()
         self.blobs = blobs
+        self._statuses = InMemoryCommitStatusStore() if statuses is None else statuses
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    @property
+    def request_statuses(self) -> InMemoryCommitStatusStore:
+        return self._statuses
+
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         with self._lock:
             entries = self._entries.setdefault(table_id, {})
             if entry.transaction_number in entries:
                 raise TransactionNumberTakenError(table_id, entry.transaction_number)
-            entries[entry.transaction_number] = entry
-            self._latest[table_id] = max(self._latest.get(table_id, 0), entry.transaction_number)
+            with self._statuses._lock:  # always taken after the log's: no deadlock
+                decided = self._statuses._final_among(outcomes)
+                if decided:
+                    raise RequestsAlreadyDecidedError(table_id, decided)
+                self._add(table_id, entries, entry)
+                self._statuses._put_all(outcomes)
+
+    def _add(self, table_id: str, entries: dict[int, LogEntry], entry: LogEntry) -> None:
+        entries[entry.transaction_number] = entry
+        self._latest[table_id] = max(self._latest.get(table_id, 0), entry.transaction_number)
 
     def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
         with self._lock:
@@ -245,27 +264,36 @@ class InMemoryCommitQueue(CommitQueue):
 
 class InMemoryCommitStatusStore(CommitStatusStore):
     def __init__(self) -> None:
-        self._statuses: dict[str, CommitStatus] = {}
+        self._statuses: dict[RequestKey, CommitStatus] = {}
         self._lock = threading.Lock()
 
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
-        kept: dict[str, CommitStatus] = {}
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
+        kept: dict[RequestKey, CommitStatus] = {}
         with self._lock:
             for status in one_status_per_request(statuses):
-                current = self._statuses.get(status.request_id)
+                current = self._statuses.get(status.key)
                 if current is not None and current.is_final:
-                    kept[status.request_id] = current
+                    kept[status.key] = current
                 else:
-                    self._statuses[status.request_id] = status
+                    self._statuses[status.key] = status
         return kept
 
-    def get(self, request_id: str) -> CommitStatus | None:
+    def get(self, table_id: str, request_id: str) -> CommitStatus | None:
         with self._lock:
-            return self._statuses.get(request_id)
+            return self._statuses.get((table_id, request_id))
 
-    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
+    def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
         with self._lock:
-            return {i: self._statuses[i] for i in request_ids if i in self._statuses}
+            return {key: self._statuses[key] for key in keys if key in self._statuses}
+
+    def _final_among(self, statuses: Sequence[CommitStatus]) -> list[str]:
+        """Request ids of ``statuses`` that already have a final status (call under ``_lock``)."""
+        return [s.request_id for s in statuses if (current := self._statuses.get(s.key)) and current.is_final]
+
+    def _put_all(self, statuses: Sequence[CommitStatus]) -> None:
+        """Store ``statuses`` none of which has a final status (call under ``_lock``)."""
+        for status in statuses:
+            self._statuses[status.key] = status
 
 
 class InMemoryDeadLetterQueue(InMemoryCommitQueue, DeadLetterQueue):

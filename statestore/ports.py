@@ -58,13 +58,25 @@ class TransactionLogStore(ABC):
     """An ordered, append-only log of transactions per table."""
 
     @abstractmethod
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         """Store ``entry`` if its number is unused; raise TransactionNumberTakenError if it is taken.
 
         Taken includes "taken by this very entry": a retried put whose first try landed fails its condition.
         StoreUnavailableError means the outcome is unknown (the entry may or may not be stored); putting the
         same entry again is safe. May raise TransactionTooLargeError if the body cannot be stored at all.
+
+        ``outcomes`` are the ``committed`` statuses of the requests the entry holds: they are written in
+        :attr:`request_statuses` together with the entry, all or nothing, so a request in the log always has
+        its status (a redelivery, resend or redrive finds it there, whatever committer gets it, whenever).
+        Where one of those requests already has a final status, nothing is written and
+        RequestsAlreadyDecidedError names them. Raises StateStoreError when ``outcomes`` are given to a log
+        that records no statuses.
         """
+
+    @property
+    def request_statuses(self) -> CommitStatusStore | None:
+        """The store the log writes its entries' request outcomes to (see :meth:`append`), or None."""
+        return None
 
     @abstractmethod
     def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
@@ -192,9 +204,15 @@ class CommitOutcome(StrEnum):
     # Malformed, or for a table that does not exist: moved to the dead-letter queue, where it can be
     # inspected and redriven. Not final, so a redriven request is processed again.
     DEAD_LETTERED = "dead_lettered"
-    # A redelivered request the committer could neither find in the log nor rule out (cleanup had deleted
-    # entries written since it was sent). Final, so no copy of it is ever applied: it may be committed.
+    # Written by committers before a committed request's status was written with its log entry: a
+    # redelivered request they could neither find in the log nor rule out. Final, so no copy of it is ever
+    # applied. No committer records it any more; old statuses still read.
     UNKNOWN = "unknown"
+
+
+# A commit request is named by its table and its id: request ids are scoped to their table, so one
+# table's request can never stand for, or be mistaken for, another table's.
+RequestKey = tuple[str, str]  # (table_id, request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,42 +231,51 @@ class CommitStatus:
     reason: str | None = None
 
     @property
+    def key(self) -> RequestKey:
+        return (self.table_id, self.request_id)
+
+    @property
     def is_final(self) -> bool:
         """Committed, rejected or unknown: processing the request again must not change anything."""
         return self.outcome is not CommitOutcome.DEAD_LETTERED
 
 
 def one_status_per_request(statuses: Iterable[CommitStatus]) -> list[CommitStatus]:
-    """One status per request id, in first-seen order: the first final one, else the last one."""
-    chosen: dict[str, CommitStatus] = {}
+    """One status per request (table and id), in first-seen order: the first final one, else the last one."""
+    chosen: dict[RequestKey, CommitStatus] = {}
     for status in statuses:
-        current = chosen.get(status.request_id)
+        current = chosen.get(status.key)
         if current is None or not current.is_final:
-            chosen[status.request_id] = status
+            chosen[status.key] = status
     return list(chosen.values())
 
 
 class CommitStatusStore(ABC):
-    """Outcomes of commit requests by request id (kept for a limited time; see ``resources.EXPIRES_AT``)."""
+    """Outcomes of commit requests by (table id, request id), kept for
+    ``resources.COMMIT_STATUS_RETENTION_SECONDS``.
+
+    A committed request's status is written by the log together with its entry
+    (:meth:`TransactionLogStore.append`); the others (rejected, dead-lettered) with :meth:`record`.
+    """
 
     @abstractmethod
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
         """Store ``statuses``, except over a final one: a final status never changes.
 
         A status replaces none or a dead-lettered one; where the request already has a final status, that
-        one is kept and returned (by request id) instead. Where ``statuses`` names a request twice, a final
+        one is kept and returned (by request key) instead. Where ``statuses`` names a request twice, a final
         status wins over a dead-lettered one (see :func:`one_status_per_request`). Each write is
         conditional on what is stored, so racing writers cannot overwrite a final status either.
         Raises StoreUnavailableError.
         """
 
     @abstractmethod
-    def get(self, request_id: str) -> CommitStatus | None:
-        """The status of one request, or None if none is recorded (strongly consistent)."""
+    def get(self, table_id: str, request_id: str) -> CommitStatus | None:
+        """The status of one request of a table, or None if none is recorded (strongly consistent)."""
 
     @abstractmethod
-    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
-        """Statuses by request id for those of ``request_ids`` that have one (strongly consistent)."""
+    def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
+        """Statuses by request key for those of ``keys`` that have one (strongly consistent)."""
 
 
 # --- dead letters --------------------------------------------------------------------------------------

@@ -36,7 +36,9 @@ TRANSACTION_LOG_KEYS = KeySchema((TABLE_ID, "S"), (TRANSACTION_NUMBER, "N"))
 SNAPSHOTS_KEYS = KeySchema((TABLE_ID, "S"), (SNAPSHOT_KEY, "S"))
 TABLES_BY_ID_KEYS = KeySchema((TABLE_ID, "S"))
 TABLES_BY_NAME_KEYS = KeySchema((TABLE_NAME, "S"))
-COMMIT_STATUS_KEYS = KeySchema((REQUEST_ID, "S"))
+# Request ids are scoped to their table: a status is keyed by both, so no table's request can stand for
+# another's.
+COMMIT_STATUS_KEYS = KeySchema((TABLE_ID, "S"), (REQUEST_ID, "S"))
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ class ResourceNames:
             snapshots_table=f"{prefix}-snapshots",
             tables_by_id_table=f"{prefix}-tables-by-id",
             tables_by_name_table=f"{prefix}-tables-by-name",
-            commit_status_table=f"{prefix}-commit-status",
+            # The table keyed by request id alone was "-commit-status"; a key schema cannot change in place,
+            # so the one keyed by (table, request) has a new name.
+            commit_status_table=f"{prefix}-commit-statuses",
             # Bucket names are global: a deployment passes one with its account and region in it.
             bucket=bucket or f"{prefix}-data",
             commit_queue=f"{prefix}-commits.fifo",
@@ -183,11 +187,15 @@ WORK_QUEUE_RETENTION_SECONDS = 1 * DAY_SECONDS
 WORK_MAX_RECEIVE_COUNT = 3
 # Every dead-letter queue keeps a message for the longest SQS allows.
 DEAD_LETTER_RETENTION_SECONDS = 14 * DAY_SECONDS
-# A commit status is kept as long as a dead-letter queue keeps a request, so a redriven one still has it.
-COMMIT_STATUS_RETENTION_SECONDS = DEAD_LETTER_RETENTION_SECONDS
-# The bucket expires a stray commit-request body after this many days: longer than a dead-letter queue
-# keeps its request, so a request can still be redriven.
-REQUEST_BODY_EXPIRY_DAYS = DEAD_LETTER_RETENTION_SECONDS // DAY_SECONDS + 1
+# The longest a commit request's message can live: on the commit queue, then on its dead-letter queue, then
+# on the commit queue again once redriven (SQS restarts a FIFO message's retention when it moves queues).
+REQUEST_MAX_LIFETIME_SECONDS = 2 * COMMIT_QUEUE_RETENTION_SECONDS + DEAD_LETTER_RETENTION_SECONDS
+# A commit status outlives every message that can carry its request, so a redelivery, a resend or a redrive
+# of a committed request always finds it (a request resent after this is a new request).
+COMMIT_STATUS_RETENTION_SECONDS = REQUEST_MAX_LIFETIME_SECONDS + DAY_SECONDS
+# The bucket expires a stray commit-request body after this many days: longer than any message can carry
+# its request, so a request can still be redriven.
+REQUEST_BODY_EXPIRY_DAYS = REQUEST_MAX_LIFETIME_SECONDS // DAY_SECONDS + 1
 # Reasons stored with an outcome: a commit status's (a DynamoDB attribute, far below the 400 KB item limit)
 # and a dead letter's (an SQS message attribute, which counts towards the 256 KiB message limit).
 MAX_STATUS_REASON_CHARS = 16_000

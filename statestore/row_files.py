@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from statestore.catalog import TableInfo
 from statestore.clock import now_millis
+from statestore.commit_results import result_of_final_status, skipped_note
 from statestore.engine import (
     CommitResult,
     GroupCommitResult,
@@ -40,10 +41,11 @@ from statestore.errors import (
 from statestore.file_rows import is_row_transaction
 from statestore.files import TableFile
 from statestore.ports import (
+    CommitOutcome,
+    CommitStatus,
     FileCommitMember,
     FileCommitOutcome,
     FileReferenceStore,
-    LogEntry,
     SnapshotInfo,
     TransactionLogStore,
 )
@@ -72,6 +74,7 @@ class _Merged:
     numbers: dict[str, int] = field(default_factory=dict)
     update_times: dict[str, int] = field(default_factory=dict)
     log_entries: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
+    decided: list[str] = field(default_factory=list)
     attempts: int = 0
     last: tuple[int, int] | None = None  # (number, update time) of the last commit written
 
@@ -94,6 +97,7 @@ class _Merged:
             self.numbers,
             self.update_times,
             tuple(self.log_entries),
+            tuple(self.decided),
         )
 
 
@@ -115,7 +119,6 @@ class RowFilesStateStore:
         clock: Callable[[], int] = now_millis,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
-        on_follow: Callable[[LogEntry, Transaction], None] | None = None,
         max_unread_ms: int = 5 * 60_000,
     ) -> None:
         self.table_id = table_id
@@ -132,7 +135,6 @@ class RowFilesStateStore:
             clock=clock,
             sleep=sleep,
             rng=rng,
-            on_follow=on_follow,
             max_unread_ms=max_unread_ms,
         )
         self._state: TableState | None = None
@@ -198,8 +200,12 @@ class RowFilesStateStore:
 
     # --- writing --------------------------------------------------------------------------------
 
-    def commit(self, transaction: Transaction) -> CommitResult:
+    def commit(self, transaction: Transaction, request_id: str | None = None) -> CommitResult:
         """Commit one transaction where it belongs (see the module's docstring).
+
+        With a ``request_id`` it is idempotent as on the log (see
+        :meth:`TransactionLogStateStore.commit`): a row transaction records the id with its rows, where a
+        second commit of it finds it; its status is recorded after.
 
         Raises the transaction's TransactionValidationError (a row transaction is only rejected against a
         partition tree read to the end of the log), or a store's StateStoreError. A TransactionBatch is
@@ -210,31 +216,95 @@ class RowFilesStateStore:
                 f"table {self.table_id!r} keeps its files in a file-reference store: commit a group of "
                 "requests with commit_group, not a TransactionBatch"
             )
-        if is_row_transaction(transaction):
-            key = uuid.uuid4().hex
-            merged = _Merged()
-            self._commit_rows([GroupMember(key, transaction)], merged)
-            if key in merged.rejected:
-                raise merged.rejected[key]
-            return CommitResult(merged.numbers[key], merged.update_times[key], 1, merged.skipped.get(key, ()))
-        if isinstance(transaction, _CLEARS):
-            self.file_store.clear(self.table_id)
-        elif isinstance(transaction, InitialisePartitions):
-            self._check_no_files()
-        return self.partition_log.commit(transaction)
+        if not is_row_transaction(transaction):
+            if request_id is None:
+                if isinstance(transaction, _CLEARS):
+                    self.file_store.clear(self.table_id)
+                elif isinstance(transaction, InitialisePartitions):
+                    self._check_no_files()
+            elif isinstance(transaction, _CLEARS | InitialisePartitions):
+                return self._commit_log_request(transaction, request_id)
+            return self.partition_log.commit(transaction, request_id)
+        statuses = self.partition_log._statuses("commit with a request id") if request_id else None
+        if statuses is not None and request_id is not None:
+            known = statuses.get(self.table_id, request_id)
+            if known is not None and known.is_final:
+                return result_of_final_status(known)
+        key = request_id or uuid.uuid4().hex
+        merged = _Merged()
+        self._commit_rows([GroupMember(key, transaction)], merged)
+        if key in merged.found:
+            assert statuses is not None
+            found = CommitStatus(
+                key, self.table_id, CommitOutcome.COMMITTED, self._clock(), merged.found[key]
+            )
+            return result_of_final_status(statuses.record([found]).get(found.key, found))
+        if key in merged.rejected:
+            error = merged.rejected[key]
+            if statuses is not None:
+                rejected = CommitStatus(
+                    key, self.table_id, CommitOutcome.REJECTED, self._clock(), None, str(error)
+                )
+                kept = statuses.record([rejected])
+                if rejected.key in kept:
+                    return result_of_final_status(kept[rejected.key])
+            raise error
+        number, update_time, skipped = (
+            merged.numbers[key],
+            merged.update_times[key],
+            merged.skipped.get(key, ()),
+        )
+        if statuses is not None:
+            # The file store holds the request id with the rows (the durable fact); the status tells senders.
+            statuses.record(
+                [
+                    CommitStatus(
+                        key,
+                        self.table_id,
+                        CommitOutcome.COMMITTED,
+                        update_time,
+                        number,
+                        skipped_note(skipped),
+                    )
+                ]
+            )
+        return CommitResult(number, update_time, 1, skipped)
 
-    def commit_group(
-        self,
-        members: Sequence[GroupMember],
-        *,
-        already_committed: Callable[[str], int | None] = lambda key: None,
-    ) -> GroupCommitResult:
+    def _commit_log_request(self, transaction: Transaction, request_id: str) -> CommitResult:
+        """A clear or an initialisation with a request id, as a group of one (which checks its status)."""
+        outcome = self.commit_group([GroupMember(request_id, transaction)])
+        if request_id in outcome.committed:
+            return CommitResult(
+                outcome.number_of(request_id),
+                outcome.update_time_of(request_id),
+                outcome.attempts,
+                outcome.skipped_parts.get(request_id, ()),
+            )
+        statuses = self.partition_log._statuses("commit with a request id")
+        if request_id in outcome.rejected:
+            error = outcome.rejected[request_id]
+            rejected = CommitStatus(
+                request_id, self.table_id, CommitOutcome.REJECTED, self._clock(), None, str(error)
+            )
+            kept = statuses.record([rejected])
+            if rejected.key in kept:
+                return result_of_final_status(kept[rejected.key])
+            raise error
+        known = statuses.get(self.table_id, request_id)
+        if known is None:
+            raise StateStoreError(
+                f"table {self.table_id!r}: request {request_id!r} was decided, but its status is gone"
+            )
+        return result_of_final_status(known)
+
+    def commit_group(self, members: Sequence[GroupMember]) -> GroupCommitResult:
         """Commit requests in their order: each run of consecutive row transactions in one file-store
         commit, each run of partition transactions in one log entry, each clear on its own.
 
-        Members whose request id the file store (row transactions) or ``already_committed`` (the log's)
-        knows are found. Raises as :meth:`TransactionLogStateStore.commit_group` does; runs committed
-        before the one that raised stay committed (their requests are found when they come back).
+        Members whose request id the file store (row transactions) knows are found; log members whose
+        request already has a final status are ``decided`` (see
+        :meth:`TransactionLogStateStore.commit_group`). Raises as that does; runs committed before the one
+        that raised stay committed (their requests are found when they come back).
         """
         keys = [m.key for m in members]
         if len(set(keys)) != len(keys):
@@ -244,9 +314,9 @@ class RowFilesStateStore:
             if kind == "rows":
                 self._commit_rows(run, merged)
             elif kind == "clear":
-                self._commit_clear(run[0], merged, already_committed)
+                self._commit_clear(run[0], merged)
             else:
-                self._commit_log_run(run, merged, already_committed)
+                self._commit_log_run(run, merged)
         return merged.result()
 
     def _commit_rows(self, run: Sequence[GroupMember], merged: _Merged) -> None:
@@ -288,24 +358,21 @@ class RowFilesStateStore:
             for i, error in outcome.rejected.items():
                 merged.rejected[run[i].key] = error
 
-    def _commit_clear(
-        self, member: GroupMember, merged: _Merged, already_committed: Callable[[str], int | None]
-    ) -> None:
-        """Clear the file store, then write the clear to the log, where its request id is recorded (and, for
-        ClearTable, the partitions go). A crash between the two clears again on redelivery: harmless."""
-        number = already_committed(member.key)
-        if number is not None:
-            merged.found[member.key] = number
+    def _commit_clear(self, member: GroupMember, merged: _Merged) -> None:
+        """Clear the file store, then write the clear to the log, where its status is recorded with it (and,
+        for ClearTable, the partitions go). A crash between the two clears again on redelivery: harmless."""
+        statuses = self.partition_log.log.request_statuses
+        known = statuses.get(self.table_id, member.key) if statuses is not None else None
+        if known is not None and known.is_final:
+            merged.decided.append(member.key)
             return
         self.file_store.clear(self.table_id)
-        self._commit_log_run([member], merged, already_committed)
+        self._commit_log_run([member], merged)
 
-    def _commit_log_run(
-        self, run: Sequence[GroupMember], merged: _Merged, already_committed: Callable[[str], int | None]
-    ) -> None:
+    def _commit_log_run(self, run: Sequence[GroupMember], merged: _Merged) -> None:
         todo = []
         for member in run:
-            if isinstance(member.transaction, InitialisePartitions) and already_committed(member.key) is None:
+            if isinstance(member.transaction, InitialisePartitions):
                 try:
                     self._check_no_files()
                 except FilesPresentError as e:
@@ -314,10 +381,10 @@ class RowFilesStateStore:
             todo.append(member)
         if not todo:
             return
-        outcome = self.partition_log.commit_group(todo, already_committed=already_committed)
+        outcome = self.partition_log.commit_group(todo)
         merged.attempts += outcome.attempts
-        merged.found.update(outcome.found)
         merged.rejected.update(outcome.rejected)
+        merged.decided.extend(outcome.decided)
         if outcome.transaction_number is None or outcome.update_time is None:
             return
         merged.log_entries.append((outcome.transaction_number, outcome.update_time, outcome.committed))
@@ -367,7 +434,6 @@ def open_state_store(
     clock: Callable[[], int] = now_millis,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
-    on_follow: Callable[[LogEntry, Transaction], None] | None = None,
 ) -> TableStateStore:
     """The state store of ``info``'s table, as its record says: on the log, or partitions on the log and
     files in ``file_store``. The one place that decides, for the client, the committer and cleanup.
@@ -385,7 +451,6 @@ def open_state_store(
             clock=clock,
             sleep=sleep,
             rng=rng,
-            on_follow=on_follow,
         )
     if file_store is None:
         raise StateStoreError(
@@ -402,5 +467,4 @@ def open_state_store(
         clock=clock,
         sleep=sleep,
         rng=rng,
-        on_follow=on_follow,
     )

@@ -30,14 +30,19 @@ class AwsBackend:
     def __post_init__(self) -> None:
         r = self.resources
         self.blobs = S3BlobStore(self.s3, r.bucket, self.caller)
+        self.commit_statuses = DynamoDBCommitStatusStore(self.dynamodb, r.commit_status_table, self.caller)
+        # The log writes a committed request's status with its entry, in one transaction.
         self.log = DynamoDBTransactionLog(
-            self.dynamodb, r.transaction_log_table, self.blobs, caller=self.caller
+            self.dynamodb,
+            r.transaction_log_table,
+            self.blobs,
+            caller=self.caller,
+            statuses=self.commit_statuses,
         )
         self.snapshot_metadata = DynamoDBSnapshotMetadataStore(self.dynamodb, r.snapshots_table, self.caller)
         self.table_index = DynamoDBTableIndex(
             self.dynamodb, r.tables_by_id_table, r.tables_by_name_table, self.caller
         )
-        self.commit_statuses = DynamoDBCommitStatusStore(self.dynamodb, r.commit_status_table, self.caller)
 
     def queue(self, sqs: Any, queue_name: str) -> SqsCommitQueue:
         """One of the instance's queues (the commit queue or the dead-letter queue) through ``sqs``."""

@@ -1,4 +1,9 @@
-"""Commit statuses on DynamoDB: one item per request id, expired by TTL after a retention period."""
+"""Commit statuses on DynamoDB: one item per (table id, request id), expired by TTL after a retention period.
+
+The log writes a committed request's status in the same TransactWriteItems as its entry, with the item and
+condition :meth:`DynamoDBCommitStatusStore.put_unless_final` gives; everything else is written by
+:meth:`DynamoDBCommitStatusStore.record`.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,16 @@ from statestore import resources
 from statestore.aws.clients import AwsCaller, cancellation_reasons
 from statestore.clock import now_millis
 from statestore.errors import StateStoreError, StoreUnavailableError
-from statestore.ports import CommitOutcome, CommitStatus, CommitStatusStore, one_status_per_request
+from statestore.ports import (
+    CommitOutcome,
+    CommitStatus,
+    CommitStatusStore,
+    RequestKey,
+    one_status_per_request,
+)
 
-_REQUEST_ID = resources.COMMIT_STATUS_KEYS.hash_key[0]
-_TABLE_ID = resources.TABLE_ID
+_TABLE_ID = resources.COMMIT_STATUS_KEYS.hash_key[0]
+_REQUEST_ID = resources.COMMIT_STATUS_KEYS.range_key[0]  # type: ignore[index]
 _OUTCOME = "outcome"
 _RECORDED_TIME = "recorded_time"
 _TRANSACTION_NUMBER = resources.TRANSACTION_NUMBER
@@ -51,13 +62,13 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
         self.retention_seconds = retention_seconds
         self._clock = clock
 
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
         """One TransactWriteItems per 100 statuses, each put conditional on no final status being stored.
 
         When some conditions fail (those requests already have a final status), the transaction wrote
         nothing: the final statuses are read and kept, and the rest written again.
         """
-        kept: dict[str, CommitStatus] = {}
+        kept: dict[RequestKey, CommitStatus] = {}
         todo = one_status_per_request(statuses)
         for start in range(0, len(todo), _TRANSACTION_ITEMS):
             chunk = todo[start : start + _TRANSACTION_ITEMS]
@@ -65,9 +76,9 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
                 failed = self._write_unless_final(chunk) if chunk else []
                 if not failed:
                     break
-                finals = self.get_many(s.request_id for s in failed)
-                kept.update({i: status for i, status in finals.items() if status.is_final})
-                chunk = [s for s in chunk if s.request_id not in kept]
+                finals = self.get_many(s.key for s in failed)
+                kept.update({key: status for key, status in finals.items() if status.is_final})
+                chunk = [s for s in chunk if s.key not in kept]
             else:
                 raise StoreUnavailableError(
                     f"could not record commit statuses in {self.table_name!r}: their conditions kept "
@@ -95,47 +106,53 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
                 f"record {len(statuses)} commit status(es) in {self.table_name!r}",
                 self.dynamodb.transact_write_items,
                 final_present,
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": self._item(status),
-                            # An expired status counts as gone (TTL deletes it some time after expiry).
-                            "ConditionExpression": "attribute_not_exists(#r) OR #o = :dead OR #e < :now",
-                            "ExpressionAttributeNames": _CONDITION_NAMES,
-                            "ExpressionAttributeValues": {
-                                ":dead": {"S": CommitOutcome.DEAD_LETTERED.value},
-                                ":now": {"N": str(now_seconds)},
-                            },
-                        }
-                    }
-                    for status in statuses
-                ],
+                TransactItems=[self._put_unless_final(status, now_seconds) for status in statuses],
             )
         except _FinalStatusPresent:
             return failed
         return []
 
-    def get(self, request_id: str) -> CommitStatus | None:
+    def puts_unless_final(self, statuses: Sequence[CommitStatus]) -> list[dict[str, Any]]:
+        """TransactWriteItems ``Put``s of ``statuses`` (what the log writes with an entry), each conditional
+        on the request having no final status."""
+        now_seconds = self._clock() // 1000
+        return [self._put_unless_final(status, now_seconds) for status in statuses]
+
+    def _put_unless_final(self, status: CommitStatus, now_seconds: int) -> dict[str, Any]:
+        """A TransactWriteItems ``Put`` of ``status``, conditional on the request having no final status
+        (an expired one counts as gone: TTL deletes it some time after expiry)."""
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self._item(status),
+                "ConditionExpression": "attribute_not_exists(#r) OR #o = :dead OR #e < :now",
+                "ExpressionAttributeNames": _CONDITION_NAMES,
+                "ExpressionAttributeValues": {
+                    ":dead": {"S": CommitOutcome.DEAD_LETTERED.value},
+                    ":now": {"N": str(now_seconds)},
+                },
+            }
+        }
+
+    def get(self, table_id: str, request_id: str) -> CommitStatus | None:
         response = self.call(
-            f"read the status of commit request {request_id!r}",
+            f"read the status of commit request {request_id!r} of table {table_id!r}",
             self.dynamodb.get_item,
             TableName=self.table_name,
-            Key={_REQUEST_ID: {"S": request_id}},
+            Key=_key((table_id, request_id)),
             ConsistentRead=True,
         )
         item = response.get("Item")
         return self._status(item) if item else None
 
-    def get_many(self, request_ids: Iterable[str]) -> dict[str, CommitStatus]:
-        ids = list(dict.fromkeys(request_ids))
-        found: dict[str, CommitStatus] = {}
-        for start in range(0, len(ids), _READ_BATCH):
-            keys = [{_REQUEST_ID: {"S": i}} for i in ids[start : start + _READ_BATCH]]
-            for item in self._read(keys):
+    def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[RequestKey, CommitStatus] = {}
+        for start in range(0, len(wanted), _READ_BATCH):
+            for item in self._read([_key(key) for key in wanted[start : start + _READ_BATCH]]):
                 status = self._status(item)
                 if status is not None:
-                    found[status.request_id] = status
+                    found[status.key] = status
         return found
 
     def _read(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -190,3 +207,8 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
             raise StateStoreError(
                 f"commit status item in {self.table_name!r} is malformed: {item!r} ({e})"
             ) from e
+
+
+def _key(key: RequestKey) -> dict[str, Any]:
+    table_id, request_id = key
+    return {_TABLE_ID: {"S": table_id}, _REQUEST_ID: {"S": request_id}}

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from statestore import layout, resources
-from statestore.aws.clients import AwsCaller, batch_delete_items
+from statestore.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
+from statestore.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.errors import (
     BlobNotFoundError,
+    RequestsAlreadyDecidedError,
     StateStoreError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionTooLargeError,
 )
-from statestore.ports import BlobStore, LogEntry, TransactionLogStore
+from statestore.ports import BlobStore, CommitStatus, LogEntry, TransactionLogStore
 
 _TABLE_ID = resources.TRANSACTION_LOG_KEYS.hash_key[0]
 _NUMBER = resources.TRANSACTION_LOG_KEYS.range_key[0]  # type: ignore[index]
@@ -36,8 +38,10 @@ class DynamoDBTransactionLog(TransactionLogStore):
     """Items keyed ``(table_id, transaction_number)``; appends are conditional puts.
 
     A body above ``max_inline_body_bytes`` is uploaded to the blob store first and the item holds its key;
-    if the put then loses the race the upload is deleted again. Deleting an entry removes the item before
-    the body, so a crash can leave an orphan body under the table's prefix but never an entry without one.
+    if the put then loses the race the upload is deleted again. An entry with its requests' outcomes is
+    one TransactWriteItems: the entry's put and each status's (in ``statuses``' table), all or nothing.
+    Deleting an entry removes the item before the body, so a crash can leave an orphan body under the
+    table's prefix but never an entry without one.
     """
 
     def __init__(
@@ -50,6 +54,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         max_inline_body_bytes: int = resources.MAX_INLINE_BODY_BYTES,
         max_blob_bytes: int = S3_SINGLE_PUT_LIMIT,
         page_size: int | None = None,
+        statuses: DynamoDBCommitStatusStore | None = None,
     ) -> None:
         self.dynamodb = dynamodb_client
         self.table_name = table_name
@@ -58,10 +63,19 @@ class DynamoDBTransactionLog(TransactionLogStore):
         self.max_inline_body_bytes = max_inline_body_bytes
         self.max_blob_bytes = max_blob_bytes
         self.page_size = page_size
+        self._statuses = statuses
+
+    @property
+    def request_statuses(self) -> DynamoDBCommitStatusStore | None:
+        return self._statuses
 
     # --- writing --------------------------------------------------------------------------------
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        if outcomes and self._statuses is None:
+            raise StateStoreError(
+                f"the log {self.table_name!r} records no commit statuses: give it the status table"
+            )
         number = entry.transaction_number
         item: dict[str, Any] = {
             _TABLE_ID: {"S": table_id},
@@ -92,18 +106,45 @@ class DynamoDBTransactionLog(TransactionLogStore):
         def taken(code: str, error: ClientError) -> StateStoreError | None:
             if code == "ConditionalCheckFailedException":
                 return TransactionNumberTakenError(table_id, number)
-            return None
+            if code != "TransactionCanceledException":
+                return None
+            reasons = cancellation_reasons(error)
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return TransactionNumberTakenError(table_id, number)
+            decided = [
+                status.request_id
+                for status, reason in zip(outcomes, reasons[1:], strict=False)
+                if reason == "ConditionalCheckFailed"
+            ]
+            return RequestsAlreadyDecidedError(table_id, decided) if decided else None
 
+        what = f"append transaction {number} to the log of table {table_id!r}"
+        put = {
+            "TableName": self.table_name,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#n)",
+            "ExpressionAttributeNames": {"#n": _NUMBER},
+        }
         try:
-            self.call(
-                f"append transaction {number} to the log of table {table_id!r}",
-                self.dynamodb.put_item,
-                taken,
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression="attribute_not_exists(#n)",
-                ExpressionAttributeNames={"#n": _NUMBER},
-            )
+            if not outcomes:
+                self.call(what, self.dynamodb.put_item, taken, **put)
+            else:
+                assert self._statuses is not None
+                statuses = self._statuses.puts_unless_final(outcomes)
+                extra = {"ClientRequestToken": entry.writer_token[:36]} if entry.writer_token else {}
+                # The token makes botocore's retry of a transaction that landed succeed instead of failing
+                # its conditions on its own items.
+                self.call(
+                    f"{what} with {len(outcomes)} commit status(es)",
+                    self.dynamodb.transact_write_items,
+                    taken,
+                    TransactItems=[{"Put": put}, *statuses],
+                    **extra,
+                )
+        except RequestsAlreadyDecidedError:
+            if body_key is not None:  # the transaction wrote nothing
+                self.blobs.delete([body_key])
+            raise
         except TransactionNumberTakenError:
             # botocore retries a put whose response was lost, and the retry fails the condition on our own
             # item: delete the upload only when another writer's item holds the number.

@@ -17,7 +17,7 @@ from statestore.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PEN
 from statestore.cli.parser import Command
 from statestore.cli.session import read_json
 from statestore.committer_switch import CommitterState, CommitterSwitch
-from statestore.errors import CodecError, TableNotFoundError
+from statestore.errors import CodecError
 from statestore.ports import CommitOutcome, CommitStatus
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def register_commit_requests(commands: Any, command: Command) -> None:
     )
 
     p = command(commands, "status", "what became of a commit request", cmd_status)
+    p.add_argument("table", metavar="TABLE", help="the table the request was sent to (ids are per table)")
     p.add_argument("request_id", metavar="REQUEST_ID")
 
 
@@ -80,7 +81,7 @@ def cmd_commit(s: Session) -> int:
         return EXIT_OK
 
     s.out.progress(f"waiting up to {s.args.wait:g}s for the committer...")
-    status = s.sender.wait(request_id, timeout=s.args.wait)
+    status = s.sender.wait(table.table_id, request_id, timeout=s.args.wait)
     if status is None:
         s.out.result(
             {
@@ -93,7 +94,7 @@ def cmd_commit(s: Session) -> int:
         )
         raise CliError(
             f"request {request_id} has no outcome after {s.args.wait:g}s: is the committer running? "
-            f"Check later with `statestore status {request_id}`",
+            f"Check later with `statestore status {table.table_name} {request_id}`",
             EXIT_PENDING,
         )
     s.out.result(
@@ -122,16 +123,15 @@ def _status_exit_code(status: CommitStatus) -> int:
 
 
 def cmd_status(s: Session) -> int:
-    status = s.statuses.get(s.args.request_id)
+    table = s.table(s.args.table)
+    status = s.statuses.get(table.table_id, s.args.request_id)
     if status is None:
         raise CliError(
-            f"no status for request {s.args.request_id!r}: not processed yet, expired, or never sent",
+            f"no status for request {s.args.request_id!r} of table {table.table_name!r}: not processed yet, "
+            "expired, or never sent to this table",
             EXIT_NOT_FOUND,
         )
-    try:
-        table_name: str | None = s.client.table_index.get(status.table_id).table_name
-    except TableNotFoundError:
-        table_name = None
+    table_name: str | None = table.table_name
     s.out.result(
         {**fmt.status_json(status), "table_name": table_name},
         lambda: fmt.render_fields(

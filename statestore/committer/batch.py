@@ -14,22 +14,23 @@ from statestore.clock import now_millis
 from statestore.committer.decisions import (
     DeadLettered,
     Decision,
+    Duplicate,
     ParsedMessage,
     Retry,
     already_decided,
     decision_for_copy,
+    is_final,
     is_stray,
     result_of,
     status_of,
+    transaction_number_of,
 )
-from statestore.committer.followed import FollowedRequests
-from statestore.committer.group import WarmTable, commit_fresh, find_in_log
+from statestore.committer.group import WarmTable, commit_fresh
 from statestore.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.committer.sorting import FreshRequest, SortedBatch, parse_message, sort_batch, split_copies
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.engine import RetryPolicy
 from statestore.errors import StateStoreError, TableNotFoundError
-from statestore.file_rows import ROW_TRANSACTION_TYPES
 from statestore.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -46,15 +47,9 @@ from statestore.snapshots import SnapshotStore
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
-# A log entry's update time comes from the committer's clock, a message's sent time from the queue's: look
-# back this much further than the sent time when searching the log for a redelivered request.
-SENT_TIME_SKEW_MS = 5 * 60 * 1000
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
 MAX_REASON_CHARS = resources.MAX_DEAD_LETTER_REASON_CHARS
-# Requests a table whose files are rows commits to its file store, which records their request ids for
-# longer than any redelivery: such a redelivered request is found there, never undecidable.
-_ROW_REQUEST_TYPES = frozenset(t.TYPE for t in ROW_TRANSACTION_TYPES)
 
 
 @dataclass
@@ -62,6 +57,11 @@ class BatchCommitter:
     """Commits batches of commit request messages. Keep one per process: it keeps tables warm between calls.
 
     Not thread-safe; the queue gives each table's messages to one consumer at a time.
+
+    Whether a request was applied is answered by one durable fact: its status, which the log writes in the
+    same transaction as the entry that holds it (``log.request_statuses``, required). So a redelivery, a
+    resend or a redrive is recognised by any committer, warm or cold, at any time within the status
+    retention.
 
     ``file_store`` holds the files of tables whose record says they keep them as rows (postgres). Without
     one, such a table's messages are retried (not dead-lettered): the committer is misconfigured, the
@@ -72,7 +72,6 @@ class BatchCommitter:
     tables: TableIndex
     log: TransactionLogStore
     snapshots: SnapshotStore | None
-    statuses: CommitStatusStore
     blobs: BlobStore
     dead_letters: CommitQueue
     file_store: FileReferenceStore | None = None
@@ -80,12 +79,8 @@ class BatchCommitter:
     clock: Callable[[], int] = now_millis
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
-    sent_time_skew_ms: int = SENT_TIME_SKEW_MS
     # How long a table's record is trusted before it is read again (a deleted table stops being committed to).
     table_info_ttl_ms: int = 60_000
-    remembered_entries: int = 10_000
-    # A redelivered request is looked for in at most this many log entries before those followed.
-    max_log_scan_entries: int = 10_000
     stats: CommitterStats = field(default_factory=CommitterStats)
     # Seconds from an arbitrary origin, to time cold table loads.
     timer: Callable[[], float] = time.perf_counter
@@ -93,6 +88,20 @@ class BatchCommitter:
     last_batch: BatchStats = field(default_factory=BatchStats, init=False)
     _batch: BatchStatsBuilder = field(default_factory=BatchStatsBuilder, init=False, repr=False)
     _tables: dict[str, WarmTable] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.log.request_statuses is None:
+            raise ValueError(
+                "the committer needs a log that writes each request's status with its entry "
+                "(build the log with its commit status store)"
+            )
+
+    @property
+    def statuses(self) -> CommitStatusStore:
+        """Where requests' outcomes are (the log's status store)."""
+        statuses = self.log.request_statuses
+        assert statuses is not None  # checked when built
+        return statuses
 
     # --- the batch ------------------------------------------------------------------------------
 
@@ -118,16 +127,16 @@ class BatchCommitter:
                 malformed[index] = decision
         self.stats.messages += len(parsed)
 
-        request_ids = sorted({p.envelope.request_id for p in parsed if p.envelope is not None})
+        keys = sorted({p.envelope.key for p in parsed if p.envelope is not None})
         try:
-            known = self.statuses.get_many(request_ids) if request_ids else {}
-            self.stats.status_reads += 1 if request_ids else 0
+            known = self.statuses.get_many(keys) if keys else {}
+            self.stats.status_reads += 1 if keys else 0
         except StateStoreError as e:
             reason = f"could not read commit statuses: {e}"
             logger.warning("retrying a whole batch of %d message(s): %s", len(parsed), reason)
             self.stats.retries += len(parsed)
             return [result_of(p, Retry(reason)) for p in parsed]
-        final = {request_id: s for request_id, s in known.items() if s.is_final}
+        final = {key: s for key, s in known.items() if s.is_final}
         batch = sort_batch(parsed, malformed, final)
 
         decisions = dict(batch.decided)
@@ -169,50 +178,15 @@ class BatchCommitter:
         self._load(table)
 
         firsts, copies = split_copies(fresh)
-        decided = self._undecidable_redeliveries(table, firsts)
         by_request = commit_fresh(
-            table,
-            [request for request in firsts if request.request_id not in decided],
-            self.blobs,
-            self.clock,
-            self.stats,
-            self._batch,
+            table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch
         )
-        by_request.update(decided)
         state = table.store.loaded_state
         if state is not None:
             self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
         decisions = {request.position: by_request[request.request_id] for request in firsts}
         for copy, first in copies:
             decisions[copy.position] = decision_for_copy(by_request[first.request_id])
-        return decisions
-
-    def _undecidable_redeliveries(
-        self, table: WarmTable, firsts: Sequence[FreshRequest]
-    ) -> dict[str, Decision]:
-        """Redelivered requests whose log entries may be gone: neither in the log since they were sent nor
-        provably absent. Validating one again could apply it twice, or reject a committed request: it is
-        dead-lettered for an operator to see, with a final "unknown" status so that no copy of it is ever
-        applied. (The others found in the log are left in ``table.followed`` for the commit to see.)"""
-        redelivered = [request for request in firsts if request.message.receive_count > 1]
-        if table.info.files_in_rows:
-            redelivered = [r for r in redelivered if r.envelope.transaction_type not in _ROW_REQUEST_TYPES]
-        if not redelivered:
-            return {}
-        since = min(request.message.sent_timestamp for request in redelivered) - self.sent_time_skew_ms
-        self.stats.log_scans += 1
-        undecided = find_in_log(
-            self.log, table, since, {request.request_id for request in redelivered}, self.max_log_scan_entries
-        )
-        decisions: dict[str, Decision] = {}
-        for request in redelivered:
-            if request.request_id in undecided:
-                reason = (
-                    f"cannot tell whether commit request {request.request_id!r} was committed: it was "
-                    "sent before the oldest log entry still kept. No copy of it will be applied; if its "
-                    "changes are not in the table, send them again under a new request id"
-                )
-                decisions[request.request_id] = DeadLettered(reason, CommitOutcome.UNKNOWN, self.clock())
         return decisions
 
     def _load(self, table: WarmTable) -> None:
@@ -237,7 +211,6 @@ class BatchCommitter:
         if table is not None and (table.info.schema, table.info.file_store) == (info.schema, info.file_store):
             table.info, table.checked_time = info, now
             return table
-        followed = FollowedRequests(self.remembered_entries)
         store = open_state_store(
             info,
             self.log,
@@ -249,9 +222,8 @@ class BatchCommitter:
             clock=self.clock,
             sleep=self.sleep,
             rng=self.rng,
-            on_follow=followed.follow,
         )
-        table = self._tables[table_id] = WarmTable(info, store, followed, now)
+        table = self._tables[table_id] = WarmTable(info, store, now)
         return table
 
     def forget(self, table_id: str) -> None:
@@ -283,15 +255,16 @@ class BatchCommitter:
         self.stats.status_items += len(statuses)
         changed: dict[int, Decision] = {}
         for index, status in statuses.items():
-            final = kept.get(status.request_id)
+            final = kept.get(status.key)
             if final is None or (final.outcome, final.transaction_number) == (
                 status.outcome,
                 status.transaction_number,
             ):
                 continue  # recorded, or the same outcome was (by a committer that died before acking)
             if status.outcome is CommitOutcome.COMMITTED:
-                # Only concurrent processing of one request, which the queue's visibility timeout rules out,
-                # can get here: the log holds it, its recorded status says otherwise.
+                # Only a request committed to a file store (whose rows hold its id) records its committed
+                # status here; a final status other than that one means it was processed concurrently,
+                # which the queue's visibility timeout rules out.
                 logger.error(
                     "request %r was committed at %s but its status was already final: %s",
                     status.request_id, status.transaction_number, final,
@@ -352,13 +325,13 @@ def _strays_decided_here(
     if not stray:
         return {}  # the usual batch: no statuses to derive twice
     decided = {
-        status.request_id: status
+        (p.envelope.table_id, p.envelope.request_id): decision
         for index, p in enumerate(messages)
-        if (status := status_of(p, decisions[index])) is not None and status.is_final
+        if p.envelope is not None and (decision := decisions[index]) is not None and is_final(decision)
     }
     strays: dict[int, Decision] = {}
     for index in stray:
         envelope = messages[index].envelope
-        if envelope is not None and envelope.request_id in decided:
-            strays[index] = already_decided(decided[envelope.request_id], "decided in this batch")
+        if envelope is not None and (first := decided.get((envelope.table_id, envelope.request_id))):
+            strays[index] = Duplicate(transaction_number_of(first), "decided in this batch")
     return strays

@@ -17,11 +17,16 @@ from statestore.ports import CommitOutcome, CommitStatus
 
 @dataclass(frozen=True, slots=True)
 class Committed:
-    """Applied now, in log entry ``transaction_number``; ``note`` names the parts that were skipped."""
+    """Applied now, in log entry ``transaction_number``; ``note`` names the parts that were skipped.
+
+    ``status_written``: the log wrote its status with the entry (a request committed to a file store has
+    its status recorded after).
+    """
 
     transaction_number: int
     update_time: int
     note: str | None = None
+    status_written: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +38,9 @@ class Rejected:
 
 
 @dataclass(frozen=True, slots=True)
-class FoundInLog:
-    """Committed before (its message came back before its status was recorded): found in the log."""
+class FoundCommitted:
+    """Committed before to a file store, whose rows hold its request id (its message came back before its
+    status was recorded)."""
 
     transaction_number: int
     time: int
@@ -53,9 +59,9 @@ class Duplicate:
 class DeadLettered:
     """Sent to the dead-letter queue with ``reason``.
 
-    ``status`` is the outcome to record for its request: ``DEAD_LETTERED`` (it can be redriven), ``UNKNOWN``
-    (no copy of it may ever be applied), or None (nothing to record: not a commit request at all, or a copy
-    of a request in this batch whose status the first copy records).
+    ``status`` is the outcome to record for its request: ``DEAD_LETTERED`` (it can be redriven), or None
+    (nothing to record: not a commit request at all, or a copy of a request in this batch whose status the
+    first copy records).
     """
 
     reason: str
@@ -70,7 +76,7 @@ class Retry:
     reason: str
 
 
-Decision = Committed | Rejected | FoundInLog | Duplicate | DeadLettered | Retry
+Decision = Committed | Rejected | FoundCommitted | Duplicate | DeadLettered | Retry
 
 
 class ParsedMessage(NamedTuple):
@@ -98,8 +104,8 @@ def result_of(parsed: ParsedMessage, decision: Decision) -> MessageResult:
         )
     if isinstance(decision, Rejected):
         return MessageResult(message_id, MessageOutcome.REJECTED, request_id, table_id, None, decision.reason)
-    if isinstance(decision, FoundInLog | Duplicate):
-        why = "found in the log" if isinstance(decision, FoundInLog) else decision.why
+    if isinstance(decision, FoundCommitted | Duplicate):
+        why = "found in the file store" if isinstance(decision, FoundCommitted) else decision.why
         number = decision.transaction_number
         return MessageResult(
             message_id, MessageOutcome.DUPLICATE, request_id, table_id, number, f"duplicate request: {why}"
@@ -117,6 +123,8 @@ def status_of(parsed: ParsedMessage, decision: Decision) -> CommitStatus | None:
         return None
     request_id, table_id = envelope.request_id, envelope.table_id
     if isinstance(decision, Committed):
+        if decision.status_written:
+            return None  # written with its log entry
         return CommitStatus(
             request_id,
             table_id,
@@ -129,7 +137,7 @@ def status_of(parsed: ParsedMessage, decision: Decision) -> CommitStatus | None:
         return CommitStatus(
             request_id, table_id, CommitOutcome.REJECTED, decision.time, None, decision.reason
         )
-    if isinstance(decision, FoundInLog):
+    if isinstance(decision, FoundCommitted):
         number = decision.transaction_number
         return CommitStatus(request_id, table_id, CommitOutcome.COMMITTED, decision.time, number)
     if isinstance(decision, DeadLettered) and decision.status is not None:
@@ -144,9 +152,14 @@ def dead_letter_reason(decision: Decision) -> str | None:
 
 def transaction_number_of(decision: Decision) -> int | None:
     """The log entry holding the request, where the decision knows it."""
-    if isinstance(decision, Committed | FoundInLog | Duplicate):
+    if isinstance(decision, Committed | FoundCommitted | Duplicate):
         return decision.transaction_number
     return None
+
+
+def is_final(decision: Decision) -> bool:
+    """Whether the decision gives its request a final status (committed or rejected)."""
+    return isinstance(decision, Committed | Rejected | FoundCommitted)
 
 
 def decision_for_copy(first: Decision) -> Decision:
@@ -164,7 +177,7 @@ def decision_for_copy(first: Decision) -> Decision:
 
 def is_stray(decision: Decision) -> bool:
     """Dead-lettered without a final status: a copy of its request decided elsewhere makes it a duplicate."""
-    return isinstance(decision, DeadLettered) and decision.status is not CommitOutcome.UNKNOWN
+    return isinstance(decision, DeadLettered)
 
 
 def already_decided(final: CommitStatus, why: str | None = None) -> Duplicate:

@@ -70,7 +70,6 @@ class CommitterStats:
     status_writes: int = 0  # calls to record statuses
     status_items: int = 0
     status_reads: int = 0
-    log_scans: int = 0  # searches of the log for a redelivered request
 
     @property
     def log_writes(self) -> int:

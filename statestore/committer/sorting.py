@@ -13,7 +13,7 @@ from statestore.commit_requests import RequestEnvelope, parse_request
 from statestore.committer.decisions import DeadLettered, Decision, ParsedMessage, already_decided
 from statestore.committer.messages import ReceivedMessage
 from statestore.errors import CodecError
-from statestore.ports import CommitStatus
+from statestore.ports import CommitStatus, RequestKey
 
 
 class FreshRequest(NamedTuple):
@@ -66,11 +66,12 @@ def parse_message(
 def sort_batch(
     messages: Sequence[ParsedMessage],
     malformed: Mapping[int, Decision],
-    final_statuses: Mapping[str, CommitStatus],
+    final_statuses: Mapping[RequestKey, CommitStatus],
 ) -> SortedBatch:
     """Sort parsed messages given those found ``malformed`` (by position) and the final statuses of their
-    requests. A request already decided is a duplicate wherever its copy turns up (in its table's group, in
-    another group, naming a table that is gone): it changes nothing, not even its status."""
+    requests (by table and request id). A request already decided is a duplicate wherever its copy turns up
+    (in its table's group, in another group, naming a table that is gone): it changes nothing, not even its
+    status."""
     decided: dict[int, Decision] = dict(malformed)
     fresh: dict[str, list[FreshRequest]] = {}
     groups: dict[str, list[int]] = {}
@@ -78,7 +79,7 @@ def sort_batch(
         group_id = parsed.message.group_id
         groups.setdefault(group_id, []).append(index)
         envelope = parsed.envelope
-        final = final_statuses.get(envelope.request_id) if envelope is not None else None
+        final = final_statuses.get(envelope.key) if envelope is not None else None
         if final is not None:
             decided[index] = already_decided(final)
         elif envelope is not None and index not in decided:

@@ -10,13 +10,20 @@ from statestore import layout
 from statestore.aws.backend import AwsBackend
 from statestore.aws.dynamodb_log import DynamoDBTransactionLog
 from statestore.aws.s3_blobs import S3BlobStore
+from statestore.engine import GroupMember, TransactionLogStateStore
 from statestore.errors import (
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionTooLargeError,
 )
-from statestore.ports import LogEntry
+from statestore.files import FileReference
+from statestore.partitions import root_partition
+from statestore.ports import CommitOutcome, LogEntry
 from statestore.resources import MAX_INLINE_BODY_BYTES
+from statestore.schema import Schema
+from statestore.transactions import AddFiles, InitialisePartitions
+
+SCHEMA = Schema.of({"key": "long"})
 
 BIG = b"y" * (MAX_INLINE_BODY_BYTES + 10)
 
@@ -170,6 +177,38 @@ def test_a_large_body_whose_put_response_was_lost_stays_with_its_entry(aws: AwsB
 
     [stored] = list(aws.log.read("t1", 1))
     assert (stored.body, stored.writer_token) == (BIG, "w-1")
+
+
+class _TransactsTwice:
+    """A DynamoDB client whose transact_write_items is sent twice, as botocore retries a call whose response
+    was lost."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        self._client.transact_write_items(**kwargs)
+        return self._client.transact_write_items(**kwargs)
+
+
+def test_a_group_commit_whose_response_was_lost_is_committed_once_with_its_statuses(aws: AwsBackend) -> None:
+    statuses = aws.commit_statuses
+    log = DynamoDBTransactionLog(
+        _TransactsTwice(aws.dynamodb), aws.log.table_name, aws.blobs, statuses=statuses
+    )
+    store = TransactionLogStateStore("t1", SCHEMA, log, sleep=lambda _: None)
+    store.commit(InitialisePartitions((root_partition(SCHEMA),)))
+
+    outcome = store.commit_group([GroupMember("r1", AddFiles((FileReference("a", "root", 1),)))])
+
+    # The retry is the same transaction (its client request token): it succeeds or finds its own entry.
+    assert outcome.committed == ("r1",) and outcome.transaction_number == 2
+    assert [e.transaction_number for e in aws.log.read("t1", 1)] == [1, 2]
+    status = statuses.get("t1", "r1")
+    assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 2)
 
 
 def test_entries_carry_their_writer_token(aws: AwsBackend) -> None:

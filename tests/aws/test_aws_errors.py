@@ -158,7 +158,7 @@ def test_a_batch_that_always_throttles_is_sent_botocores_attempts_not_times_the_
             batch_delete_items(caller, dynamodb, "log", keys, "delete log entries")
         statuses = DynamoDBCommitStatusStore(dynamodb, "statuses", caller)
         with pytest.raises(ThrottledError):
-            statuses.get_many(["r1"])
+            statuses.get_many([("t1", "r1")])
 
         assert endpoint.calls == {
             "BatchWriteItem": BOTOCORE_MAX_ATTEMPTS,
@@ -181,7 +181,7 @@ def test_items_that_keep_coming_back_unprocessed_are_retried_a_bounded_number_of
         with pytest.raises(ThrottledError, match="unprocessed after 4 rounds"):
             batch_delete_items(caller, dynamodb, "log", keys, "delete log entries")
         with pytest.raises(StoreUnavailableError, match="unprocessed"):
-            DynamoDBCommitStatusStore(dynamodb, "statuses", caller).get_many(["r1"])
+            DynamoDBCommitStatusStore(dynamodb, "statuses", caller).get_many([("t1", "r1")])
 
         assert endpoint.calls == {"BatchWriteItem": 4, "BatchGetItem": 4}
     assert len(sleeps) == 2 * 3  # a backoff between rounds, none after the last

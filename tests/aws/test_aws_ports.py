@@ -7,8 +7,10 @@ import gzip
 import pytest
 
 from statestore.catalog import TableInfo
+from statestore.clock import now_millis
 from statestore.errors import (
     BlobNotFoundError,
+    RequestsAlreadyDecidedError,
     StaleSnapshotError,
     StateStoreError,
     TableAlreadyExistsError,
@@ -18,7 +20,7 @@ from statestore.errors import (
 )
 from statestore.layout import REQUEST_BODY_TAGS
 from statestore.memory import InMemoryBlobStore
-from statestore.ports import LogEntry, SnapshotInfo
+from statestore.ports import CommitOutcome, CommitStatus, LogEntry, SnapshotInfo
 from statestore.resources import MAX_INLINE_BODY_BYTES
 from statestore.schema import Schema
 from tests.aws.backends import Ports
@@ -152,6 +154,76 @@ def test_stored_body_keys_names_bodies_stored_aside_too(ports: Ports) -> None:
     else:
         (key,) = ports.log.stored_body_keys("t1")
         assert key.startswith("tables/t1/log/") and ports.blobs.list("tables/t1/log/") == [key]
+
+
+# --- the outcomes of an entry's requests, written with it ----------------------------------------------
+
+
+NOW = now_millis()  # statuses expire after their retention: recorded now, they are current
+
+
+def committed(request_id: str, number: int, table_id: str = "t1") -> CommitStatus:
+    return CommitStatus(request_id, table_id, CommitOutcome.COMMITTED, NOW + number, number)
+
+
+def test_an_entry_and_its_requests_committed_statuses_are_written_together(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    outcomes = [committed("r1", 1), committed("r2", 1)]
+
+    ports.log.append("t1", entry(1), outcomes)
+
+    assert [e.transaction_number for e in ports.log.read("t1", 1)] == [1]
+    assert statuses.get_many([("t1", "r1"), ("t1", "r2")]) == {s.key: s for s in outcomes}
+
+
+def test_a_request_with_a_final_status_leaves_no_entry_and_no_status(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    rejected = CommitStatus("r2", "t1", CommitOutcome.REJECTED, NOW, None, "why")
+    statuses.record([rejected])
+
+    with pytest.raises(RequestsAlreadyDecidedError) as raised:
+        ports.log.append("t1", entry(1), [committed("r1", 1), committed("r2", 1)])
+
+    assert raised.value.request_ids == ("r2",)
+    assert ports.log.latest_number("t1") == 0 and list(ports.log.read("t1", 1)) == []
+    assert statuses.get("t1", "r1") is None  # all or nothing
+    assert statuses.get("t1", "r2") == rejected
+
+
+def test_a_dead_lettered_status_is_replaced_by_the_committed_one_with_the_entry(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    statuses.record([CommitStatus("r1", "t1", CommitOutcome.DEAD_LETTERED, NOW, None, "table missing")])
+
+    ports.log.append("t1", entry(1), [committed("r1", 1)])
+
+    assert statuses.get("t1", "r1") == committed("r1", 1)
+
+
+def test_a_taken_number_wins_over_a_final_status_and_writes_nothing(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    ports.log.append("t1", entry(1), [committed("r1", 1)])
+
+    # The same request again at the same number (a retry whose first try landed): the number decides.
+    with pytest.raises(TransactionNumberTakenError):
+        ports.log.append("t1", entry(1, b"again"), [committed("r1", 1)])
+
+    assert [e.body for e in ports.log.read("t1", 1)] == [entry(1).body]
+
+
+def test_an_entrys_outcomes_are_scoped_to_its_table(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    ports.log.append("alpha", entry(1), [committed("job-7", 1, "alpha")])
+
+    # beta's request of the same id is another request: its entry goes in with its own status.
+    ports.log.append("beta", entry(1), [committed("job-7", 1, "beta")])
+
+    assert statuses.get("alpha", "job-7") == committed("job-7", 1, "alpha")
+    assert statuses.get("beta", "job-7") == committed("job-7", 1, "beta")
 
 
 # --- snapshot metadata --------------------------------------------------------------------------

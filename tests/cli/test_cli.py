@@ -156,7 +156,7 @@ def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(
     assert result.code == EXIT_OK, result.err
     request_id, outcome = result.out.strip().split(" ", 1)
     assert outcome == "committed at transaction 2"
-    status = cli("status", request_id, "--json")
+    status = cli("status", name, request_id, "--json")
     assert status.code == EXIT_OK
     assert status.json() | {"recorded_time": 0} == {
         "request_id": request_id,
@@ -167,7 +167,7 @@ def test_commit_a_transaction_file_and_wait_then_see_it_in_status_log_and_files(
         "reason": None,
         "recorded_time": 0,
     }
-    assert "outcome:     committed" in cli("status", request_id).out
+    assert "outcome:     committed" in cli("status", name, request_id).out
 
     log = cli("log", name, "--json").json()
     assert [(e["transaction_number"], e["type"], e["request_ids"]) for e in log] == [
@@ -199,7 +199,7 @@ def test_commit_from_stdin_without_waiting_prints_the_request_id(
 
     assert (result.code, result.out.strip()) == (EXIT_OK, "my-request-1")
     runtime.wait_idle()
-    assert cli("status", "my-request-1").code == EXIT_OK
+    assert cli("status", name, "my-request-1").code == EXIT_OK
 
 
 def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> None:
@@ -216,7 +216,7 @@ def test_a_rejected_commit_exits_1_with_the_reason(cli: Cli, tmp_path: Path) -> 
     assert result.err.strip().endswith(
         f"statestore: error: request {request_id} rejected: partition not found: 'no-such-partition'"
     )
-    assert cli("status", request_id).code == EXIT_FAILED
+    assert cli("status", name, request_id).code == EXIT_FAILED
     assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
 
 
@@ -249,7 +249,7 @@ def test_commit_with_a_bad_wait_exits_2_before_sending_anything(
     assert result.code == EXIT_USAGE and result.out == ""
     assert result.err.splitlines() == [f"statestore: error: --wait must be 0 or more seconds, got {wait}"]
     runtime.wait_idle()  # had anything been sent, the committer would have dealt with it by now
-    assert cli("status", f"bad-wait-{name}").code == EXIT_NOT_FOUND
+    assert cli("status", name, f"bad-wait-{name}").code == EXIT_NOT_FOUND
     assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
 
 
@@ -416,7 +416,8 @@ def test_a_malformed_transaction_exits_2_and_sends_nothing(
 
 
 def test_unknown_request_ids_missing_files_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
-    assert cli("status", "never-sent").code == EXIT_NOT_FOUND
+    assert cli("status", "no-such-table", "never-sent").code == EXIT_NOT_FOUND
+    assert "table not found" in cli("status", "no-such-table", "never-sent").err
     assert cli("commit", "any", str(tmp_path / "nope.json")).code == EXIT_USAGE
     assert cli("tables", "frobnicate").code == EXIT_USAGE
     assert main(["--help"]) == EXIT_OK

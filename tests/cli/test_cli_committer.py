@@ -41,7 +41,7 @@ def test_a_paused_committer_leaves_requests_on_the_queue_until_resumed(paused_th
     status = cli("committer", "status")
     assert status.code == EXIT_OK
     assert "paused" in status.out and "1 request waiting" in status.out
-    assert rt.sender().status(request_id) is None  # not committed: still waiting
+    assert rt.sender().status(table, request_id) is None  # not committed: still waiting
     # Nothing leaves a paused committer's queue: waiting for it to drain gives up after the timeout.
     with pytest.raises(TimeoutError, match=r"still holds 1 message\(s\): none has left it for 1s"):
         rt.wait_idle(timeout=1)
@@ -49,5 +49,5 @@ def test_a_paused_committer_leaves_requests_on_the_queue_until_resumed(paused_th
     resumed = cli("committer", "resume", "--json")
     assert resumed.code == EXIT_OK and ours(resumed.out)["paused"] is False
     rt.wait_idle(timeout=30)
-    outcome = rt.sender().status(request_id)
+    outcome = rt.sender().status(table, request_id)
     assert outcome is not None and outcome.outcome is CommitOutcome.COMMITTED

@@ -17,7 +17,7 @@ from statestore.memory import (
     InMemorySnapshotMetadataStore,
     InMemoryTransactionLog,
 )
-from statestore.ports import BlobStore, CommitQueue, CommitStatusStore, TransactionLogStore
+from statestore.ports import BlobStore, CommitQueue, TransactionLogStore
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
@@ -64,13 +64,22 @@ def redelivered(m: ReceivedMessage) -> ReceivedMessage:
 
 @dataclass
 class Harness:
+    """In-memory ports for a committer. ``log`` defaults to one that writes statuses to ``statuses``; with a
+    log given, ``statuses`` is the log's."""
+
     tables: TableIndex = field(default_factory=InMemoryTableIndex)
-    log: TransactionLogStore = field(default_factory=InMemoryTransactionLog)
+    log: TransactionLogStore = None  # type: ignore[assignment]  # built in __post_init__ when not given
     snapshot_metadata: InMemorySnapshotMetadataStore = field(default_factory=InMemorySnapshotMetadataStore)
     blobs: BlobStore = field(default_factory=InMemoryBlobStore)
-    statuses: CommitStatusStore = field(default_factory=InMemoryCommitStatusStore)
+    statuses: InMemoryCommitStatusStore = field(default_factory=InMemoryCommitStatusStore)
     dead_letters: CommitQueue = field(default_factory=InMemoryCommitQueue)
     clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        if self.log is None:
+            self.log = InMemoryTransactionLog(None, self.statuses)
+        else:  # the log given writes statuses where it was built to
+            self.statuses = self.log.request_statuses  # type: ignore[assignment]
 
     @property
     def snapshots(self) -> SnapshotStore:
@@ -81,7 +90,6 @@ class Harness:
             self.tables,
             self.log,
             self.snapshots,
-            self.statuses,
             self.blobs,
             self.dead_letters,
             retry_policy=RetryPolicy(max_attempts=5, base_delay=0.0, max_delay=0.0),

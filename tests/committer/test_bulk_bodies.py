@@ -8,6 +8,7 @@ rejected request) is never left behind for ever.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from statestore import layout
 from statestore.cleanup import CleanupPolicy, cleanup_table
@@ -15,7 +16,7 @@ from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.commit_requests import CommitRequest, body_key, encode_request
 from statestore.committer import ReceivedMessage
 from statestore.memory import InMemoryBlobStore, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, LogEntry
+from statestore.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import AddFiles, TransactionBatch
 from tests.builders import ref
 from tests.committer.harness import FakeClock, Harness, add_files, message, outcomes, redelivered
@@ -33,11 +34,11 @@ class CrashingLog(InMemoryTransactionLog):
 
     crash_next = False
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         if self.crash_next:
             self.crash_next = False
             raise Crash()
-        super().append(table_id, entry)
+        super().append(table_id, entry, outcomes)
 
 
 def harness(log_class: type[InMemoryTransactionLog] = InMemoryTransactionLog) -> Harness:
@@ -142,7 +143,7 @@ def test_a_redelivered_request_whose_entry_points_at_its_body_is_a_duplicate() -
     assert outcomes(results) == ["duplicate"]
     assert h.log.latest_number(table) == 2
     assert len(log_objects(h, table)) == 1  # the second look left no copy behind
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(request.table_id, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED and status.transaction_number == 2
     check_exactly_once(h.log, table, {request.request_id: status})
 

@@ -106,7 +106,7 @@ def test_a_swept_job_that_commits_after_all_is_rejected_and_every_row_stays_refe
     results = h.committer().process([message(late)])
 
     assert outcomes(results) == ["rejected"]
-    status = h.statuses.get(late.request_id)
+    status = h.statuses.get(late.table_id, late.request_id)
     assert status is not None and "is not assigned to job 'slow'" in (status.reason or "")
     state = h.state(table_id)
     assert sorted(r.filename for r in state.file_references()) == sorted(names)
@@ -124,7 +124,7 @@ def test_a_release_goes_through_the_committer_and_releasing_again_is_committed_a
 
     assert outcomes(results) == ["committed", "committed"]
     for request in (first, again):
-        status = h.statuses.get(request.request_id)
+        status = h.statuses.get(request.table_id, request.request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert owners(h, table_id) == dict.fromkeys(names)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import event, given, settings
@@ -13,7 +14,7 @@ from statestore.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_table, 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine import TransactionLogStateStore
 from statestore.memory import InMemoryTransactionLog
-from statestore.ports import LogEntry
+from statestore.ports import CommitStatus, LogEntry
 from statestore.state import TableState
 from statestore.transactions import (
     AddFiles,
@@ -34,8 +35,8 @@ class RecordingLog(InMemoryTransactionLog):
         super().__init__()
         self.recorded: list[LogEntry] = []
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
-        super().append(table_id, entry)
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        super().append(table_id, entry, outcomes)
         self.recorded.append(entry)
 
 

@@ -139,7 +139,7 @@ def test_a_stray_copy_of_a_committed_request_changes_nothing_even_after_a_restar
     groups = {"another-table": h.tables.get_by_name("another").table_id, "no-such-table": "no-such-table"}
     clear = clear_files(table)
     assert outcomes(h.committer().process([message(clear)])) == ["committed"]
-    committed = h.statuses.get(clear.request_id)
+    committed = h.statuses.get(table, clear.request_id)
     assert committed is not None
     assert outcomes(h.committer().process([message(add_files(table, "newer"))])) == ["committed"]
 
@@ -147,7 +147,7 @@ def test_a_stray_copy_of_a_committed_request_changes_nothing_even_after_a_restar
     resent = h.committer().process([message(clear)])  # a new committer: nothing warm
 
     assert outcomes(stray) == ["duplicate"] and outcomes(resent) == ["duplicate"]
-    assert h.statuses.get(clear.request_id) == committed
+    assert h.statuses.get(table, clear.request_id) == committed
     assert dead_letter_count(h) == 0
     assert sorted(h.state(table).files_by_name) == ["newer"]  # ClearFiles was not applied a second time
     check_exactly_once(h.log, table, {clear.request_id: committed})
@@ -162,7 +162,7 @@ def test_a_stray_copy_in_the_same_batch_as_its_request_is_a_duplicate_of_it() ->
     results = h.committer().process([message(request), message(request, group_id=other)])
 
     assert outcomes(results) == ["committed", "duplicate"]
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(table, request.request_id)
     assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 2)
     assert dead_letter_count(h) == 0
 
@@ -176,16 +176,9 @@ def test_a_stray_copy_of_an_undecided_request_is_dead_lettered_and_the_request_s
     real = h.committer().process([message(request)])
 
     assert outcomes(stray) == ["dead_lettered"] and outcomes(real) == ["committed"]
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(table, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert dead_letter_count(h) == 1
-
-
-class NoStatuses(InMemoryCommitStatusStore):
-    """A status table that cannot be written: the committer dies, for the queue, after its log write."""
-
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
-        raise StoreUnavailableError("status table unreachable")
 
 
 def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_snapshot() -> None:
@@ -200,27 +193,23 @@ def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_s
     h.log.delete_up_to(table, 5)  # ... and cleanup deleted the entries the warm committer has not read
     request = add_files(table, "a")
     sent = message(request, sent=h.clock.now)
-    other = h.committer()
-    other.statuses = NoStatuses()
-    assert outcomes(other.process([sent])) == ["retry"]  # committed at 6, then died before its status
+    assert outcomes(h.committer().process([sent])) == ["committed"]  # at 6, then died before acknowledging
     writer.commit(AddFiles((ref("e", "root"),)))
     h.snapshots.write(table, writer.state(), h.clock.now)  # the warm committer will reload from 7
 
     results = warm.process([redelivered(sent)])
 
     assert outcomes(results) == ["duplicate"] and results[0].transaction_number == 6
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(table, request.request_id)
     assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 6)
 
 
-def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_never_applied_again() -> None:
+def test_a_request_redelivered_or_resent_after_cleanup_deleted_its_entry_is_never_applied_again() -> None:
     h = Harness()
     table = h.create_table("t")
     request = add_files(table, "a")
     sent = message(request, sent=h.clock.now)
-    first = h.committer()
-    first.statuses = NoStatuses()
-    assert outcomes(first.process([sent])) == ["retry"]  # committed at 2, then died before its status
+    assert outcomes(h.committer().process([sent])) == ["committed"]  # at 2, then died before acknowledging
     # "a" is compacted into "b" and collected: a second AddFiles of "a" would now be valid.
     writer = h.store(table)
     writer.commit(AssignJobIds((AssignJobIdRequest("job", "root", ("a",)),)))
@@ -231,15 +220,15 @@ def test_a_request_redelivered_after_cleanup_deleted_its_entry_is_never_applied_
     h.clock.advance(10 * 60_000)
 
     results = h.committer().process([redelivered(sent)])
-    h.clock.advance(10 * 60_000)
-    resent = h.committer().process([message(request)])  # the job sends the same request id again
+    h.clock.advance(10 * 24 * 3600_000)  # redriven from the dead-letter queue, or resent, days later
+    resent = h.committer().process([message(request)])
 
-    assert outcomes(results) == ["dead_lettered"] and outcomes(resent) == ["duplicate"]
-    assert "cannot tell whether commit request" in (results[0].reason or "")
-    status = h.statuses.get(request.request_id)
-    assert status is not None and status.outcome is CommitOutcome.UNKNOWN  # final: no copy is applied
+    assert outcomes(results) == ["duplicate"] and outcomes(resent) == ["duplicate"]
+    assert [r.transaction_number for r in results + resent] == [2, 2]
+    status = h.statuses.get(table, request.request_id)
+    assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 2)
     assert sorted(h.state(table).files_by_name) == ["b"]  # not applied a second time
-    assert dead_letter_count(h) == 1
+    assert dead_letter_count(h) == 0
 
 
 def dead_letter_count(h: Harness) -> int:
@@ -254,11 +243,11 @@ class LostResponseLog(InMemoryTransactionLog):
     """The next append lands, then its caller sees ``failure`` (a lost response) instead of success."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(None, InMemoryCommitStatusStore())
         self.failure: Callable[[str, LogEntry], Exception] | None = None
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
-        super().append(table_id, entry)
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        super().append(table_id, entry, outcomes)
         failure, self.failure = self.failure, None
         if failure is not None:
             raise failure(table_id, entry)
@@ -309,7 +298,7 @@ def test_a_queued_commit_whose_response_was_lost_is_reported_committed_not_rejec
 
     assert outcomes(results) == ["committed"]
     assert results[0].transaction_number == 2
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(table, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     check_exactly_once(h.log, table, {request.request_id: status})
     replay(h, table)

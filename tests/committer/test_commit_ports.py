@@ -73,11 +73,14 @@ def ports(request: pytest.FixtureRequest) -> Iterator[CommitPorts]:
         )
 
 
+TABLE = "table-1"
+
+
 def status(
     request_id: str, outcome: CommitOutcome = CommitOutcome.COMMITTED, number: int | None = 3
 ) -> CommitStatus:
     reason = None if outcome is CommitOutcome.COMMITTED else f"why {request_id}"
-    return CommitStatus(request_id, "table-1", outcome, 1_900_000_000_000, number, reason)
+    return CommitStatus(request_id, TABLE, outcome, 1_900_000_000_000, number, reason)
 
 
 def test_recorded_statuses_are_read_back_one_and_many(ports: CommitPorts) -> None:
@@ -85,12 +88,29 @@ def test_recorded_statuses_are_read_back_one_and_many(ports: CommitPorts) -> Non
 
     ports.statuses.record(statuses)
 
-    assert ports.statuses.get("r7") == statuses[7]
-    assert ports.statuses.get("bad") == statuses[-1]
-    assert ports.statuses.get("nope") is None
+    assert ports.statuses.get(TABLE, "r7") == statuses[7]
+    assert ports.statuses.get(TABLE, "bad") == statuses[-1]
+    assert ports.statuses.get(TABLE, "nope") is None
     wanted = [f"r{i}" for i in range(0, 60, 2)] * 2 + ["bad", "nope"] + [f"x{i}" for i in range(150)]
-    assert ports.statuses.get_many(wanted) == {s.request_id: s for s in statuses[0:60:2] + [statuses[-1]]}
+    assert ports.statuses.get_many((TABLE, r) for r in wanted) == {
+        s.key: s for s in statuses[0:60:2] + [statuses[-1]]
+    }
     assert ports.statuses.get_many([]) == {}
+
+
+def test_request_ids_are_scoped_to_their_table(ports: CommitPorts) -> None:
+    alpha = CommitStatus("job-7", "alpha", CommitOutcome.COMMITTED, 1_900_000_000_000, 2)
+    ports.statuses.record([alpha])
+
+    assert ports.statuses.get("beta", "job-7") is None  # beta's request of the same id is another request
+    beta = CommitStatus("job-7", "beta", CommitOutcome.REJECTED, 1_900_000_000_001, None, "why")
+    assert ports.statuses.record([beta]) == {}  # not "already final": alpha's status is not beta's
+    assert ports.statuses.get("alpha", "job-7") == alpha
+    assert ports.statuses.get("beta", "job-7") == beta
+    assert ports.statuses.get_many([("alpha", "job-7"), ("beta", "job-7")]) == {
+        alpha.key: alpha,
+        beta.key: beta,
+    }
 
 
 def test_a_final_status_replaces_a_dead_lettered_one(ports: CommitPorts) -> None:
@@ -99,7 +119,7 @@ def test_a_final_status_replaces_a_dead_lettered_one(ports: CommitPorts) -> None
     kept = ports.statuses.record([status("r", CommitOutcome.COMMITTED, 9)])
 
     assert kept == {}
-    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 9)
+    assert ports.statuses.get(TABLE, "r") == status("r", CommitOutcome.COMMITTED, 9)
 
 
 def test_a_final_status_never_changes(ports: CommitPorts) -> None:
@@ -114,11 +134,11 @@ def test_a_final_status_never_changes(ports: CommitPorts) -> None:
         ]
     )
 
-    assert kept == {"r": committed, "other": status("other", CommitOutcome.COMMITTED, 9)}
-    assert ports.statuses.get("r") == committed
+    assert kept == {(TABLE, "r"): committed, (TABLE, "other"): status("other", CommitOutcome.COMMITTED, 9)}
+    assert ports.statuses.get(TABLE, "r") == committed
     # the others in the same write are recorded all the same
-    assert ports.statuses.get("fresh") == status("fresh", CommitOutcome.REJECTED, None)
-    assert ports.statuses.get("other") == status("other", CommitOutcome.COMMITTED, 9)
+    assert ports.statuses.get(TABLE, "fresh") == status("fresh", CommitOutcome.REJECTED, None)
+    assert ports.statuses.get(TABLE, "other") == status("other", CommitOutcome.COMMITTED, 9)
 
 
 def test_within_one_write_a_final_status_wins_over_a_dead_lettered_copy(ports: CommitPorts) -> None:
@@ -127,7 +147,7 @@ def test_within_one_write_a_final_status_wins_over_a_dead_lettered_copy(ports: C
     )
 
     assert kept == {}
-    assert ports.statuses.get("r") == status("r", CommitOutcome.COMMITTED, 4)
+    assert ports.statuses.get(TABLE, "r") == status("r", CommitOutcome.COMMITTED, 4)
 
 
 def test_more_statuses_than_one_transaction_holds_are_all_conditional(ports: CommitPorts) -> None:
@@ -135,9 +155,9 @@ def test_more_statuses_than_one_transaction_holds_are_all_conditional(ports: Com
 
     kept = ports.statuses.record([status(f"r{i}") for i in range(230)])
 
-    assert kept == {"r150": status("r150", CommitOutcome.REJECTED, None)}
-    assert ports.statuses.get("r229") == status("r229")
-    assert ports.statuses.get("r150") == status("r150", CommitOutcome.REJECTED, None)
+    assert kept == {(TABLE, "r150"): status("r150", CommitOutcome.REJECTED, None)}
+    assert ports.statuses.get(TABLE, "r229") == status("r229")
+    assert ports.statuses.get(TABLE, "r150") == status("r150", CommitOutcome.REJECTED, None)
 
 
 def test_messages_are_sent_in_order_with_group_deduplication_id_and_attributes(ports: CommitPorts) -> None:

@@ -18,6 +18,7 @@ from statestore.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
+    ClearFiles,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     request_ids_of,
@@ -41,9 +42,9 @@ def dead_letters(h: Harness) -> list[tuple[str, dict[str, str]]]:
 
 
 def assert_status(
-    h: Harness, request_id: str, outcome: CommitOutcome, transaction_number: int | None
+    h: Harness, table_id: str, request_id: str, outcome: CommitOutcome, transaction_number: int | None
 ) -> CommitStatus:
-    status = h.statuses.get(request_id)
+    status = h.statuses.get(table_id, request_id)
     assert status is not None
     assert (status.outcome, status.transaction_number) == (outcome, transaction_number)
     return status
@@ -65,7 +66,7 @@ def test_ten_valid_requests_for_one_table_become_one_log_entry(h: Harness) -> No
     assert list(request_ids_of(batch)) == [r.request_id for r in requests]
     assert sorted(h.state(table).files_by_name) == sorted(f"f{i}" for i in range(10))
     for r in requests:
-        assert_status(h, r.request_id, CommitOutcome.COMMITTED, 2)
+        assert_status(h, table, r.request_id, CommitOutcome.COMMITTED, 2)
 
 
 def test_mixed_valid_and_invalid_requests_commit_the_valid_ones_as_one_entry(h: Harness) -> None:
@@ -77,7 +78,7 @@ def test_mixed_valid_and_invalid_requests_commit_the_valid_ones_as_one_entry(h: 
     assert outcomes(results) == ["committed", "rejected", "committed"]
     assert h.log_length(table) == 2
     assert list(request_ids_of(decode_entry(entries(h, table)[-1]))) == [good1.request_id, good2.request_id]
-    rejected = h.statuses.get(bad.request_id)
+    rejected = h.statuses.get(table, bad.request_id)
     assert rejected is not None and rejected.outcome is CommitOutcome.REJECTED
     assert rejected.reason == "file already exists: 'a'"
     assert results[1].reason == "file already exists: 'a'"
@@ -125,7 +126,7 @@ def test_the_same_request_sent_twice_is_applied_once(h: Harness) -> None:
     assert outcomes(second) == ["duplicate"]
     assert second[0].transaction_number == 2
     assert h.log_length(table) == 2
-    assert_status(h, request.request_id, CommitOutcome.COMMITTED, 2)
+    assert_status(h, table, request.request_id, CommitOutcome.COMMITTED, 2)
 
 
 def test_the_same_request_twice_in_one_batch_is_applied_once(h: Harness) -> None:
@@ -150,33 +151,43 @@ def test_a_resend_is_recognised_by_a_cold_committer_through_the_status_store(h: 
 
 
 class FailingOnce(InMemoryCommitStatusStore):
-    """A status store whose next ``record`` fails, as if the committer died after writing the log."""
+    """A status store whose next ``record`` fails (the committer's own write of the statuses that are not
+    written with a log entry: rejections, dead letters)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fail_next_record = False
 
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[tuple[str, str], CommitStatus]:
         if self.fail_next_record:
             self.fail_next_record = False
             raise StoreUnavailableError("status table throttled")
         return super().record(statuses)
 
 
+def test_a_committed_requests_status_is_written_with_its_log_entry() -> None:
+    h = Harness(statuses=FailingOnce())
+    table = h.create_table("t")
+    requests = [add_files(table, f"f{i}") for i in range(3)]
+    h.statuses.fail_next_record = True  # type: ignore[attr-defined]  # the committer's own write would fail
+
+    results = h.committer().process([message(r) for r in requests])
+
+    assert outcomes(results) == ["committed"] * 3
+    for r in requests:
+        assert_status(h, table, r.request_id, CommitOutcome.COMMITTED, 2)
+    assert h.statuses.fail_next_record  # type: ignore[attr-defined]  # nothing else was recorded
+
+
 @pytest.mark.parametrize("warm", [True, False], ids=["same-committer", "new-committer"])
 def test_a_batch_redelivered_after_the_log_write_is_applied_once(warm: bool) -> None:
-    h = Harness(statuses=FailingOnce())
+    h = Harness()
     table = h.create_table("t")
     requests = [add_files(table, f"f{i}") for i in range(3)]
     messages = [message(r, sent=h.clock.now) for r in requests]
     first_committer = h.committer()
-    h.statuses.fail_next_record = True  # type: ignore[attr-defined]
-
-    first = first_committer.process(messages)
-
-    assert outcomes(first) == ["retry"] * 3
-    assert h.log_length(table) == 2  # the log write happened; the statuses did not
-    assert all(h.statuses.get(r.request_id) is None for r in requests)
+    first = first_committer.process(messages)  # then the process dies before the queue is told
+    assert outcomes(first) == ["committed"] * 3
 
     h.clock.advance(30_000)  # the visibility timeout
     committer = first_committer if warm else h.committer()
@@ -185,27 +196,26 @@ def test_a_batch_redelivered_after_the_log_write_is_applied_once(warm: bool) -> 
     assert outcomes(again) == ["duplicate"] * 3
     assert [r.transaction_number for r in again] == [2, 2, 2]
     assert h.log_length(table) == 2
-    for r in requests:
-        assert_status(h, r.request_id, CommitOutcome.COMMITTED, 2)
 
 
-def test_a_redelivered_request_is_found_in_the_log_behind_a_newer_snapshot() -> None:
-    h = Harness(statuses=FailingOnce())
+def test_a_redelivered_request_is_found_by_its_status_behind_a_newer_snapshot_and_cleanup(h: Harness) -> None:
     table = h.create_table("t")
     request = add_files(table, "a")
     m = message(request, sent=h.clock.now)
-    h.statuses.fail_next_record = True  # type: ignore[attr-defined]
-    assert outcomes(h.committer().process([m])) == ["retry"]
+    assert outcomes(h.committer().process([m])) == ["committed"]
     other = h.store(table)
-    for i in range(40):  # other writers move on, then a snapshot covers it all
+    for i in range(40):  # other writers move on, then a snapshot covers it all and cleanup trims the log
         other.commit(add_files(table, f"later{i}").transaction)
     other.create_snapshot()
+    h.log.delete_up_to(table, 41)
+    h.clock.advance(7 * 24 * 3600_000)  # a week later (a redrive from the dead-letter queue)
 
     again = h.committer().process([redelivered(m)])
 
     assert outcomes(again) == ["duplicate"]
     assert again[0].transaction_number == 2
     assert h.log_length(table) == 42
+    assert sorted(h.state(table).files_by_name)[0] == "a"
 
 
 def test_a_redelivered_request_that_never_reached_the_log_is_committed(h: Harness) -> None:
@@ -218,25 +228,57 @@ def test_a_redelivered_request_that_never_reached_the_log_is_committed(h: Harnes
     assert h.log_length(table) == 2
 
 
-def test_a_committer_that_lost_the_race_recognises_requests_another_one_committed(h: Harness) -> None:
-    # The same messages reach two committers (a visibility timeout ran out while the first was slow).
+class StaleOnce(InMemoryCommitStatusStore):
+    """A status store whose next batch read returns nothing: the reader looked before another committer
+    wrote (two committers given the same messages, a visibility timeout having run out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stale_next_read = False
+
+    def get_many(self, keys: object) -> dict[tuple[str, str], CommitStatus]:
+        if self.stale_next_read:
+            self.stale_next_read = False
+            return {}
+        return super().get_many(keys)  # type: ignore[arg-type]
+
+
+def test_a_committer_that_lost_the_race_recognises_requests_another_one_committed() -> None:
+    h = Harness(statuses=StaleOnce())
     table = h.create_table("t")
-    requests = [add_files(table, "a"), add_files(table, "b")]
+    requests = [add_files(table, "a"), add_files(table, "b"), add_files(table, "c")]
     slow, fast = h.committer(), h.committer()
     slow.process([message(add_files(table, "warm-up"))])  # slow now has a warm (soon stale) state
-
-    class NoStatuses(InMemoryCommitStatusStore):
-        def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
-            raise StoreUnavailableError("gone")
-
-    fast.statuses = NoStatuses()  # fast wrote the log but recorded nothing yet
-    assert outcomes(fast.process([message(r) for r in requests])) == ["retry", "retry"]
+    assert outcomes(fast.process([message(r) for r in requests[:2]])) == ["committed"] * 2
+    h.statuses.stale_next_read = True  # type: ignore[attr-defined]
 
     results = slow.process([message(r) for r in requests])
 
-    assert outcomes(results) == ["duplicate", "duplicate"]
+    assert outcomes(results) == ["duplicate", "duplicate", "committed"]
+    assert [r.transaction_number for r in results] == [3, 3, 4]
     assert slow.stats.log_append_conflicts == 1
-    assert h.log_length(table) == 3
+    assert h.log_length(table) == 4
+    assert sorted(h.state(table).files_by_name) == ["a", "b", "c", "warm-up"]
+
+
+def test_a_group_whose_requests_another_committer_wrote_meanwhile_writes_only_the_others() -> None:
+    # The log refuses an entry holding a request with a final status, even one the state cannot tell
+    # (a ClearFiles is valid again after the other committer's).
+    h = Harness(statuses=StaleOnce())
+    table = h.create_table("t")
+    clear = CommitRequest(f"clear-{table}", table, ClearFiles())
+    add = add_files(table, "after")
+    slow, fast = h.committer(), h.committer()
+    slow.process([message(add_files(table, "warm-up"))])
+    assert outcomes(fast.process([message(clear)])) == ["committed"]
+    h.statuses.stale_next_read = True  # type: ignore[attr-defined]
+
+    results = slow.process([message(clear), message(add)])
+
+    assert outcomes(results) == ["duplicate", "committed"]
+    assert results[0].transaction_number == 3
+    assert h.log_length(table) == 4
+    assert sorted(h.state(table).files_by_name) == ["after"]
 
 
 def test_a_stale_warm_state_catches_up_and_validates_again(h: Harness) -> None:
@@ -312,7 +354,7 @@ def test_an_invalid_compaction_is_rejected_not_dead_lettered_and_changes_nothing
 
     assert outcomes(results) == ["rejected"]
     assert "is not assigned to job 'job'" in (results[0].reason or "")
-    status = assert_status(h, compact.request_id, CommitOutcome.REJECTED, None)
+    status = assert_status(h, table, compact.request_id, CommitOutcome.REJECTED, None)
     assert status.reason == results[0].reason
     assert dead_letters(h) == []
     assert h.state(table) == before
@@ -324,7 +366,7 @@ def test_a_dead_lettered_request_is_processed_again_when_redriven(h: Harness) ->
     h.tables.delete(table)  # not there yet, as far as the committer can tell
     committer = h.committer()
     assert outcomes(committer.process([message(request)])) == ["dead_lettered"]
-    status = h.statuses.get("req-1")
+    status = h.statuses.get(table, "req-1")
     assert status is not None and status.outcome is CommitOutcome.DEAD_LETTERED
 
     h.tables.create(h_info := _info_for(table))
@@ -332,7 +374,7 @@ def test_a_dead_lettered_request_is_processed_again_when_redriven(h: Harness) ->
     redriven = committer.process([message(request)])
 
     assert outcomes(redriven) == ["committed"]
-    assert h.statuses.get("req-1").outcome is CommitOutcome.COMMITTED  # type: ignore[union-attr]
+    assert h.statuses.get(table, "req-1").outcome is CommitOutcome.COMMITTED  # type: ignore[union-attr]
 
 
 def _info_for(table_id: str) -> TableInfo:
@@ -355,7 +397,7 @@ def test_a_big_request_body_is_read_from_the_bucket(h: Harness) -> None:
 
     assert outcomes(results) == ["committed"]
     assert len(h.state(table).files_by_name) == 50
-    assert sender.wait(request_id, timeout=0) == h.statuses.get(request_id)
+    assert sender.wait(table, request_id, timeout=0) == h.statuses.get(table, request_id)
 
 
 def test_a_body_key_outside_the_tables_request_prefix_is_refused(h: Harness) -> None:
@@ -376,13 +418,13 @@ class FlakyLog(InMemoryTransactionLog):
     """A log whose appends for some tables fail as if DynamoDB throttled them."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(None, InMemoryCommitStatusStore())
         self.failing: set[str] = set()
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         if table_id in self.failing:
             raise StoreUnavailableError(f"throttled writing to {table_id}")
-        super().append(table_id, entry)
+        super().append(table_id, entry, outcomes)
 
 
 def test_a_throttled_table_retries_its_own_messages_and_others_commit() -> None:
@@ -402,12 +444,12 @@ def test_a_throttled_table_retries_its_own_messages_and_others_commit() -> None:
     assert outcomes(again) == ["committed", "dead_lettered"]
 
 
-def test_an_unreadable_status_store_retries_the_whole_batch(h: Harness) -> None:
+def test_an_unreadable_status_store_retries_the_whole_batch() -> None:
     class Unreadable(InMemoryCommitStatusStore):
-        def get_many(self, request_ids: object) -> dict[str, CommitStatus]:
+        def get_many(self, keys: object) -> dict[tuple[str, str], CommitStatus]:
             raise StoreUnavailableError("status table unavailable")
 
-    h.statuses = Unreadable()
+    h = Harness(statuses=Unreadable())
     table = h.create_table("t")
 
     results = h.committer().process([message(add_files(table, "a"))])
@@ -429,14 +471,15 @@ def test_a_failing_dead_letter_queue_retries_that_group(h: Harness) -> None:
     assert outcomes(results) == ["retry", "committed"]
 
 
-def test_stats_count_one_log_write_and_one_status_write_per_batch(h: Harness) -> None:
+def test_stats_count_one_write_per_batch_with_the_statuses_in_it(h: Harness) -> None:
     table = h.create_table("t")
     committer = h.committer()
 
     for batch in range(3):
         committer.process([message(add_files(table, f"f{batch}-{i}")) for i in range(10)])
+    committer.process([message(add_files(table, "f0-0"))])  # rejected: its status is a write of its own
 
     assert committer.stats.log_appends == 3
-    assert committer.stats.status_writes == 3
-    assert committer.stats.status_items == 30
+    assert committer.stats.status_writes == 1
+    assert committer.stats.status_items == 1
     assert committer.stats.committed == 30

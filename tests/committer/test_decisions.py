@@ -11,7 +11,7 @@ from statestore.committer.decisions import (
     DeadLettered,
     Decision,
     Duplicate,
-    FoundInLog,
+    FoundCommitted,
     ParsedMessage,
     Rejected,
     Retry,
@@ -84,7 +84,7 @@ def test_a_request_with_a_final_status_is_a_duplicate_wherever_it_turns_up(
     messages = [parsed("r1", "other-table" if malformed else TABLE)]
     wrong_group = {0: DeadLettered("wrong group", time=1)} if malformed else {}
 
-    batch = sort_batch(messages, wrong_group, {"r1": final("r1", outcome, number)})
+    batch = sort_batch(messages, wrong_group, {(TABLE, "r1"): final("r1", outcome, number)})
 
     assert batch.decided == {0: Duplicate(number, f"already {outcome.value}")}
     assert batch.fresh == {}
@@ -98,7 +98,7 @@ def test_sorting_keeps_malformed_messages_decided_and_fresh_ones_by_table_in_mes
     messages = [parsed("r1"), unparsable(), parsed("r2", "t-2"), parsed("r3"), parsed("r4")]
     malformed = {1: DeadLettered("malformed", None), 2: DeadLettered("wrong group", time=1)}
 
-    batch = sort_batch(messages, malformed, {"r4": final("r4", CommitOutcome.COMMITTED, 3)})
+    batch = sort_batch(messages, malformed, {(TABLE, "r4"): final("r4", CommitOutcome.COMMITTED, 3)})
 
     assert batch.decided == {**malformed, 4: Duplicate(3, "already committed")}
     assert {group: [r.position for r in fresh] for group, fresh in batch.fresh.items()} == {TABLE: [0, 3]}
@@ -120,7 +120,15 @@ def test_a_request_sent_twice_is_split_into_its_first_copy_and_the_later_ones() 
 # decision -> (result outcome, result transaction number, result reason, status to record, dead-lettered)
 DERIVED: list[tuple[Decision, MessageOutcome, int | None, str | None, tuple | None, bool]] = [
     (
-        Committed(7, 100, None),
+        Committed(7, 100, None, status_written=True),  # the log wrote its status with the entry
+        MessageOutcome.COMMITTED,
+        7,
+        None,
+        None,
+        False,
+    ),
+    (
+        Committed(7, 100, None),  # committed to a file store: its status is recorded after
         MessageOutcome.COMMITTED,
         7,
         None,
@@ -144,10 +152,10 @@ DERIVED: list[tuple[Decision, MessageOutcome, int | None, str | None, tuple | No
         False,
     ),
     (
-        FoundInLog(3, 60),
+        FoundCommitted(3, 60),
         MessageOutcome.DUPLICATE,
         3,
-        "duplicate request: found in the log",
+        "duplicate request: found in the file store",
         (CommitOutcome.COMMITTED, 60, 3, None),
         False,
     ),
@@ -166,14 +174,6 @@ DERIVED: list[tuple[Decision, MessageOutcome, int | None, str | None, tuple | No
         None,
         "no table",
         (CommitOutcome.DEAD_LETTERED, 70, None, "no table"),
-        True,
-    ),
-    (
-        DeadLettered("cannot tell", CommitOutcome.UNKNOWN, 80),
-        MessageOutcome.DEAD_LETTERED,
-        None,
-        "cannot tell",
-        (CommitOutcome.UNKNOWN, 80, None, "cannot tell"),
         True,
     ),
     (DeadLettered("copy", None), MessageOutcome.DEAD_LETTERED, None, "copy", None, True),
@@ -226,10 +226,12 @@ def test_a_message_that_is_not_a_commit_request_names_no_request_and_records_no_
 
 def test_a_successful_commit_is_never_reported_as_a_rejection() -> None:
     for decision, outcome, *_ in DERIVED:
-        if isinstance(decision, Committed | FoundInLog):
+        if isinstance(decision, Committed | FoundCommitted):
             assert outcome is not MessageOutcome.REJECTED
             status = status_of(parsed(), decision)
-            assert status is not None and status.outcome is CommitOutcome.COMMITTED
+            written = isinstance(decision, Committed) and decision.status_written
+            assert (status is None) if written else (status is not None)
+            assert status is None or status.outcome is CommitOutcome.COMMITTED
 
 
 @pytest.mark.parametrize(
@@ -237,10 +239,9 @@ def test_a_successful_commit_is_never_reported_as_a_rejection() -> None:
     [
         (Committed(7, 100), Duplicate(7, "sent twice in one batch")),
         (Rejected("bad", 50), Duplicate(None, "sent twice in one batch")),
-        (FoundInLog(3, 60), Duplicate(3, "sent twice in one batch")),
+        (FoundCommitted(3, 60), Duplicate(3, "sent twice in one batch")),
         (Duplicate(2, "already committed"), Duplicate(2, "sent twice in one batch")),
         (DeadLettered("body gone", CommitOutcome.DEAD_LETTERED, 70), DeadLettered("body gone", None)),
-        (DeadLettered("cannot tell", CommitOutcome.UNKNOWN, 80), DeadLettered("cannot tell", None)),
         (Retry("throttled"), Retry("throttled")),
     ],
     ids=lambda v: type(v).__name__,
@@ -254,11 +255,10 @@ def test_a_later_copy_follows_its_first_copy_without_recording_a_status(
     assert status_of(parsed(), copy) is None
 
 
-def test_only_a_dead_letter_without_a_final_status_is_a_stray_copy() -> None:
+def test_only_a_dead_letter_is_a_stray_copy() -> None:
     assert is_stray(DeadLettered("wrong group", CommitOutcome.DEAD_LETTERED, 1))
     assert is_stray(DeadLettered("copy", None))
-    assert not is_stray(DeadLettered("cannot tell", CommitOutcome.UNKNOWN, 1))
-    for decision in (Committed(1, 1), Rejected("r", 1), FoundInLog(1, 1), Duplicate(1, "x"), Retry("x")):
+    for decision in (Committed(1, 1), Rejected("r", 1), FoundCommitted(1, 1), Duplicate(1, "x"), Retry("x")):
         assert not is_stray(decision)
 
 
@@ -316,7 +316,15 @@ def test_one_batch_of_every_kind_of_message_gives_each_its_own_result() -> None:
     assert isinstance(h.dead_letters, InMemoryCommitQueue)
     letters = [(m.body, dict(m.attributes)[REASON_ATTRIBUTE]) for m in h.dead_letters.messages]
     assert [body for body, _ in letters] == [messages[i].body for i in (0, 7, 8)]
-    statuses = {r: h.statuses.get(r) for r in ("ok", "bad", "earlier", "wrong", "nowhere", "again")}
+    keys = {
+        "ok": t1,
+        "bad": t1,
+        "earlier": t1,
+        "wrong": t1,
+        "nowhere": "no-such-table",
+        "again": t2,
+    }
+    statuses = {r: h.statuses.get(table, r) for r, table in keys.items()}
     assert {r: (s.outcome, s.transaction_number) for r, s in statuses.items() if s is not None} == {
         "ok": (CommitOutcome.COMMITTED, 3),
         "bad": (CommitOutcome.REJECTED, None),
@@ -330,29 +338,28 @@ def test_one_batch_of_every_kind_of_message_gives_each_its_own_result() -> None:
     assert h.log_length(t1) == 3 and h.log_length(t2) == 2
 
 
-def test_a_redelivered_request_older_than_the_kept_log_is_dead_lettered_once_as_unknown() -> None:
+def test_a_redelivered_request_whose_log_entry_cleanup_deleted_is_found_by_its_status() -> None:
     h = Harness()
     table, other = h.create_table("t"), h.create_table("t2")
     old = add_files(table, "x", request_id="old")
-    sent = h.clock.now
+    fresh = add_files(table, "z", request_id="never-committed")
+    assert outcomes(h.committer().process([message(old)])) == ["committed"]
     writer = h.store(table)
     writer.commit(add_files(table, "y").transaction)
     h.snapshots.write(table, writer.state(), h.clock.now)
-    h.log.delete_up_to(table, 2)  # cleanup: whatever held the request is gone
-    h.clock.advance(10 * 60_000)
+    h.log.delete_up_to(table, 3)  # cleanup: the entry that held the request is gone
+    h.clock.advance(10 * 24 * 3600_000)  # days later, to a cold committer
     messages = [
-        redelivered(message(old, sent=sent)),  # cannot tell whether it was committed
-        redelivered(message(old, sent=sent)),  # its copy in this batch
+        redelivered(message(old)),
+        redelivered(message(old)),  # its copy in this batch
         message(old, group_id=other),  # a stray copy in another group
+        redelivered(message(fresh)),  # redelivered, never reached the log
     ]
 
     results = h.committer().process(messages)
 
-    assert outcomes(results) == ["dead_lettered", "duplicate", "duplicate"]
-    assert "cannot tell whether commit request 'old' was committed" in (results[0].reason or "")
-    assert [r.reason for r in results[1:]] == ["duplicate request: decided in this batch"] * 2
-    status = h.statuses.get("old")
-    assert status is not None and status.outcome is CommitOutcome.UNKNOWN  # final: no copy is ever applied
+    assert outcomes(results) == ["duplicate", "duplicate", "duplicate", "committed"]
+    assert [r.transaction_number for r in results] == [2, 2, 2, 4]
+    assert sorted(h.state(table).files_by_name) == ["x", "y", "z"]
     assert isinstance(h.dead_letters, InMemoryCommitQueue)
-    assert [m.body for m in h.dead_letters.messages] == [messages[0].body]
-    assert sorted(h.state(table).files_by_name) == ["y"]
+    assert h.dead_letters.messages == []  # a copy of a decided request is a duplicate wherever it turns up

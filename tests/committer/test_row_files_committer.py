@@ -22,7 +22,7 @@ from tests.file_stores import file_store  # noqa: F401  (the fixture)
 class FailingOnce(InMemoryCommitStatusStore):
     fail_next_record = False
 
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[tuple[str, str], CommitStatus]:
         if self.fail_next_record:
             self.fail_next_record = False
             raise StoreUnavailableError("status table throttled")
@@ -65,7 +65,7 @@ def test_a_mixed_group_commits_in_order_with_each_request_s_own_number(
     assert h.log_length(table) == 2  # the files never reach the log
     assert results[0].transaction_number != results[2].transaction_number  # two file-store commits
     for request, result in zip(requests[:3], results[:3], strict=True):
-        status = h.statuses.get(request.request_id)
+        status = h.statuses.get(table, request.request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         assert status.transaction_number == result.transaction_number
     assert sorted(file_store.files(table)) == ["a", "b"]
@@ -114,7 +114,7 @@ def test_a_batch_redelivered_after_its_commits_is_applied_once(
     assert h.log_length(table) == 2
     assert sorted(file_store.files(table)) == ["a", "b"]
     for r in requests:
-        status = h.statuses.get(r.request_id)
+        status = h.statuses.get(table, r.request_id)
         assert status is not None and status.transaction_number == numbers[r.request_id]
 
 
@@ -138,7 +138,7 @@ def test_a_redelivered_file_request_is_found_even_when_the_log_was_cleaned_up(
 
     assert outcomes(again) == ["duplicate"]
     assert sorted(file_store.files(table)) == ["a"]
-    status = h.statuses.get(request.request_id)
+    status = h.statuses.get(table, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 
 

@@ -77,7 +77,9 @@ def test_a_runtime_with_a_data_dir_keeps_tables_log_snapshots_and_objects_across
         table_id, [low, high] = new_table(client, "events", split_points=[100])
         assert client.commit(table_id, add_file(table_id, low, "sync.parquet")).transaction_number == 2
         sender = runtime.sender()
-        status = sender.wait(sender.send(table_id, add_file(table_id, high, "queued.parquet")), timeout=60)
+        status = sender.wait(
+            table_id, sender.send(table_id, add_file(table_id, high, "queued.parquet")), timeout=60
+        )
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         assert runtime.run_snapshots()["written"] == {table_id: 3}
         s3 = make_client("s3", endpoint_url=runtime.endpoint_url)
@@ -102,12 +104,14 @@ def test_a_runtime_with_a_data_dir_keeps_tables_log_snapshots_and_objects_across
         s3 = make_client("s3", endpoint_url=runtime.endpoint_url)
         assert _objects(s3, runtime.resources.bucket) == objects_before
         assert objects_before[f"tables/{table_id}/data/sync.parquet"] == b"rows of sync.parquet"
-        kept_status = runtime.sender().statuses.get(queued_request)
+        kept_status = runtime.sender().statuses.get(table_id, queued_request)
         assert kept_status is not None and kept_status.transaction_number == 3
 
         assert client.commit(table_id, add_file(table_id, low, "after.parquet")).transaction_number == 4
         sender = runtime.sender()
-        status = sender.wait(sender.send(table_id, add_file(table_id, high, "after2.parquet")), timeout=60)
+        status = sender.wait(
+            table_id, sender.send(table_id, add_file(table_id, high, "after2.parquet")), timeout=60
+        )
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         assert status.transaction_number == 5
 

@@ -50,7 +50,7 @@ def test_queued_commits_of_a_postgres_table_land_once_in_postgresql_and_partitio
     # Sent twice under one request id: the queue or the committer must drop the copy.
     again = sender.send(table.table_id, AddFiles((file("f0", leaves[0]),)), request_id=adds[0])
     for request_id in [*adds, again]:
-        status = sender.wait(request_id, timeout=60)
+        status = sender.wait(table.table_id, request_id, timeout=60)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED, status
 
     left = [f"tables/{table.table_id}/data/f{i}" for i in (0, 2, 4)]
@@ -62,7 +62,7 @@ def test_queued_commits_of_a_postgres_table_land_once_in_postgresql_and_partitio
     statuses = {}
     for name, transaction in (("claim", claim), ("compact", compact), ("duplicate", duplicate)):
         request_id = sender.send(table.table_id, transaction)
-        statuses[name] = sender.wait(request_id, timeout=60)
+        statuses[name] = sender.wait(table.table_id, request_id, timeout=60)
     assert statuses["claim"] is not None and statuses["claim"].outcome is CommitOutcome.COMMITTED
     assert statuses["compact"] is not None and statuses["compact"].outcome is CommitOutcome.COMMITTED
     assert statuses["duplicate"] is not None and statuses["duplicate"].outcome is CommitOutcome.REJECTED
@@ -86,7 +86,7 @@ def test_queued_commits_of_a_postgres_table_land_once_in_postgresql_and_partitio
     split = sender.send(table.table_id, SplitPartition(updated, (low, high)))
     added = sender.send(table.table_id, AddFiles((file("child", "low"),)))
     for request_id in (split, added):
-        status = sender.wait(request_id, timeout=60)
+        status = sender.wait(table.table_id, request_id, timeout=60)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED, status
     child = client.state(table.table_id).file(f"tables/{table.table_id}/data/child")
     assert [r.partition_id for r in child.references] == ["low"]

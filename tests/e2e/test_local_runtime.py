@@ -98,7 +98,7 @@ def test_eight_producer_processes_each_request_lands_exactly_once_and_its_status
 
     sent: Sent = [item for result in results for item in result]
     assert len(sent) == producers * per_producer
-    statuses = runtime.sender().statuses.get_many([request_id for request_id, _, _ in sent])
+    statuses = runtime.sender().statuses.get_many([(t, request_id) for request_id, t, _ in sent])
     for table_id, _ in tables:
         expected = {filename for _, t, filename in sent if t == table_id}
         assert set(client.state(table_id).files_by_name) == expected
@@ -108,7 +108,7 @@ def test_eight_producer_processes_each_request_lands_exactly_once_and_its_status
         for request_id, t, _ in sent:
             if t != table_id:
                 continue
-            status = statuses[request_id]
+            status = statuses[(t, request_id)]
             assert status.outcome is CommitOutcome.COMMITTED
             assert in_log[request_id] == [status.transaction_number]
     assert runtime.stats.committed == producers * per_producer
@@ -128,7 +128,7 @@ def test_the_same_request_sent_twice_is_applied_once(runtime: LocalRuntime) -> N
     runtime.queue.send([QueueMessage(encode_request(request), table_id, "another-deduplication-id")])
     runtime.wait_idle()
 
-    status = sender.status(request.request_id)
+    status = sender.status(table_id, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert log_request_ids(client, table_id) == {request.request_id: [status.transaction_number]}
     assert added_files(client, table_id) == {f"tables/{table_id}/data/once.parquet": 1}
@@ -147,7 +147,7 @@ def test_a_batch_redelivered_after_a_crash_before_its_delete_is_applied_once(run
     assert runtime.stats.committed == 5
     in_log = log_request_ids(client, table_id)
     for request_id in request_ids:
-        status = sender.status(request_id)
+        status = sender.status(table_id, request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         assert in_log[request_id] == [status.transaction_number]
     assert set(added_files(client, table_id).values()) == {1}
@@ -169,7 +169,9 @@ def test_a_message_never_acknowledged_moves_to_the_dead_letter_queue_after_max_r
     assert letter.reason is None  # moved by the queue's redrive policy, not by the committer
     assert json.loads(letter.body)["request_id"] == request_id
     assert letter.receive_count >= 2
-    status = sender.status(request_id)  # committed on its first delivery; later ones were recognised
+    status = sender.status(
+        table_id, request_id
+    )  # committed on its first delivery; later ones were recognised
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert added_files(client, table_id) == {f"tables/{table_id}/data/stuck.parquet": 1}
 
@@ -187,7 +189,7 @@ def test_bad_messages_go_to_the_dead_letter_queue_with_reasons_while_every_table
         CommitRequest("unknown-table", "no-such-table", add_file("x", "root", "x"))
     )
 
-    good = [sender.send(t, add_file(t, leaf, "before.parquet")) for t, [leaf] in tables]
+    good = [(t, sender.send(t, add_file(t, leaf, "before.parquet"))) for t, [leaf] in tables]
     runtime.queue.send(
         [
             QueueMessage("{oops", t1, "malformed"),
@@ -195,7 +197,7 @@ def test_bad_messages_go_to_the_dead_letter_queue_with_reasons_while_every_table
             QueueMessage(unknown_table, "no-such-table", "unknown-table"),
         ]
     )
-    good += [sender.send(t, add_file(t, leaf, "after.parquet")) for t, [leaf] in tables]
+    good += [(t, sender.send(t, add_file(t, leaf, "after.parquet"))) for t, [leaf] in tables]
     runtime.wait_idle()
 
     letters = {letter.group_id: letter for letter in runtime.take_dead_letters()}
@@ -203,10 +205,10 @@ def test_bad_messages_go_to_the_dead_letter_queue_with_reasons_while_every_table
     assert letters[t1].body == "{oops" and "not valid JSON" in (letters[t1].reason or "")
     assert "unknown transaction type 'Bogus'" in (letters[t2].reason or "")
     assert "table not found" in (letters["no-such-table"].reason or "")
-    unknown_table_status = sender.status("unknown-table")
+    unknown_table_status = sender.status("no-such-table", "unknown-table")
     assert unknown_table_status is not None and unknown_table_status.outcome is CommitOutcome.DEAD_LETTERED
-    for request_id in good:
-        status = sender.status(request_id)
+    for table_id, request_id in good:
+        status = sender.status(table_id, request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
     for table_id, _ in tables:
         assert sorted(f.filename.rsplit("/", 1)[-1] for f in client.files(table_id)) == [
@@ -232,7 +234,7 @@ def test_an_invalid_transaction_is_rejected_with_its_reason_and_changes_nothing(
 
     reasons = []
     for request_id in rejected:
-        status = sender.wait(request_id, timeout=5)
+        status = sender.wait(table_id, request_id, timeout=5)
         assert status is not None and status.outcome is CommitOutcome.REJECTED
         reasons.append(status.reason)
     assert reasons == [
@@ -275,7 +277,7 @@ def test_a_runtime_starts_its_own_server_and_restores_the_environment_when_stopp
         client = runtime.client()
         table_id, [leaf] = new_table(client, "t")
         status = runtime.sender().wait(
-            runtime.sender().send(table_id, add_file(table_id, leaf, "f")), timeout=30
+            table_id, runtime.sender().send(table_id, add_file(table_id, leaf, "f")), timeout=30
         )
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert os.environ["AWS_ENDPOINT_URL"] == "http://example.invalid:1"

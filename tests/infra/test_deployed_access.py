@@ -206,7 +206,7 @@ def test_a_spark_job_reads_state_writes_data_and_commits_through_the_queue_as_th
     instance.apply_commits()
 
     with iam_enforced():
-        status = sender.status(request_id)
+        status = sender.status(table_id, request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         blobs.delete([data_file])  # as compaction deletes a losing job's output
 
@@ -263,7 +263,7 @@ def test_the_commit_policy_sends_a_large_request_and_reads_its_outcome_and_nothi
     instance.apply_commits()
 
     with iam_enforced():
-        status = sender.status(request_id)
+        status = sender.status(table_id, request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         # Reading the state is read-state's, data files are data's.
         with pytest.raises(StateStoreError, match="AccessDenied"):

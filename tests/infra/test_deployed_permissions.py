@@ -227,7 +227,7 @@ def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed
 
     assert response == {"batchItemFailures": []}
     assert set(deployed.store(table_id).load().files_by_name) == set(LARGE_BATCH)
-    status = deployed.admin.statuses.get(request_id)
+    status = deployed.admin.statuses.get(table_id, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     [letter] = deployed.dead_letter_queue.receive_event()["Records"]
     assert letter["body"] == "{not json" and REASON_ATTRIBUTE in letter["messageAttributes"]

@@ -120,7 +120,7 @@ def test_the_committer_reads_the_secret_and_commits_to_the_database_with_its_rol
 
     assert response == {"batchItemFailures": []}
     assert set(db.files.files(table_id)) == set(LARGE_BATCH)
-    status = db.deployed.admin.statuses.get(request_id)
+    status = db.deployed.admin.statuses.get(table_id, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 
 

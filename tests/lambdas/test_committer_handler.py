@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from moto import mock_aws
@@ -19,7 +19,7 @@ from statestore.committer import REASON_ATTRIBUTE
 from statestore.engine import TransactionLogStateStore
 from statestore.errors import StoreUnavailableError
 from statestore.memory import InMemoryCommitQueue, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, LogEntry
+from statestore.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.resources import ResourceNames
 from statestore.transactions import (
     AddFiles,
@@ -54,10 +54,10 @@ class FlakyLog(InMemoryTransactionLog):
         super().__init__()
         self.failing: set[str] = set()
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         if table_id in self.failing:
             raise StoreUnavailableError("ProvisionedThroughputExceededException")
-        super().append(table_id, entry)
+        super().append(table_id, entry, outcomes)
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_batch_of_valid_requests_reports_no_failures_and_commits_one_entry(rt:
     assert response == {"batchItemFailures": []}
     assert rt.log.latest_number(table) == 2
     assert files_of(rt, table) == {f"f{i}" for i in range(10)}
-    assert all(rt.statuses.get(r.request_id).outcome is CommitOutcome.COMMITTED for r in requests)  # type: ignore[union-attr]
+    assert all(rt.statuses.get(r.table_id, r.request_id).outcome is CommitOutcome.COMMITTED for r in requests)  # type: ignore[union-attr]
 
 
 def test_a_throttled_table_fails_only_its_own_messages(rt: Runtime) -> None:
@@ -126,7 +126,7 @@ def test_bad_input_is_rejected_or_dead_lettered_and_acknowledged(rt: Runtime) ->
 
     assert response == {"batchItemFailures": []}
     assert files_of(rt, t2) == {"b"}
-    rejected = rt.statuses.get(compaction.request_id)
+    rejected = rt.statuses.get(compaction.table_id, compaction.request_id)
     assert rejected is not None and rejected.outcome is CommitOutcome.REJECTED
     assert "file not found: 'x'" in (rejected.reason or "")
     assert isinstance(rt.dead_letters, InMemoryCommitQueue)
@@ -140,9 +140,7 @@ def test_a_redelivered_batch_is_applied_once(rt: Runtime) -> None:
     records = [sqs_record(add(table, "a")), sqs_record(add(table, "b"))]
     committer_lambda.handler(sqs_event(*records), LambdaContext())
 
-    use_runtime(
-        Runtime(rt.tables, rt.log, rt.snapshots, rt.blobs, rt.statuses, rt.dead_letters)
-    )  # a new container
+    use_runtime(Runtime(rt.tables, rt.log, rt.snapshots, rt.blobs, rt.dead_letters))  # a new container
     response = committer_lambda.handler(sqs_event(*(redelivered(r) for r in records)), LambdaContext())
 
     assert response == {"batchItemFailures": []}
@@ -189,7 +187,7 @@ def test_on_moto_requests_sent_to_the_queue_are_committed_and_bad_ones_dead_lett
     assert response == {"batchItemFailures": []}
     assert files_of(rt, t1) == {"a"}
     assert len(files_of(rt, t2)) == 100
-    outcomes = [sender.wait(i, timeout=1) for i in ids]
+    outcomes = [sender.wait(t, i, timeout=1) for t, i in zip((t1, t2, t1), ids, strict=True)]
     assert [o.outcome for o in outcomes if o] == [
         CommitOutcome.COMMITTED,
         CommitOutcome.COMMITTED,

@@ -71,6 +71,7 @@ from statestore.ports import (
     CommitStatusStore,
     LogEntry,
     QueueMessage,
+    RequestKey,
     SnapshotInfo,
     SnapshotMetadataStore,
     TransactionLogStore,
@@ -170,13 +171,21 @@ class Faults:
 
 
 class FaultyLog(TransactionLogStore):
+    """The log; its request statuses are the world's (faulty) status store, written with each entry."""
+
     def __init__(self, inner: InMemoryTransactionLog, faults: Faults, world: World) -> None:
         self.inner, self.faults, self.world = inner, faults, world
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    @property
+    def request_statuses(self) -> CommitStatusStore:
+        return self.world.statuses
+
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         def put() -> None:
-            self.inner.append(table_id, entry)
+            self.inner.append(table_id, entry, outcomes)
             self.world.oracle(table_id).appended(entry)
+            for status in outcomes:
+                self.world.saw_status(self.inner.request_statuses.get(status.table_id, status.request_id))
 
         def lost() -> BaseException:
             if self.world.rng.random() < 0.5:  # botocore retried; the retry failed the condition
@@ -252,21 +261,21 @@ class FaultyStatuses(CommitStatusStore):
     def __init__(self, inner: InMemoryCommitStatusStore, faults: Faults, world: World) -> None:
         self.inner, self.faults, self.world = inner, faults, world
 
-    def record(self, statuses: Sequence[CommitStatus]) -> dict[str, CommitStatus]:
-        def write() -> dict[str, CommitStatus]:
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
+        def write() -> dict[RequestKey, CommitStatus]:
             kept = self.inner.record(statuses)
             for status in statuses:
-                self.world.saw_status(self.inner.get(status.request_id))
+                self.world.saw_status(self.inner.get(status.table_id, status.request_id))
             return kept
 
         return self.faults.call(write, write=True)
 
-    def get(self, request_id: str) -> CommitStatus | None:
-        return self.faults.call(lambda: self.inner.get(request_id), write=False)
+    def get(self, table_id: str, request_id: str) -> CommitStatus | None:
+        return self.faults.call(lambda: self.inner.get(table_id, request_id), write=False)
 
-    def get_many(self, request_ids: Any) -> dict[str, CommitStatus]:
-        ids = list(request_ids)
-        return self.faults.call(lambda: self.inner.get_many(ids), write=False)
+    def get_many(self, keys: Any) -> dict[RequestKey, CommitStatus]:
+        wanted = list(keys)
+        return self.faults.call(lambda: self.inner.get_many(wanted), write=False)
 
 
 class FaultyDeadLetters(CommitQueue):
@@ -429,10 +438,14 @@ class Producer(Actor):
         roll = rng.random()
         if roll < 0.12 and self.sent:  # the same request again, maybe after the deduplication window
             old = rng.choice(self.sent).request
-            if world.outside_guarantee(old.request_id):
-                world.resends_outside_guarantee += 1
-                return
+            if any(old.request_id in m.body for m in world.queue.redriven):
+                world.resends_after_redrive += 1  # its message went to the dead-letter queue before
             world.queue.send(encode_request(old), old.table_id, old.request_id)
+            return
+        if roll < 0.13 and world.queue.redriven:  # an operator redrives a dead letter (a new message)
+            letter = rng.choice(world.queue.redriven)
+            world.redrives += 1
+            world.queue.send(letter.body, letter.group_id, f"redrive-{world.next_id()}")
             return
         if roll < 0.18 and self.sent:  # a stray copy, in another table's group or naming no table
             old = rng.choice(self.sent).request
@@ -470,7 +483,6 @@ class CommitterActor(Actor):
                 world.tables,
                 world.log,
                 world.snapshots,
-                world.statuses,
                 world.blobs,
                 world.dead_letters,
                 retry_policy=RetryPolicy(max_attempts=4, base_delay=0.0, max_delay=0.0),
@@ -660,9 +672,9 @@ class World:
         self.violations: list[str] = []
         self.faults = Faults(self, rates or FaultRates())
         self.raw_blobs = InMemoryBlobStore()
-        self.raw_log = InMemoryTransactionLog(self.raw_blobs)
-        self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
         self.raw_statuses = InMemoryCommitStatusStore()
+        self.raw_log = InMemoryTransactionLog(self.raw_blobs, self.raw_statuses)
+        self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
         self.log = FaultyLog(self.raw_log, self.faults, self)
         self.blobs = FaultyBlobs(self.raw_blobs, self.faults)
         self.snapshots = SnapshotStore(
@@ -673,8 +685,9 @@ class World:
         self.tables = InMemoryTableIndex()
         self.queue = SimFifoQueue(self)
         self.requests: dict[str, CommitRequest] = {}
-        self.resends_outside_guarantee = 0  # resends the producers held back (see outside_guarantee)
-        self.first_final: dict[str, CommitStatus] = {}
+        self.resends_after_redrive = 0  # resends of requests whose message the queue had dead-lettered
+        self.redrives = 0  # dead letters sent to the queue again, as `statestore dead-letters redrive` does
+        self.first_final: dict[RequestKey, CommitStatus] = {}
         self._oracles: dict[str, Oracle] = {}
         self._loaded: dict[str, tuple[int, str | None, int | None]] = {}  # what the last fresh load saw
         self._check_snapshots = _DecodedOnce(self.raw_snapshot_metadata, self.raw_blobs)
@@ -762,18 +775,10 @@ class World:
     def replay_hint(self, what: str) -> str:
         return f"{what}\n  replay: python -m tests.simulation --seed {self.seed} --steps {self.steps}"
 
-    def outside_guarantee(self, request_id: str) -> bool:
-        """Whether resending ``request_id`` is outside the exactly-once guarantee (README, "Limits of
-        exactly-once"): a message of it went to the dead-letter queue after the queue's redrive, and it has
-        no final status, so a commit whose status write was lost may be in the log unrecognisably."""
-        redriven = any(request_id in m.body for m in self.queue.redriven)
-        status = self.raw_statuses.get(request_id)
-        return redriven and (status is None or not status.is_final)
-
     def saw_status(self, status: CommitStatus | None) -> None:
         if status is None or not status.is_final:
             return
-        first = self.first_final.setdefault(status.request_id, status)
+        first = self.first_final.setdefault(status.key, status)
         if first != status:
             self.violation(f"final status of {status.request_id} changed from {first} to {status}")
 
@@ -818,7 +823,7 @@ class World:
                     self.violation(f"table {table_id}: referenced data file {ref.filename} was deleted")
         # 2 and 3: statuses agree with the log and never change
         for request_id, request in self.requests.items():
-            status = self.raw_statuses.get(request_id)
+            status = self.raw_statuses.get(request.table_id, request_id)
             if status is None:
                 continue
             self.saw_status(status)
@@ -838,7 +843,8 @@ class World:
             "entries": sum(o.state.transaction_number for o in self._oracles.values()),
             "requests": len(self.requests),
             "faults": dict(sorted(self.faults.injected.items())),
-            "resends_outside_guarantee": self.resends_outside_guarantee,
+            "resends_after_redrive": self.resends_after_redrive,
+            "redrives": self.redrives,
             "violations": len(self.violations),
         }
 

@@ -129,8 +129,8 @@ class ReplaceLeftPending:
             return CommitReport(False, reason="no outcome after 120s", request_id="r", pending=True)
         return self.inner.commit(table_id, transaction, wait, request_id)
 
-    def previous_outcome(self, request_id: str) -> CommitReport | None:
-        return self.inner.previous_outcome(request_id)
+    def previous_outcome(self, table_id: str, request_id: str) -> CommitReport | None:
+        return self.inner.previous_outcome(table_id, request_id)
 
     def deliver(self) -> list[CommitReport]:
         return [self.inner.commit(table_id, txn) for table_id, txn in self.held]

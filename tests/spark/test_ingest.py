@@ -161,7 +161,7 @@ class Answering:
         self.requests.append(request_id)
         return self.outcome
 
-    def previous_outcome(self, request_id: str) -> CommitReport | None:
+    def previous_outcome(self, table_id: str, request_id: str) -> CommitReport | None:
         return None
 
 
@@ -181,7 +181,7 @@ def test_an_outcome_still_pending_after_the_wait_raises_with_the_request_id(
     assert not result.committed and result.outcome is not None and result.outcome.pending
 
 
-def test_an_idempotency_key_derives_the_same_request_id_every_run_and_needs_the_queue(
+def test_an_idempotency_key_derives_the_same_request_id_every_run_and_a_rerun_writes_nothing(
     spark: SparkSession, make_table: MakeTable
 ) -> None:
     table = make_table(KEY_SCHEMA, SPLITS)
@@ -200,7 +200,8 @@ def test_an_idempotency_key_derives_the_same_request_id_every_run_and_needs_the_
     assert ingest_request_id(table.table_id, "nightly-load", "2026-11-23") != first
     assert ingest_request_id("another-table", "nightly-load", "2026-11-22") != first
 
-    with pytest.raises(ValueError, match="cannot be made idempotent"):
+    # A synchronous commit with a request id is idempotent too: its status is written with its entry.
+    runs = [
         ingest(
             dataframe(spark, KEY_SCHEMA, key_rows(20, seed=8)),
             table.store(),
@@ -208,6 +209,11 @@ def test_an_idempotency_key_derives_the_same_request_id_every_run_and_needs_the_
             table.committer,
             idempotency_key=("nightly-load", "2026-11-22"),
         )
+        for _ in range(2)
+    ]
+    assert runs[0].committed and not runs[0].already_committed and runs[0].files
+    assert runs[1].already_committed and runs[1].files == ()
+    assert table.store().state().transaction_number == runs[0].outcome.transaction_number  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="batch id must be a string of 1-256"):
         ingest_request_id(table.table_id, "nightly-load", "")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
@@ -19,7 +19,7 @@ from statestore.errors import (
     TransactionNotRetainedError,
 )
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.ports import LogEntry
+from statestore.ports import CommitStatus, LogEntry
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import (
@@ -90,7 +90,7 @@ class RacingLog(InMemoryTransactionLog):
         self.rivals = rivals
         self._file_for_rival = file_for_rival
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         if self.rivals > 0 and not self._racing:
             self.rivals -= 1
             self._racing = True
@@ -101,7 +101,7 @@ class RacingLog(InMemoryTransactionLog):
                 self.rival_files.append(filename)
             finally:
                 self._racing = False
-        super().append(table_id, entry)
+        super().append(table_id, entry, outcomes)
 
 
 class FailingLog(InMemoryTransactionLog):
@@ -111,11 +111,11 @@ class FailingLog(InMemoryTransactionLog):
         super().__init__()
         self.ok = ok
 
-    def append(self, table_id: str, entry: LogEntry) -> None:
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         if self.ok <= 0:
             raise StoreUnavailableError("the log is down")
         self.ok -= 1
-        super().append(table_id, entry)
+        super().append(table_id, entry, outcomes)
 
 
 # --- committing ---------------------------------------------------------------------------------------

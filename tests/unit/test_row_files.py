@@ -16,7 +16,7 @@ from statestore.errors import (
     TransactionValidationError,
     UnsupportedByFileStoreError,
 )
-from statestore.memory import InMemoryTransactionLog
+from statestore.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
 from statestore.ports import FileReferenceStore
 from statestore.row_files import RowFilesStateStore
 from statestore.transactions import (
@@ -54,7 +54,7 @@ class Clock:
 
 @pytest.fixture
 def log() -> InMemoryTransactionLog:
-    return InMemoryTransactionLog()
+    return InMemoryTransactionLog(None, InMemoryCommitStatusStore())
 
 
 def open_store(log: InMemoryTransactionLog, files: FileReferenceStore) -> RowFilesStateStore:
@@ -201,11 +201,13 @@ def test_members_committed_before_are_found_not_applied_again(store: RowFilesSta
     ]
     first = store.commit_group(members)
     assert first.committed == ("add", "split", "clear", "add-after")
-    log_numbers = {key: n for n, _, keys in first.written_log_entries() for key in keys}
 
-    again = store.commit_group(members, already_committed=log_numbers.get)
+    again = store.commit_group(members)
     assert again.committed == ()
-    assert again.found == {key: first.number_of(key) for key in first.committed}
+    # Row members are found in the file store's request rows; log members have the status their entry
+    # wrote with it.
+    assert again.found == {key: first.number_of(key) for key in ("add", "add-after")}
+    assert again.decided == ("split", "clear")
     assert again.transaction_number is None
     assert sorted(store.state().files_by_name) == ["b"]  # the clear was not run again
 
