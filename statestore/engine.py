@@ -213,6 +213,7 @@ class TransactionLogStateStore:
             transaction = decode_entry(entry)
             transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
+            state.last_update_time = entry.update_time
         if to_number is None:
             # Read to the end. The log never deletes its latest entry, so an empty read means the state
             # is current, not that cleanup removed everything after it.
@@ -421,12 +422,15 @@ class TransactionLogStateStore:
         refuses the entry because some of its requests already have a final status, their ids are added to
         ``decided`` and ``draft`` asked again (it leaves them out). Returns ``(number, update_time,
         attempts, draft)``, or None if the last draft had nothing to write.
+
+        An entry's update time is never before the previous entry's, whatever this writer's clock says, so
+        the log's times never run backwards (readers select entries by time).
         """
         state = self.cached_state() if optimistic else self.state()
         current = not optimistic  # whether ``state`` was just read to the end of the log
         attempt = 0
         while True:
-            update_time = self._clock()
+            update_time = max(self._clock(), self._last_update_time(state))
             made = draft(state, update_time)
             if made is None:
                 if not current and recheck():
@@ -466,6 +470,7 @@ class TransactionLogStateStore:
                 else:
                     state.keep_changes(made.undo_mark)
                 state.transaction_number = number
+                state.last_update_time = update_time
                 self._state = state
                 return number, update_time, attempt + 1, made
             if made.undo_mark is not None:
@@ -532,6 +537,16 @@ class TransactionLogStateStore:
                     return holder == entry.writer_token
             self._sleep(self.retry.delay(attempt, self._rng))
         raise CommitOutcomeUnknownError(self.table_id, number, entry.writer_token, str(last_error))
+
+    def _last_update_time(self, state: TableState) -> int:
+        """The update time of the entry ``state`` is at: kept by the state, else read from the log (a state
+        loaded from an older snapshot with no entry after it; the log always keeps its latest entry, and an
+        entry it no longer has is followed by the one that took the next number)."""
+        if state.last_update_time or not state.transaction_number:
+            return state.last_update_time
+        for entry in self.log.read(self.table_id, state.transaction_number, state.transaction_number):
+            state.last_update_time = entry.update_time
+        return state.last_update_time
 
     def _writer_at(self, number: int) -> str | None:
         """The writer token of entry ``number``, or None if there is no such entry."""

@@ -52,6 +52,9 @@ _SCHEMA_KEY = b"statestore.schema"
 # reader that does not know it hashes the names itself.
 _NAME_HASH_KEY = b"statestore.name_hash"
 NAME_HASH_VERSION = b"1"
+# The update time of the log entry the snapshot is at (epoch ms): where the next entry's time starts from,
+# so log times never run backwards. Absent from snapshots written before it was kept.
+_LAST_UPDATE_TIME_KEY = b"statestore.last_update_time"
 
 _KEY_ARROW_TYPES = {
     KeyType.INT: pa.int32(),
@@ -111,7 +114,7 @@ def state_from_parquet(
     """
     with collector_paused(freeze_survivors=_freeze_loaded_states):
         partition_columns = _partitions_from_parquet(schema, partitions_bytes)
-        file_columns = _files_from_parquet(schema, files_bytes)
+        file_columns, last_update_time = _files_from_parquet(schema, files_bytes)
         state = TableState(
             schema,
             None,
@@ -120,6 +123,7 @@ def state_from_parquet(
             file_columns=file_columns,
             partition_columns=partition_columns,
         )
+        state.last_update_time = last_update_time
     return state
 
 
@@ -323,7 +327,11 @@ def _files_to_parquet(state: TableState) -> bytes:
         pa.array(columns.file_times[file_of_row], pa.int64()),
         pa.array(np.repeat(hashes, rows_per_file), pa.uint64()),
     ]
-    metadata = {**_metadata(state.schema, "files"), _NAME_HASH_KEY: NAME_HASH_VERSION}
+    metadata = {
+        **_metadata(state.schema, "files"),
+        _NAME_HASH_KEY: NAME_HASH_VERSION,
+        _LAST_UPDATE_TIME_KEY: str(state.last_update_time).encode(),
+    }
     table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA_V3.with_metadata(metadata))
     # Ascending hashes are stored as their differences: ~20% smaller than the random 64-bit values.
     return _write(table, ["directory", "partition_id", "job_id"], {"name_hash": "DELTA_BINARY_PACKED"})
@@ -347,10 +355,12 @@ def _as_version_2(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA)
 
 
-def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
+def _files_from_parquet(schema: Schema, data: bytes) -> tuple[FileColumns, int]:
+    """The file columns, and the snapshot's last update time (0 where it was not kept)."""
     table, version = _read(
         data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA, 3: _FILES_SCHEMA_V3}
     )
+    last_update_time = _last_update_time((table.schema.metadata or {}).get(_LAST_UPDATE_TIME_KEY, b"0"))
     has_index = version == 3 and (table.schema.metadata or {}).get(_NAME_HASH_KEY) == NAME_HASH_VERSION
     if version == 1:
         table = _as_version_2(table)
@@ -437,7 +447,17 @@ def _files_from_parquet(schema: Schema, data: bytes) -> FileColumns:
         raise CodecError(
             f"the files snapshot stores a name hash for file {misfiled!r} that is not its name's"
         )
-    return columns
+    return columns, last_update_time
+
+
+def _last_update_time(value: bytes) -> int:
+    try:
+        time = int(value)
+    except ValueError:
+        raise CodecError(f"the files snapshot's last update time {value!r} is not a number") from None
+    if not 0 <= time < 2**63:
+        raise CodecError(f"the files snapshot's last update time {time} is out of range")
+    return time
 
 
 def _stored_index(

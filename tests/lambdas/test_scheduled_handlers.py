@@ -4,7 +4,7 @@ table, and the worker, fed those messages as SQS records one at a time, does eac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -67,10 +67,12 @@ def written(summary: dict[str, Any]) -> dict[str, int]:
     return {table: n for work in summary["work"] for table, n in work["written"].items()}
 
 
-def create_table(rt: Runtime, name: str, commits: int) -> TransactionLogStateStore:
+def create_table(
+    rt: Runtime, name: str, commits: int, clock: Callable[[], int] = now_millis
+) -> TransactionLogStateStore:
     info = TableInfo.new(name, INT_SCHEMA)
     rt.tables.create(info)
-    store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
+    store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots, clock=clock)
     store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
     for i in range(commits):
         store.commit(AddFiles((ref(f"{name}-{i}"),)))
@@ -171,14 +173,13 @@ def test_cleanup_reports_what_it_deleted(rt: Runtime, monkeypatch: pytest.Monkey
 def test_cleanup_takes_the_instances_gc_delay_and_claim_expiry_from_its_environment(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = create_table(rt, "t", 0)
-    table_id = store.table_id
+    # The whole table is an hour old: log times never run backwards, so its entries are written an hour ago.
+    an_hour_ago = create_table(rt, "t", 0, clock=lambda: now_millis() - 60 * 60_000)
+    table_id = an_hour_ago.table_id
+    store = TransactionLogStateStore(table_id, INT_SCHEMA, rt.log, rt.snapshots)
     names = [f"{layout.data_prefix(table_id)}{i}.parquet" for i in range(3)]
     for name in names:
         rt.blobs.put(name, b"rows")
-    an_hour_ago = TransactionLogStateStore(
-        table_id, INT_SCHEMA, rt.log, rt.snapshots, clock=lambda: now_millis() - 60 * 60_000
-    )
     an_hour_ago.commit(AddFiles(tuple(ref(n) for n in names)))
     an_hour_ago.commit(AssignJobIds((AssignJobIdRequest("dead", "root", (names[0],)),)))
     an_hour_ago.commit(AssignJobIds((AssignJobIdRequest("done", "root", (names[1],)),)))

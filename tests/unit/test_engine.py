@@ -478,3 +478,46 @@ def test_a_malformed_transaction_is_reported_by_its_validation_not_by_the_codec(
     with pytest.raises(InvalidTransactionError, match="nested"):
         store.commit(nested)
     assert log.latest_number(TABLE) == 1
+
+
+# --- log times never run backwards -------------------------------------------------------------------------
+
+
+def update_times(log: InMemoryTransactionLog) -> list[int]:
+    return [entry.update_time for entry in log.read(TABLE, 1)]
+
+
+def test_a_writer_whose_clock_is_behind_never_writes_an_entry_older_than_the_one_before() -> None:
+    log = InMemoryTransactionLog()
+    on_time = make_store(log, clock_start=1_000_000)
+    slow = make_store(log, clock_start=1_000_000 - 10 * 60_000)  # ten minutes behind
+    on_time.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
+    on_time.commit(AddFiles((ref("a"),)))
+
+    slow.commit(AddFiles((ref("b"),)))
+    on_time.commit(AddFiles((ref("c"),)))
+
+    times = update_times(log)
+    assert times == sorted(times)
+    assert times[2] == times[1]  # the slow writer's entry takes the time of the one before it
+    assert slow.state().files_by_name["b"].last_update_time == times[1]
+
+
+@pytest.mark.parametrize("kept_in_snapshot", [True, False], ids=["snapshot-keeps-it", "older-snapshot"])
+def test_a_state_loaded_from_a_snapshot_knows_the_time_its_next_entry_starts_from(
+    kept_in_snapshot: bool,
+) -> None:
+    log, blobs = InMemoryTransactionLog(), InMemoryBlobStore()
+    snapshots = SnapshotStore(InMemorySnapshotMetadataStore(), blobs)
+    fast = make_store(log, snapshots, clock_start=5_000_000)
+    fast.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
+    fast.commit(AddFiles((ref("a"),)))
+    if not kept_in_snapshot:  # a snapshot written before it kept the time: the log's latest entry tells
+        fast.state().last_update_time = 0
+    fast.create_snapshot()
+    slow = make_store(log, snapshots, clock_start=1_000)  # cold, and its clock far behind
+
+    slow.commit(AddFiles((ref("b"),)))
+
+    times = update_times(log)
+    assert times == sorted(times) and times[-1] == times[-2]
