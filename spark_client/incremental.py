@@ -70,7 +70,7 @@ def files_added_between(store: TableStateStore, after: int, up_to: int) -> list[
     for entry in store.log.read(store.table_id, after + 1, up_to):
         if entry.transaction_number != expected:
             break
-        for ref in added_references(decode_entry(entry)):
+        for ref in added_references(decode_entry(entry, store.table_id)):
             files.setdefault(ref.filename, None)
         expected += 1
     if expected != up_to + 1:

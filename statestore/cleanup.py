@@ -44,11 +44,18 @@ from statestore.catalog import TableIndex, TableInfo
 from statestore.clock import now_millis
 from statestore.commit_requests import body_key_time
 from statestore.engine import TableStateStore, TransactionLogStateStore
-from statestore.errors import StaleSnapshotError, StateStoreError, TransactionValidationError
+from statestore.errors import (
+    SnapshotNotFoundError,
+    StaleSnapshotError,
+    StateStoreError,
+    TransactionValidationError,
+    UnreadableSnapshotError,
+)
 from statestore.jobs_reader import save_job_model_beside_snapshot
 from statestore.orphans import find_orphan_files
 from statestore.ports import BlobStore, FileReferenceStore, SnapshotInfo, TransactionLogStore
 from statestore.row_files import RowFilesStateStore, open_state_store
+from statestore.schema import Schema
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import DeleteFiles, ReleaseClaims
 
@@ -221,13 +228,16 @@ def cleanup_table(
     recorded = snapshots.metadata.list(table_id)
     latest = snapshots.metadata.latest(table_id)
     old_enough = [s for s in recorded if s.created_time <= now - policy.log_min_snapshot_age_ms]
-    base: SnapshotInfo | None = max(old_enough, key=lambda s: s.transaction_number) if old_enough else None
+    base = _intact_base(snapshots, table.schema, old_enough)
     log_deleted = log.delete_up_to(table_id, base.transaction_number) if base is not None else 0
     keep = {s.transaction_number for s in (latest, base) if s is not None}
+    # Without an intact base nothing older may go: it could be what a load falls back to.
     expired = [
         s
         for s in recorded
-        if s.transaction_number not in keep and s.created_time <= now - policy.snapshot_retention_ms
+        if base is not None
+        and s.transaction_number not in keep
+        and s.created_time <= now - policy.snapshot_retention_ms
     ]
     for snapshot in expired:
         snapshots.delete(snapshot)
@@ -304,6 +314,22 @@ def cleanup_table(
         files_marked_unreferenced=marked,
         requests_forgotten=forgotten,
     )
+
+
+def _intact_base(
+    snapshots: SnapshotStore, schema: Schema, old_enough: list[SnapshotInfo]
+) -> SnapshotInfo | None:
+    """The newest of ``old_enough`` that can be read: the log up to it and the snapshots before it may go.
+    A damaged one is passed over (with a warning naming it), so cleanup never deletes the last intact
+    snapshot or the log entries after it."""
+    for info in sorted(old_enough, key=lambda s: s.transaction_number, reverse=True):
+        try:
+            snapshots.verify(info, schema)
+        except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
+            logger.warning("%s; cleanup keeps the log after an older, intact snapshot", e)
+            continue
+        return info
+    return None
 
 
 def release_expired_claims(store: TableStateStore, before: int) -> tuple[tuple[str, ...], int]:

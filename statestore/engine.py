@@ -9,6 +9,7 @@ Load: the newest snapshot at or before the wanted point, then the log after it.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -30,12 +31,15 @@ from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     RequestsAlreadyDecidedError,
+    SnapshotNotFoundError,
+    StateNotRecoverableError,
     StateStoreError,
     StoreUnavailableError,
     ThrottledError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionValidationError,
+    UnreadableSnapshotError,
 )
 from statestore.ports import (
     CommitOutcome,
@@ -49,6 +53,8 @@ from statestore.schema import Schema
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import BatchItem, Transaction, TransactionBatch
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -170,8 +176,12 @@ class TransactionLogStateStore:
     def load(self, as_of: int | None = None) -> TableState:
         """A fresh, independent state: the newest snapshot at or before ``as_of``, then the log up to it.
 
-        ``as_of=None`` means the latest transaction. Raises TransactionNotRetainedError when cleanup
-        already deleted the entries needed, and StateStoreError when ``as_of`` is beyond the log.
+        ``as_of=None`` means the latest transaction. A snapshot that cannot be read (an object gone,
+        truncated or altered) is skipped with a warning naming it, and the one before it is used with the
+        log after it: a damaged snapshot never stops a table while an intact one and the log cover it.
+        Raises StateNotRecoverableError (naming each snapshot tried and why) when none does,
+        TransactionNotRetainedError when cleanup already deleted the entries needed, and StateStoreError
+        when ``as_of`` is beyond the log.
         """
         if as_of is not None:
             if as_of < 0:
@@ -181,17 +191,39 @@ class TransactionLogStateStore:
                 raise StateStoreError(
                     f"table {self.table_id!r} has no transaction {as_of} yet (latest is {latest})"
                 )
-        state = self._from_snapshot(as_of)
-        self._follow(state, as_of)
-        return state
+        return self._fresh(as_of)
 
-    def _from_snapshot(self, as_of: int | None) -> TableState:
-        info: SnapshotInfo | None = None
+    def _fresh(self, as_of: int | None) -> TableState:
+        """The newest readable snapshot at or before ``as_of`` (or none), followed by the log up to it."""
+        unreadable: list[str] = []
+        for info in self._snapshots_to_try(as_of):
+            if info is None:
+                state = TableState(self.schema)
+            else:
+                try:
+                    state = self.snapshots.read(info, self.schema)  # type: ignore[union-attr]
+                except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
+                    logger.warning("%s; loading from the snapshot before it, and the log after that", e)
+                    unreadable.append(str(e))
+                    continue
+            try:
+                self._follow(state, as_of)
+            except TransactionNotRetainedError as e:
+                if not unreadable:
+                    raise
+                raise StateNotRecoverableError(self.table_id, [*unreadable, str(e)]) from e
+            return state
+        raise AssertionError("the last candidate, no snapshot, always loads or raises")
+
+    def _snapshots_to_try(self, as_of: int | None) -> Iterator[SnapshotInfo | None]:
+        """The snapshot to load from, then (only if it cannot be read) each older one, then none."""
         if self.snapshots is not None:
-            info = self.snapshots.latest_at_or_before(self.table_id, as_of)
-        if info is None:
-            return TableState(self.schema)
-        return self.snapshots.read(info, self.schema)  # type: ignore[union-attr]
+            first = self.snapshots.latest_at_or_before(self.table_id, as_of)
+            if first is not None:
+                yield first
+                older = self.snapshots.at_or_before(self.table_id, first.transaction_number - 1)
+                yield from older
+        yield None
 
     def _catch_up(self, state: TableState) -> TableState:
         """``state`` brought up to date, or a fresh load if cleanup deleted entries it had not seen."""
@@ -199,18 +231,14 @@ class TransactionLogStateStore:
             self._follow(state, None)
             return state
         except TransactionNotRetainedError:
-            fresh = self._from_snapshot(None)
-            if fresh.transaction_number <= state.transaction_number:
-                raise
-            self._follow(fresh, None)
-            return fresh
+            return self._fresh(None)
 
     def _follow(self, state: TableState, to_number: int | None) -> None:
         if to_number is not None and to_number <= state.transaction_number:
             return
         entries = entries_after(self.log, self.table_id, state.transaction_number, to_number, "snapshot")
         for entry in entries:
-            transaction = decode_entry(entry)
+            transaction = decode_entry(entry, self.table_id)
             transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
             state.last_update_time = entry.update_time

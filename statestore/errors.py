@@ -196,6 +196,48 @@ class StaleSnapshotError(StateStoreError):
     """A snapshot would move a table's latest pointer backwards."""
 
 
+class UnreadableDataError(StateStoreError):
+    """Something the store holds cannot be read back as it was written (an object truncated or altered, a
+    body no codec of this library decodes). The message names the table, the snapshot or log entry, and the
+    object; nothing the caller sent was wrong."""
+
+
+class UnreadableSnapshotError(UnreadableDataError):
+    """A snapshot's object fails to read, to decode or to match the checksum recorded with it."""
+
+    def __init__(self, table_id: str, transaction_number: int, key: str, cause: str) -> None:
+        super().__init__(
+            f"table {table_id!r}: snapshot {transaction_number} cannot be read from object {key!r}: {cause}"
+        )
+        self.table_id = table_id
+        self.transaction_number = transaction_number
+        self.key = key
+
+
+class UnreadableLogEntryError(UnreadableDataError):
+    """A log entry's body cannot be decoded."""
+
+    def __init__(self, table_id: str, transaction_number: int, cause: str) -> None:
+        super().__init__(f"table {table_id!r}: log entry {transaction_number} cannot be read: {cause}")
+        self.table_id = table_id
+        self.transaction_number = transaction_number
+
+
+class StateNotRecoverableError(UnreadableDataError):
+    """No intact snapshot, with the log entries after it, covers the state asked for. ``problems`` says
+    what was tried and why each failed."""
+
+    def __init__(self, table_id: str, problems: Sequence[str]) -> None:
+        super().__init__(
+            f"table {table_id!r}: no intact snapshot and log cover its state: "
+            + "; ".join(problems)
+            + ". Restore the damaged object from a backup (S3 versioning), or delete the damaged "
+            "snapshot's record if an older snapshot and the log after it are intact"
+        )
+        self.table_id = table_id
+        self.problems = tuple(problems)
+
+
 class TransactionNotRetainedError(StateStoreError):
     """The log entries needed to rebuild the requested point in time were deleted by cleanup."""
 

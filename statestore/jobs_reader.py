@@ -156,7 +156,9 @@ class JobStatusReader:
             return
         after = model.transaction_number
         for entry in entries_after(self.log, self.table_id, after, to_number, "saved job model"):
-            fold(model, state, entry.transaction_number, entry.update_time, decode_entry(entry))
+            fold(
+                model, state, entry.transaction_number, entry.update_time, decode_entry(entry, self.table_id)
+            )
             self.entries_folded += 1
         if to_number is not None and model.transaction_number < to_number:
             raise StateStoreError(

@@ -43,7 +43,9 @@ def find_orphan_files(
     known = set(state.files_by_name)
     for entry in store.log.read(table_id, since, state.transaction_number):
         known.update(
-            _data_files_named(transaction_to_json(decode_entry(entry)), layout.data_prefix(table_id))
+            _data_files_named(
+                transaction_to_json(decode_entry(entry, table_id)), layout.data_prefix(table_id)
+            )
         )
     return [
         OrphanFile(key, modified)

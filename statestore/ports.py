@@ -45,13 +45,18 @@ class LogEntry:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
-    """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms)."""
+    """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms).
+
+    ``checksums`` are the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
+    every read; empty for snapshots recorded before they were kept.
+    """
 
     table_id: str
     transaction_number: int
     created_time: int
     partitions_key: str
     files_key: str
+    checksums: tuple[str, ...] = ()
 
 
 class TransactionLogStore(ABC):

@@ -18,6 +18,7 @@ _NUMBER = "transaction_number"
 _CREATED = "created_time"
 _PARTITIONS_KEY = "partitions_key"
 _FILES_KEY = "files_key"
+_CHECKSUMS = "checksums"  # list of S: the objects' CRC-32, in the order partitions, files
 
 LATEST = "latest"
 _SNAPSHOT_PREFIX = "snapshot#"
@@ -166,7 +167,7 @@ class DynamoDBSnapshotMetadataStore(SnapshotMetadataStore):
 
 
 def _item(snapshot: SnapshotInfo, key: str) -> dict[str, Any]:
-    return {
+    item: dict[str, Any] = {
         _TABLE_ID: {"S": snapshot.table_id},
         _SNAPSHOT_KEY: {"S": key},
         _NUMBER: {"N": str(snapshot.transaction_number)},
@@ -174,6 +175,9 @@ def _item(snapshot: SnapshotInfo, key: str) -> dict[str, Any]:
         _PARTITIONS_KEY: {"S": snapshot.partitions_key},
         _FILES_KEY: {"S": snapshot.files_key},
     }
+    if snapshot.checksums:
+        item[_CHECKSUMS] = {"L": [{"S": checksum} for checksum in snapshot.checksums]}
+    return item
 
 
 def _info(item: dict[str, Any]) -> SnapshotInfo:
@@ -183,4 +187,5 @@ def _info(item: dict[str, Any]) -> SnapshotInfo:
         created_time=int(item[_CREATED]["N"]),
         partitions_key=item[_PARTITIONS_KEY]["S"],
         files_key=item[_FILES_KEY]["S"],
+        checksums=tuple(value["S"] for value in item.get(_CHECKSUMS, {}).get("L", [])),
     )

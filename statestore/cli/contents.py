@@ -8,7 +8,7 @@ from statestore.cli import maintenance
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, CliError
 from statestore.cli.parser import Command
-from statestore.errors import CodecError
+from statestore.errors import UnreadableLogEntryError
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
@@ -147,10 +147,10 @@ def cmd_log(s: Session) -> int:
     items: list[dict[str, Any]] = []
     for entry in entries:
         try:
-            transaction = decode_entry(entry)
+            transaction = decode_entry(entry, table.table_id)
             request_ids = list(request_ids_of(transaction))
             summary = fmt.summarize(transaction)
-        except CodecError as e:
+        except UnreadableLogEntryError as e:
             request_ids, summary = [], f"cannot decode: {e}"
         items.append(
             {

@@ -24,6 +24,7 @@ from statestore.errors import (
     TableNotFoundError,
     TransactionNotRetainedError,
     TransactionValidationError,
+    UnreadableDataError,
 )
 from statestore.resources import ResourceNames
 
@@ -31,8 +32,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the operation was refused or failed: a rejected commit, a validation error, a name taken
 EXIT_USAGE = 2  # bad usage or input: unknown option, missing file, invalid schema or transaction JSON
 EXIT_NOT_FOUND = 3  # no such table, request or log entry
-# the backend cannot be reached, is not set up, or refuses the caller (no endpoint, no resources, throttled,
-# no credentials, access denied)
+# the backend cannot be reached, is not set up, refuses the caller (no endpoint, no resources, throttled, no
+# credentials, access denied), or holds something it cannot read back (a damaged snapshot or log entry)
 EXIT_UNAVAILABLE = 4
 EXIT_PENDING = 5  # waited, but the request has no outcome yet
 EXIT_INTERNAL = 70  # a bug: the traceback is printed
@@ -72,6 +73,7 @@ EXIT_CODES: tuple[tuple[type[StateStoreError], int], ...] = (
     (TableAlreadyExistsError, EXIT_FAILED),
     (CommitConflictError, EXIT_FAILED),
     (StoreUnavailableError, EXIT_UNAVAILABLE),  # throttled, unreachable, a local endpoint down
+    (UnreadableDataError, EXIT_UNAVAILABLE),  # the store holds a damaged object: not the caller's input
     (AccessDeniedError, EXIT_UNAVAILABLE),  # IAM denied the action, or no / bad credentials
     (ResourceNotFoundError, EXIT_UNAVAILABLE),  # the instance is not set up where we looked
 )

@@ -23,7 +23,8 @@ exit codes:
        transaction JSON
   3    not found: no such table, no status for the request id, log entries deleted by cleanup
   4    backend unavailable: nothing listens at the endpoint, the instance's resources do not exist,
-       no credentials, access denied (IAM), or the service kept failing or throttling
+       no credentials, access denied (IAM), the service kept failing or throttling, or it holds a
+       damaged object (a snapshot or log entry that cannot be read back; the error names it)
   5    commit --wait: no outcome within the time given (the request may still be committed)
   70   internal error (a bug: please report it with the traceback)
   130  interrupted (Ctrl-C)

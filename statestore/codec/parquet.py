@@ -105,16 +105,31 @@ def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
         raise CodecError(f"cannot write the state as Parquet: {e}") from e
 
 
+class SnapshotObjectError(CodecError):
+    """One of a snapshot's two objects (``part``: ``partitions`` or ``files``) does not decode."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+
+
 def state_from_parquet(
     schema: Schema, partitions_bytes: bytes, files_bytes: bytes, transaction_number: int
 ) -> TableState:
     """Rebuild the state written by :func:`state_to_parquet`, as of ``transaction_number``.
 
-    Raises CodecError if either file is not a statestore snapshot of this format version and row keys.
+    Raises SnapshotObjectError (a CodecError) naming the object that is not a statestore snapshot of this
+    format version and row keys.
     """
     with collector_paused(freeze_survivors=_freeze_loaded_states):
-        partition_columns = _partitions_from_parquet(schema, partitions_bytes)
-        file_columns, last_update_time = _files_from_parquet(schema, files_bytes)
+        try:
+            partition_columns = _partitions_from_parquet(schema, partitions_bytes)
+        except CodecError as e:
+            raise SnapshotObjectError("partitions", str(e)) from e
+        try:
+            file_columns, last_update_time = _files_from_parquet(schema, files_bytes)
+        except CodecError as e:
+            raise SnapshotObjectError("files", str(e)) from e
         state = TableState(
             schema,
             None,

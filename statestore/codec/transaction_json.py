@@ -37,7 +37,7 @@ from statestore.codec.json_encoding import (
     transaction_to_json,
 )
 from statestore.collector import collector_paused_for_body
-from statestore.errors import CodecError, InvalidPartitionTreeError
+from statestore.errors import CodecError, InvalidPartitionTreeError, UnreadableLogEntryError
 from statestore.files import FileReference
 from statestore.partitions import Partition, Range, Region
 from statestore.ports import LogEntry
@@ -101,17 +101,23 @@ def decode_transaction(
         return transaction_from_json(data, attachments)
 
 
-def decode_entry(entry: LogEntry) -> Transaction:
+def decode_entry(entry: LogEntry, table_id: str = "?") -> Transaction:
     """Decode a log entry's body (with its attachments) and check it holds the type the entry says it does.
 
     Batch items stored as attachments come back with their transaction and without ``body_key``: the
-    decoded batch is the same whichever way its entry held them.
+    decoded batch is the same whichever way its entry held them. An entry that cannot be decoded raises
+    UnreadableLogEntryError naming ``table_id`` and the entry: the log holds it, so it is not the caller's
+    input that is wrong.
     """
-    txn = decode_transaction(entry.body, entry.compressed, dict(entry.attachments))
+    try:
+        txn = decode_transaction(entry.body, entry.compressed, dict(entry.attachments))
+    except CodecError as e:
+        raise UnreadableLogEntryError(table_id, entry.transaction_number, str(e)) from e
     if txn.TYPE != entry.transaction_type:
-        raise CodecError(
-            f"log entry {entry.transaction_number} says it holds a {entry.transaction_type!r} transaction "
-            f"but its body is a {txn.TYPE!r}"
+        raise UnreadableLogEntryError(
+            table_id,
+            entry.transaction_number,
+            f"it says it holds a {entry.transaction_type!r} transaction but its body is a {txn.TYPE!r}",
         )
     return txn
 

@@ -149,3 +149,30 @@ def test_files_orphans_lists_data_objects_nothing_names_older_than_the_gc_delay(
     result = cli("files", "orphans", "--orphans", "--json")
     assert (result.code, [o["filename"] for o in result.json()]) == (EXIT_OK, [orphan])
     assert orphan in cli("files", "orphans", "--orphans").out
+
+
+def test_a_damaged_snapshot_is_skipped_and_one_nothing_intact_covers_exits_4_naming_it(cli: Cli) -> None:
+    client = cli.runtime.client()
+    table = client.create_table("damaged", INT_SCHEMA)
+    client.commit(table.table_id, AddFiles((ref("a.parquet"),)))
+    assert cli("snapshot", "damaged").code == EXIT_OK
+    client.commit(table.table_id, AddFiles((ref("b.parquet"),)))
+    assert cli("snapshot", "damaged").code == EXIT_OK
+    latest = client.snapshots.metadata.latest(table.table_id)
+    assert latest is not None
+    data = client.blobs.get(latest.files_key)
+    client.blobs.put(latest.files_key, data[: len(data) // 2])  # truncated
+
+    listed = cli("files", "damaged", "--json")  # falls back to the first snapshot and the log after it
+    assert listed.code == EXIT_OK, listed.err
+    assert sorted(f["filename"] for f in ours(listed.out)) == ["a.parquet", "b.parquet"]
+    assert cli("snapshot", "damaged").code == EXIT_OK  # nothing new to snapshot, and no failure either
+
+    client.commit(table.table_id, AddFiles((ref("c.parquet"),)))
+    client.log.delete_up_to(table.table_id, latest.transaction_number)  # what the fallback needs is gone
+    failed = cli("files", "damaged")
+
+    assert failed.code == 4  # the store's fault, not bad usage (2)
+    assert f"table {table.table_id!r}: no intact snapshot and log cover its state" in failed.err
+    named = f"snapshot {latest.transaction_number} cannot be read from object {latest.files_key!r}"
+    assert named in failed.err

@@ -302,3 +302,23 @@ def test_a_queued_commit_whose_response_was_lost_is_reported_committed_not_rejec
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     check_exactly_once(h.log, table, {request.request_id: status})
     replay(h, table)
+
+
+# --- a damaged snapshot -----------------------------------------------------------------------------------
+
+
+def test_a_cold_committer_commits_to_a_table_whose_latest_snapshot_is_damaged() -> None:
+    h = Harness()
+    table = h.create_table("t")
+    writer = h.store(table)
+    writer.commit(AddFiles((ref("a", "root"),)))
+    writer.create_snapshot()
+    writer.commit(AddFiles((ref("b", "root"),)))
+    latest = writer.create_snapshot()
+    assert latest is not None
+    h.blobs.put(latest.files_key, h.blobs.get(latest.files_key)[:100])  # truncated
+
+    results = h.committer().process([message(add_files(table, "c")), message(add_files(table, "a"))])
+
+    assert outcomes(results) == ["committed", "rejected"]  # decided against the state the log holds
+    assert sorted(h.state(table).files_by_name) == ["a", "b", "c"]

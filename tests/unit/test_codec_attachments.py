@@ -7,7 +7,7 @@ import json
 import pytest
 
 from statestore.codec.transaction_json import decode_entry, encode_transaction, transaction_to_json
-from statestore.errors import CodecError
+from statestore.errors import UnreadableLogEntryError
 from statestore.ports import LogEntry
 from statestore.transactions import AddFiles, BatchItem, ClearFiles, TransactionBatch
 from tests.builders import ref
@@ -45,7 +45,7 @@ def test_a_batch_item_kept_aside_is_written_as_its_key_and_read_back_from_the_at
 def test_an_entry_without_the_attachment_its_item_names_is_rejected_naming_the_key() -> None:
     batch = TransactionBatch((BatchItem("r2", BIG, KEY),))
 
-    with pytest.raises(CodecError, match=f"request 'r2'.*{KEY}.* is not attached"):
+    with pytest.raises(UnreadableLogEntryError, match=f"request 'r2'.*{KEY}.* is not attached"):
         decode_entry(entry_of(batch, {}))
 
 
@@ -62,7 +62,7 @@ def test_an_entry_without_the_attachment_its_item_names_is_rejected_naming_the_k
 def test_a_malformed_attachment_is_rejected_naming_what_is_wrong(attachment: bytes, message: str) -> None:
     batch = TransactionBatch((BatchItem("r2", BIG, KEY),))
 
-    with pytest.raises(CodecError, match=message):
+    with pytest.raises(UnreadableLogEntryError, match=message):
         decode_entry(entry_of(batch, {KEY: attachment}))
 
 
@@ -71,5 +71,5 @@ def test_an_item_with_both_a_key_and_a_transaction_is_rejected() -> None:
     data["items"][0]["transaction"] = transaction_to_json(ClearFiles())
     body = json.dumps(data).encode()
 
-    with pytest.raises(CodecError, match=r"unexpected field\(s\) \['transaction'\]"):
+    with pytest.raises(UnreadableLogEntryError, match=r"unexpected field\(s\) \['transaction'\]"):
         decode_entry(LogEntry(7, 1, "Batch", body, False, "w", ((KEY, request_body(BIG)),)))

@@ -21,7 +21,7 @@ from statestore.codec.transaction_json import (
     transaction_from_json,
     transaction_to_json,
 )
-from statestore.errors import CodecError
+from statestore.errors import CodecError, UnreadableLogEntryError
 from statestore.files import FileReference
 from statestore.partitions import Partition, Range, Region, root_partition
 from statestore.ports import LogEntry
@@ -497,12 +497,24 @@ def test_undecodable_bodies_are_rejected(body: bytes, compressed: bool, message:
         decode_transaction(body, compressed)
 
 
-def test_a_log_entry_whose_type_does_not_match_its_body_is_rejected() -> None:
+def test_a_log_entry_whose_type_does_not_match_its_body_is_rejected_naming_the_table_and_entry() -> None:
     body, compressed = encode_transaction(ClearFiles())
     with pytest.raises(
-        CodecError, match="says it holds a 'AddFiles' transaction but its body is a 'ClearFiles'"
+        UnreadableLogEntryError,
+        match="table 't1': log entry 3 cannot be read: it says it holds a 'AddFiles' transaction but "
+        "its body is a 'ClearFiles'",
     ):
-        decode_entry(LogEntry(3, 1_000, "AddFiles", body, compressed))
+        decode_entry(LogEntry(3, 1_000, "AddFiles", body, compressed), "t1")
+
+
+def test_a_truncated_log_entry_body_is_unreadable_naming_the_table_and_entry_not_bad_input() -> None:
+    body, compressed = encode_transaction(
+        AddFiles(tuple(FileReference(f"file-{i}", "root", i) for i in range(200)))
+    )
+    assert compressed
+    with pytest.raises(UnreadableLogEntryError, match="table 't1': log entry 9 cannot be read: .*zlib") as e:
+        decode_entry(LogEntry(9, 1_000, "AddFiles", body[: len(body) // 2], compressed), "t1")
+    assert not isinstance(e.value, CodecError)  # the caller's input was fine: not a usage error
 
 
 def test_a_nested_batch_cannot_be_encoded() -> None:
