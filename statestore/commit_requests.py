@@ -26,6 +26,7 @@ from statestore.clock import now_millis
 from statestore.codec.transaction_json import transaction_from_json, transaction_to_json
 from statestore.collector import collector_paused, collector_paused_for_body
 from statestore.errors import BlobNotFoundError, CodecError, StoreUnavailableError
+from statestore.names import key_problem, name_problem
 from statestore.ports import BlobStore, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage, RequestKey
 from statestore.transactions import TRANSACTION_TYPES, Transaction, TransactionBatch
 
@@ -209,9 +210,10 @@ def parse_request(body: str) -> RequestEnvelope:
     if has_key:
         key = data["body_key"]
         prefix = layout.request_body_prefix(table_id)
-        if not isinstance(key, str) or not key.startswith(prefix) or len(key) == len(prefix):
+        if not isinstance(key, str) or (problem := name_problem(key) or key_problem(key, prefix)):
             raise CodecError(
                 f"commit request {request_id!r}: body_key {key!r} must be an object under {prefix!r}"
+                + (f" ({problem})" if isinstance(key, str) else "")
             )
         return RequestEnvelope(request_id, table_id, transaction_type, body_key=key)
     transaction = data["transaction"]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from statestore import layout
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry, encode_transaction
@@ -206,6 +207,7 @@ class TransactionLogStateStore:
                     logger.warning("%s; loading from the snapshot before it, and the log after that", e)
                     unreadable.append(str(e))
                     continue
+            state.data_prefix = layout.data_prefix(self.table_id)
             try:
                 self._follow(state, as_of)
             except TransactionNotRetainedError as e:

@@ -170,14 +170,15 @@ def decide(
     files: Mapping[str, TableFile],
     transactions: Sequence[Transaction],
     update_time: int,
+    data_prefix: str | None = None,
 ) -> RowDecision:
     """Validate each of ``transactions`` against the rows read as changed by the ones before it, apply the
     valid ones, and say what to write.
 
     ``files`` holds the rows :func:`rows_read` named, as the store read them: each file with the references
     read (a file read for its existence may show none of its references). ``partitions_by_id`` is the
-    table's partition tree (from the log); it is not changed. Raises ValueError for a transaction that is
-    not a row transaction.
+    table's partition tree (from the log); it is not changed. ``data_prefix`` is the table's (see
+    :attr:`TableState.data_prefix`). Raises ValueError for a transaction that is not a row transaction.
     """
     for transaction in transactions:
         if not is_row_transaction(transaction):
@@ -185,6 +186,7 @@ def decide(
     before = dict(files)
     # Row transactions never change partitions, so the caller's tree is used as it is, without a copy.
     state = TableState(schema, partitions_by_id, dict(files))
+    state.data_prefix = data_prefix
     committed: list[int] = []
     rejected: dict[int, TransactionValidationError] = {}
     skipped: dict[int, tuple[tuple[str, str], ...]] = {}

@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
-from statestore import file_rows
+from statestore import file_rows, layout
 from statestore.clock import now_millis
 from statestore.errors import (
     BlobNotFoundError,
@@ -375,7 +375,9 @@ class InMemoryFileReferenceStore(FileReferenceStore):
             todo = [i for i in range(len(members)) if i not in found]
             transactions = [members[i].transaction for i in todo]
             read = self._read(table_id, file_rows.rows_read(transactions))
-            decision = file_rows.decide(schema, partitions_by_id, read, transactions, update_time)
+            decision = file_rows.decide(
+                schema, partitions_by_id, read, transactions, update_time, layout.data_prefix(table_id)
+            )
             number = None
             if decision.committed:
                 self._last_number += 1

@@ -18,6 +18,7 @@ from statestore.errors import (
     PartitionNotFoundError,
     PartitionNotLeafError,
 )
+from statestore.names import name_problem
 from statestore.schema import INT32_MAX, INT32_MIN, Key, Schema, integer_problem
 
 
@@ -397,6 +398,8 @@ def check_partition_fields(partition: Partition) -> None:
     """
     if not isinstance(partition.id, str) or not partition.id:
         raise InvalidPartitionTreeError(f"a partition id must be a non-empty string, got {partition.id!r}")
+    if (problem := name_problem(partition.id)) is not None:
+        raise InvalidPartitionTreeError(f"partition id {partition.id[:200]!r} {problem}")
     where = f"partition {partition.id!r}"
     if partition.parent_id is not None and not isinstance(partition.parent_id, str):
         raise InvalidPartitionTreeError(
@@ -406,6 +409,9 @@ def check_partition_fields(partition: Partition) -> None:
         raise InvalidPartitionTreeError(
             f"{where}: child_ids must be a tuple of strings, got {partition.child_ids!r}"
         )
+    for other in (partition.parent_id, *partition.child_ids):
+        if other is not None and (problem := name_problem(other)) is not None:
+            raise InvalidPartitionTreeError(f"{where}: partition id {other[:200]!r} {problem}")
     if not isinstance(partition.leaf, bool):
         raise InvalidPartitionTreeError(f"{where}: leaf must be True or False, got {partition.leaf!r}")
     problem = integer_problem(partition.dimension, INT32_MIN, INT32_MAX, "int32")

@@ -14,6 +14,7 @@ from statestore.errors import (
     PartitionNotFoundError,
 )
 from statestore.files import FileReference
+from statestore.names import MAX_NAME_BYTES, key_problem, name_problem
 from statestore.schema import INT64_MAX, INT64_MIN, integer_problem
 from statestore.state import TableState
 
@@ -29,26 +30,25 @@ def reference_in(state: TableState, filename: str, partition_id: str) -> FileRef
     return ref
 
 
-def is_storable_text(value: str) -> bool:
-    """Whether ``value`` can be stored as UTF-8, as every codec stores names. A lone surrogate (which a JSON
-    ``\\udXXX`` escape can carry) cannot: no state can hold such a name, so none may be added."""
-    if value.isascii():  # O(1) in CPython: the string knows its kind
-        return True
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def check_new_filename(filename: object, what: str) -> None:
-    """Check the name of a file a transaction adds: a non-empty string that can be stored."""
+def check_new_filename(filename: object, what: str, data_prefix: str | None) -> None:
+    """Check the name of a file a transaction adds: a non-empty string every store can hold
+    (:mod:`statestore.names`) and, for a state that knows its table's ``data_prefix``, a key under it."""
     if not isinstance(filename, str) or not filename:
         raise InvalidTransactionError(f"{what} needs a non-empty filename (a string), got {filename!r}")
-    if not is_storable_text(filename):
-        raise InvalidTransactionError(
-            f"{what} has filename {filename!r}, which holds a lone surrogate: it cannot be stored as UTF-8"
-        )
+    problem = name_problem(filename)
+    if problem is None and data_prefix is not None:
+        problem = key_problem(filename, data_prefix)
+    if problem is not None:
+        shown = filename if len(filename) <= 200 else f"{filename[:200]}..."
+        raise InvalidTransactionError(f"{what} has filename {shown!r}, which {problem}")
+
+
+def check_name(value: str, what: str) -> None:
+    """Check an id a transaction names (a job id): a name every store can hold."""
+    problem = name_problem(value)
+    if problem is not None:
+        shown = value if len(value) <= 200 else f"{value[:200]}..."
+        raise InvalidTransactionError(f"{what} {shown!r} {problem}")
 
 
 def check_new_reference(state: TableState, ref: FileReference) -> None:
@@ -56,10 +56,14 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
     # Fast path for the shape every well-formed new reference has (exact types: a subclass, such as a bool
     # for an int, takes the precise checks below); a big AddFiles checks a hundred thousand of these.
     filename, partition_id, rows, approximate, whole_file, job_id, update_time = ref
+    prefix = state.data_prefix
     if (
         type(filename) is str
         and filename
         and filename.isascii()
+        and len(filename) <= MAX_NAME_BYTES
+        and "\x00" not in filename
+        and (prefix is None or key_problem(filename, prefix) is None)
         and job_id is None
         and type(rows) is int
         and 0 <= rows <= INT64_MAX
@@ -72,7 +76,7 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
         if not state.has_partition(partition_id):
             raise PartitionNotFoundError(partition_id)
         return
-    check_new_filename(ref.filename, "a file reference")
+    check_new_filename(ref.filename, "a file reference", prefix)
     check_reference_fields(ref)
     if ref.job_id is not None:
         raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")

@@ -194,9 +194,11 @@ class RowFilesStateStore:
         return self.partition_log.state().transaction_number
 
     def _combined(self, partitions: TableState, files: dict[str, TableFile]) -> TableState:
-        return TableState(
+        state = TableState(
             self.schema, dict(partitions.partitions_by_id), files, partitions.transaction_number
         )
+        state.data_prefix = partitions.data_prefix
+        return state
 
     # --- writing --------------------------------------------------------------------------------
 

@@ -104,6 +104,9 @@ class TableState:
         # The update time of the log entry at ``transaction_number`` (epoch ms; 0: not known, e.g. loaded
         # from a snapshot written before it was kept). The next entry's time is never before it.
         self.last_update_time = 0
+        # The table's data prefix (statestore.layout.data_prefix), where a new data file's name must be a
+        # key; None for a state that knows no table (built by hand: tests, tools).
+        self.data_prefix: str | None = None
 
     def _set_partitions(self, base: PartitionColumns | None, changed: dict[str, Partition]) -> None:
         # Partitions are a snapshot's columns (if loaded from one) under a dictionary of those changed
@@ -738,6 +741,7 @@ class TableState:
         """An independent copy (the base is immutable and shared; the overlay is copied)."""
         copy = TableState(self.schema, None, None, self.transaction_number)
         copy.last_update_time = self.last_update_time
+        copy.data_prefix = self.data_prefix
         copy._partition_base, copy._partitions = self._partition_base, dict(self._partitions)
         copy._partition_shadowed = self._partition_shadowed.copy()
         copy._partition_count = self._partition_count

@@ -16,7 +16,7 @@ import psycopg.errors
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from statestore import file_rows
+from statestore import file_rows, layout
 from statestore.backoff import full_jitter_delay
 from statestore.clock import now_millis
 from statestore.collector import collector_paused
@@ -253,7 +253,9 @@ class PostgresFileReferenceStore(FileReferenceStore):
                 found_at = {i: found[m.request_id] for i, m in enumerate(members) if m.request_id in found}
                 todo = [i for i in range(len(members)) if i not in found_at]
                 transactions = [members[i].transaction for i in todo]
-                decision = file_rows.decide(schema, partitions_by_id, read, transactions, update_time)
+                decision = file_rows.decide(
+                    schema, partitions_by_id, read, transactions, update_time, layout.data_prefix(table_id)
+                )
                 number: int | None = None
                 request_ids = list(dict.fromkeys(members[todo[p]].request_id for p in decision.committed))
                 if decision.committed:

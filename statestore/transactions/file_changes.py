@@ -22,11 +22,12 @@ from statestore.errors import (
 )
 from statestore.file_columns import FileColumns, forget_split_filenames
 from statestore.files import FileReference, TableFile
+from statestore.names import MAX_NAME_BYTES, key_problem, name_problem
 from statestore.reference_checks import (
     check_epoch_ms,
+    check_name,
     check_new_filename,
     check_new_reference,
-    is_storable_text,
     reference_in,
 )
 from statestore.schema import INT64_MAX, INT64_MIN
@@ -52,12 +53,19 @@ def _well_formed_names(state: TableState, transaction: AddFiles) -> tuple[tuple[
         return None
     names = set(filenames)
     count = len(filenames)
+    joined = "".join(filenames)
+    prefix = state.data_prefix
     # Distinct names (the usual case) cannot repeat a (name, partition) pair.
     well_formed = (
         (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
         and "" not in names
-        # All ASCII, which any codec can store, in one test of the joined names (O(1) once joined).
-        and ("".join(filenames).isascii() or all(map(is_storable_text, names)))
+        # ASCII names any store can hold, tested on the joined names (isascii is O(1) once joined); others
+        # are tested one by one.
+        and (
+            (joined.isascii() and "\x00" not in joined and max(map(len, names)) <= MAX_NAME_BYTES)
+            or not any(map(name_problem, names))
+        )
+        and (prefix is None or not any(key_problem(name, prefix) for name in names))
         and set(job_ids) == {None}
         and set(map(type, rows)) == {int}
         and 0 <= min(rows)
@@ -121,7 +129,7 @@ class AddFiles(Transaction):
                 raise FileAlreadyExistsError(filenames[present.index(True)])
         unreferenced: set[str] = set()
         for filename in self.unreferenced_files:
-            check_new_filename(filename, "an unreferenced file")
+            check_new_filename(filename, "an unreferenced file", state.data_prefix)
             if filename in unreferenced or state.files_present([filename])[0]:
                 raise FileAlreadyExistsError(filename)
             if filename in referenced:
@@ -209,6 +217,7 @@ class AssignJobIds(Transaction):
         for request in self.requests:
             if not isinstance(request.job_id, str) or not request.job_id:
                 raise InvalidTransactionError(f"a job id must be a non-empty string, got {request.job_id!r}")
+            check_name(request.job_id, "job id")
             if not request.filenames:
                 raise InvalidTransactionError(f"job {request.job_id!r} assigns no files")
             for filename in request.filenames:
@@ -271,6 +280,7 @@ class ReleaseClaims(Transaction):
         for job_id in self.job_ids:
             if not isinstance(job_id, str) or not job_id:
                 raise InvalidTransactionError(f"a job id must be a non-empty string, got {job_id!r}")
+            check_name(job_id, "job id")
         if len(set(self.job_ids)) != len(self.job_ids):
             raise InvalidTransactionError("ReleaseClaims lists a job id more than once")
         check_epoch_ms("claimed_before", self.claimed_before)

@@ -400,10 +400,19 @@ def test_a_big_request_body_is_read_from_the_bucket(h: Harness) -> None:
     assert sender.wait(table, request_id, timeout=0) == h.statuses.get(table, request_id)
 
 
-def test_a_body_key_outside_the_tables_request_prefix_is_refused(h: Harness) -> None:
+@pytest.mark.parametrize(
+    "key",
+    [
+        "tables/other/x",
+        "tables/{table}/requests/../../other/requests/x.json",
+        "tables/{table}/requests//x.json",
+    ],
+    ids=["another table's", "parent segments", "an empty segment"],
+)
+def test_a_body_key_outside_the_tables_request_prefix_is_refused(h: Harness, key: str) -> None:
     table = h.create_table("t")
     fields = {"version": 1, "request_id": "r1", "table_id": table, "type": "AddFiles"}
-    body = json.dumps({**fields, "body_key": "tables/other/x"})
+    body = json.dumps({**fields, "body_key": key.format(table=table)})
 
     results = h.committer().process([message(body, group_id=table)])
 
