@@ -12,6 +12,7 @@ import pytest
 
 from statestore import cleanup
 from statestore.engine import TransactionLogStateStore
+from statestore.memory import InMemoryTransactionLog
 from tests.simulation.world import InvariantViolation, run_seed
 
 SEEDS = range(200)  # `make soak` runs many more, and longer
@@ -27,7 +28,7 @@ def quiet() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_invariant_holds_under_lost_responses_crashes_throttling_redelivery_and_clock_jumps(
+def test_every_invariant_holds_under_lost_responses_crashes_throttling_redelivery_clock_skew_and_damage(
     seed: int,
 ) -> None:
     world = run_seed(seed, STEPS)
@@ -39,7 +40,8 @@ def test_the_simulation_exercises_every_kind_of_fault_and_commits_through_every_
     worlds = [run_seed(seed, STEPS) for seed in range(10)]
 
     faults = {kind for w in worlds for kind in w.faults.injected}
-    assert faults == {"crash-after", "crash-before", "lost-response", "preempt", "throttle"}
+    kinds = {"crash-after", "crash-before", "damaged-snapshot", "lost-response", "preempt", "throttle"}
+    assert faults == kinds
     assert sum(w.summary()["entries"] for w in worlds) > 10 * STEPS // 4
     assert any(w.queue.redriven or w.dead_letters.letters for w in worlds)
 
@@ -80,3 +82,42 @@ def test_the_simulation_catches_a_cleanup_that_leaves_expired_claims(monkeypatch
             caught.append(str(e))
     assert caught, "the harness did not notice claims outliving their job"
     assert "outlives the expiry" in caught[0]
+
+
+def test_the_simulation_catches_log_times_running_backwards(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine before log times were kept monotonic: each entry stamped with its writer's clock.
+    monkeypatch.setattr(TransactionLogStateStore, "_last_update_time", lambda self, state: 0)
+
+    caught = []
+    for seed in range(20):
+        try:
+            run_seed(seed, 150)
+        except InvariantViolation as e:
+            caught.append(str(e))
+    assert caught, "the harness did not notice an entry stamped before the one it follows"
+    assert "is before the previous entry's" in caught[0]
+
+
+def test_the_simulation_catches_a_committer_that_forgets_statuses_with_the_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The committer before a committed request's status was written with its entry: the statuses came
+    # in a write of their own, which a crash or a lost response could lose; a resend was then applied again.
+    from statestore.memory import InMemoryTransactionLog
+
+    real_append = InMemoryTransactionLog.append
+
+    def append_without_outcomes(
+        self: InMemoryTransactionLog, table_id: str, entry: object, outcomes=()
+    ) -> None:  # type: ignore[no-untyped-def]
+        real_append(self, table_id, entry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(InMemoryTransactionLog, "append", append_without_outcomes)
+
+    caught = []
+    for seed in range(40):
+        try:
+            run_seed(seed, 150)
+        except InvariantViolation as e:
+            caught.append(str(e))
+    assert caught, "the harness did not notice a request applied twice or reported wrongly"

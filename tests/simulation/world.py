@@ -5,30 +5,39 @@ replays exactly. Actors share a few tables:
 
 - **producers** write a data file, then send a commit request to a FIFO queue model (per-group order,
   in-flight messages hidden for the visibility timeout, redelivery, a dead-letter queue after 5 receives,
-  SQS's 5-minute deduplication window); they also send duplicates, stray copies in the wrong group or
-  naming no table, requests that must be rejected, and garbage;
-- **committers** (1-3 instances; a crashed one is replaced by a cold one) take batches and report results;
+  SQS's 5-minute deduplication window); they also send duplicates (resends of any request, those whose
+  message went to the dead-letter queue included: none is held back), stray copies in the wrong group or
+  naming no table, requests that must be rejected, and garbage, and redrive dead letters as new messages;
+- **committers** (1-3 instances; a crashed one is replaced by a cold one, and half the time a snapshot is
+  taken before anything else, between a commit that may have landed and its redelivery) take batches and
+  report results;
 - **synchronous writers** commit directly; **compaction jobs** claim files (some resuming: taking over
   claims older than the expiry) and replace them, or release their claims when their merge fails or their
   replace is rejected;
-- the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims.
+- the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims;
+- a **vandal** truncates a snapshot object or flips a bit in it, where an intact snapshot before it and the
+  log after that still cover the state (never inside another actor's call: damage between cleanup's check
+  of its base and its trimming of the log cannot be survived by anything).
 
 Faults are injected at every port call of every actor: throttling before a call, a lost response after a
 write that landed (seen as a connection error, or as botocore's retry failing the condition), a crash
 before or after any call (so between any two writes), and **preemption**: another actor's whole step runs
-inside the call, so actors interleave at every port call. Each actor's clock jumps forward and back within
-the skew the design tolerates.
+inside the call, so actors interleave at every port call. Each actor's clock is off by up to 10 minutes
+either way, and jumps within that.
 
 After every step the invariants of DESIGN.md are checked against an oracle that saw every log entry ever
 appended (cleanup deletes entries from the log, not from the oracle):
 
 1. every entry is valid against exactly the state after the entry before it;
-2. a request is in at most one entry; one reported committed at N is in entry N; one reported rejected is
-   in none; a synchronous commit of a new file is never refused as invalid;
+2. a request is in at most one entry; one reported committed at N is in entry N (its status is written
+   with the entry); one reported rejected is in none; a synchronous commit of a new file is never refused
+   as invalid;
 3. a final status never changes;
-4. a fresh load (snapshot + tail) equals the full replay; numbers have no gaps;
+4. a fresh load (snapshot + tail) equals the full replay, a damaged snapshot notwithstanding; numbers have
+   no gaps;
 5. no data file the state references is deleted; no claim outlives its job for ever: once a cleanup of a
-   table succeeds, the table holds no claim older than the expiry it swept with.
+   table succeeds, the table holds no claim older than the expiry it swept with;
+6. log update times never run backwards, whatever the writers' clocks say.
 """
 
 from __future__ import annotations
@@ -101,12 +110,12 @@ MINUTE = 60 * SECOND
 VISIBILITY_TIMEOUT_MS = resources.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS * SECOND  # the stack's
 MAX_RECEIVES = resources.COMMIT_MAX_RECEIVE_COUNT
 DEDUPLICATION_WINDOW_MS = 5 * MINUTE
-MAX_CLOCK_SKEW_MS = 2 * MINUTE  # each actor's clock is off by at most this (the design tolerates 5 minutes)
-CLAIM_EXPIRY_MS = 30 * MINUTE  # far longer than the clock skew, so a fresh claim never looks expired
+MAX_CLOCK_SKEW_MS = 10 * MINUTE  # each actor's clock is off by up to this, either way
+CLAIM_EXPIRY_MS = 60 * MINUTE  # longer than two clocks can differ, so a fresh claim never looks expired
 CLEANUP = CleanupPolicy(
-    log_min_snapshot_age_ms=20 * MINUTE,
-    snapshot_retention_ms=40 * MINUTE,
-    gc_delay_ms=10 * MINUTE,
+    log_min_snapshot_age_ms=40 * MINUTE,
+    snapshot_retention_ms=80 * MINUTE,
+    gc_delay_ms=30 * MINUTE,
     claim_expiry_ms=CLAIM_EXPIRY_MS,
 )
 
@@ -363,6 +372,7 @@ class Oracle:
         self.table_id = table_id
         self.pending: dict[int, LogEntry] = {}
         self.state = TableState(SCHEMA)
+        self.last_update_time = 0
         self.requests: dict[str, int] = {}
         # Files an AddFiles named after their object was gone (a request re-adding a collected file's name,
         # which the sim sends on purpose): their missing data is not the store's doing.
@@ -379,6 +389,12 @@ class Oracle:
                     f"table {self.table_id}: entry {number} appended after {self.state.transaction_number}"
                 )
             entry = self.pending.pop(number)
+            if entry.update_time < self.last_update_time:
+                self.world.violation(
+                    f"table {self.table_id}: entry {number}'s time {entry.update_time} is before the "
+                    f"previous entry's {self.last_update_time}"
+                )
+            self.last_update_time = entry.update_time
             transaction = decode_entry(entry)
             try:
                 transaction.validate(self.state)
@@ -507,6 +523,8 @@ class CommitterActor(Actor):
 
     def crashed(self, world: World) -> None:
         self.committer = None  # a new Lambda container: cold
+        if world.rng.random() < 0.5:  # a snapshot between the commit that may have landed and its redelivery
+            world.snapshot_between()
 
 
 @dataclass(eq=False)
@@ -619,6 +637,41 @@ class Snapshotter(Actor):
 
 
 @dataclass(eq=False)
+class Vandal(Actor):
+    """Damages a table's snapshot object (truncated, or a byte flipped), where an intact snapshot before it
+    and the log after that still cover the state: the case the store promises to survive."""
+
+    def step(self, world: World) -> None:
+        rng = world.rng
+        table_id = rng.choice(world.table_ids)
+        recorded = world.raw_snapshot_metadata.list(table_id)
+        first = next(world.raw_log.read(table_id, 0), None)
+        intact = [s for s in recorded if s.partitions_key not in world.damaged]
+        if not intact:
+            return
+        target = rng.choice(intact)
+        covered = first is not None and first.transaction_number == 1  # the whole log is still there
+        covered = covered or any(
+            s.transaction_number < target.transaction_number
+            and first is not None
+            and first.transaction_number <= s.transaction_number + 1
+            for s in intact
+        )
+        if not covered:
+            return
+        key = rng.choice([target.partitions_key, target.files_key])
+        data = world.raw_blobs.get(key)
+        if rng.random() < 0.5:
+            damaged = data[: rng.randrange(len(data))]
+        else:
+            at = rng.randrange(len(data))
+            damaged = data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :]
+        world.raw_blobs.put(key, damaged)
+        world.damaged.add(target.partitions_key)
+        world.faults.injected["damaged-snapshot"] = world.faults.injected.get("damaged-snapshot", 0) + 1
+
+
+@dataclass(eq=False)
 class Cleaner(Actor):
     def step(self, world: World) -> None:
         clock = self.clock(world)
@@ -689,7 +742,7 @@ class World:
         self.redrives = 0  # dead letters sent to the queue again, as `statestore dead-letters redrive` does
         self.first_final: dict[RequestKey, CommitStatus] = {}
         self._oracles: dict[str, Oracle] = {}
-        self._loaded: dict[str, tuple[int, str | None, int | None]] = {}  # what the last fresh load saw
+        self._loaded: dict[str, tuple[int, str | None, int | None, int]] = {}  # what the last fresh load saw
         self._check_snapshots = _DecodedOnce(self.raw_snapshot_metadata, self.raw_blobs)
         self.table_ids: list[str] = []
         for i in range(tables):
@@ -701,8 +754,10 @@ class World:
             SyncWriter("writer1"),
             Snapshotter("snapshot"),
             Cleaner("cleanup"),
+            Vandal("vandal"),
         ]
-        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1]
+        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1, 0.1]
+        self.damaged: set[str] = set()  # the partitions keys of snapshots whose objects were damaged
 
     def _create_table(self, name: str) -> None:
         info = TableInfo.new(name, SCHEMA)
@@ -735,10 +790,17 @@ class World:
         self._run(actor)
         self.check()
 
+    def snapshot_between(self) -> None:
+        """Run the snapshot job now, as its own process."""
+        snapshotter = next(a for a in self.actors if isinstance(a, Snapshotter))
+        self._run(snapshotter)
+
     def preempt(self) -> None:
         """Run another actor's whole step inside the current actor's port call."""
         current = self.acting
-        others = [a for a in self.actors if a is not current]
+        # Not the vandal: damage between cleanup's check that its base is intact and its trimming of the log
+        # up to that base is a loss nothing can prevent (the check and the delete are not one operation).
+        others = [a for a in self.actors if a is not current and not isinstance(a, Vandal)]
         self._run(self.rng.choice(others))
         self.acting = current
 
@@ -801,6 +863,7 @@ class World:
                 oracle.state.transaction_number,
                 latest.partitions_key if latest else None,
                 first.transaction_number if first else None,
+                len(self.damaged),
             )
             if self._loaded.get(table_id) != fingerprint:
                 try:
