@@ -6,13 +6,14 @@ A failing seed names the invariant it broke and prints the command that replays 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from statestore import cleanup
 from statestore.engine import TransactionLogStateStore
 from statestore.memory import InMemoryTransactionLog
+from statestore.ports import CommitStatus, LogEntry
 from tests.simulation.world import InvariantViolation, run_seed
 
 SEEDS = range(200)  # `make soak` runs many more, and longer
@@ -103,14 +104,12 @@ def test_the_simulation_catches_a_committer_that_forgets_statuses_with_the_entry
 ) -> None:
     # The committer before a committed request's status was written with its entry: the statuses came
     # in a write of their own, which a crash or a lost response could lose; a resend was then applied again.
-    from statestore.memory import InMemoryTransactionLog
-
     real_append = InMemoryTransactionLog.append
 
     def append_without_outcomes(
-        self: InMemoryTransactionLog, table_id: str, entry: object, outcomes=()
-    ) -> None:  # type: ignore[no-untyped-def]
-        real_append(self, table_id, entry)  # type: ignore[arg-type]
+        self: InMemoryTransactionLog, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()
+    ) -> None:
+        real_append(self, table_id, entry)
 
     monkeypatch.setattr(InMemoryTransactionLog, "append", append_without_outcomes)
 
