@@ -205,8 +205,9 @@ def postgres_file_store(
     ``STATESTORE_POSTGRES_URL`` (a libpq URL or conninfo: the embedded runtime, a self-managed database);
     else ``STATESTORE_POSTGRES_HOST`` and ``STATESTORE_POSTGRES_SECRET_ARN``, which the stack sets on the
     functions it places in the database's VPC: the secret is read and the host given wins over the one in
-    it; ``STATESTORE_POSTGRES_SSLMODE`` (default ``require``) for a server without TLS. A pool of at most
-    two connections (one container handles one batch at a time); the schema is made if missing. Raises
+    it; ``STATESTORE_POSTGRES_SSLMODE`` (default ``verify-full``, against the bundled RDS certificate
+    authorities or ``PGSSLROOTCERT``; ``disable`` for a server without TLS). A pool of at most two
+    connections (one container handles one batch at a time); the schema is made if missing. Raises
     ValueError when only one of host and secret is set.
     """
     from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
@@ -224,7 +225,7 @@ def postgres_file_store(
     from statestore.aws.secrets import database_settings
 
     secrets = make_client("secretsmanager", endpoint_url=endpoint_url)
-    sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "require"
+    sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "verify-full"
     return connect(conninfo_from_secret(database_settings(secrets, secret_arn, host), sslmode=sslmode))
 
 

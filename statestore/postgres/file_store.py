@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -39,6 +40,7 @@ from statestore.postgres import schema
 from statestore.postgres.rows import REFERENCE_COLUMNS, file_reference, read_rows, write_changes
 from statestore.postgres.schema import COMMIT_NUMBERS, FILES, REFERENCES, REQUESTS
 from statestore.postgres.storable import check_text, text_problem, transaction_problem
+from statestore.postgres.tls import VERIFYING, bundled_ca_file, secure_conninfo
 from statestore.schema import Schema
 
 # A lost race: roll back and decide again. (psycopg's SerializationFailure and DeadlockDetected are not
@@ -140,6 +142,14 @@ class PostgresFileReferenceStore(FileReferenceStore):
         the database cannot be reached, AccessDeniedError if it refuses the user."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        conninfo = secure_conninfo(conninfo)
+        # One connection first, outside the pool: a pool retries a refused connection until its timeout and
+        # then reports only that it waited, losing why (a certificate that fails verification, a wrong
+        # password, an unknown host).
+        try:
+            psycopg.connect(conninfo, connect_timeout=max(1, round(connect_timeout))).close()
+        except psycopg.Error as e:
+            raise _translated(e, "connecting") from e
         try:
             pool = ConnectionPool(
                 conninfo,
@@ -578,10 +588,11 @@ class PostgresFileReferenceStore(FileReferenceStore):
         self._run("deleting a table's rows", delete, "BEGIN ISOLATION LEVEL READ COMMITTED")
 
 
-def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "require") -> str:
+def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "verify-full") -> str:
     """A libpq connection string from a Secrets Manager secret of the shape RDS writes for a database user
     (JSON ``{"host", "port", "username", "password", "dbname"}``; ``dbname`` defaults to ``postgres``).
-    ``sslmode="require"`` encrypts the connection, as RDS and Aurora expect. Raises ValueError naming what is
+    ``sslmode="verify-full"`` encrypts the connection and verifies the server's certificate and name against
+    the bundled RDS certificate authorities (``statestore.postgres.tls``). Raises ValueError naming what is
     missing from the secret."""
     fields = json.loads(secret) if isinstance(secret, str) else dict(secret)
     if not isinstance(fields, dict):
@@ -589,6 +600,11 @@ def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "
     missing = [key for key in ("host", "username", "password") if not fields.get(key)]
     if missing:
         raise ValueError(f"the database secret has no {', '.join(missing)}: expected the JSON RDS writes")
+    verify = (
+        {"sslrootcert": bundled_ca_file()}
+        if sslmode in VERIFYING and not os.environ.get("PGSSLROOTCERT")
+        else {}
+    )
     return make_conninfo(
         host=str(fields["host"]),
         port=str(fields.get("port") or 5432),
@@ -596,6 +612,7 @@ def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "
         password=str(fields["password"]),
         dbname=str(fields.get("dbname") or "postgres"),
         sslmode=sslmode,
+        **verify,
     )
 
 
