@@ -21,7 +21,7 @@ from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, COMMITTER_TIMEOUT, 
 from infra.config import InstanceConfig
 from infra.dashboard import Dashboard
 from infra.data_bucket import DataBucket, check_bucket_name_length
-from infra.functions import FunctionNetwork, log_retention
+from infra.functions import FunctionNetwork, StatestoreFunction, log_retention
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.postgres import PostgresDatabase
 from infra.scheduled import ScheduledFunction, UpkeepQueues
@@ -144,6 +144,19 @@ class StatestoreStack(Stack):
             # files. The snapshot function only touches partitions (always on the log): no database.
             self.postgres.connect(self.committer.function)
             self.postgres.connect(self.cleanup.function)
+            self.schema_migration = StatestoreFunction(
+                self,
+                "PostgresSchema",
+                handler="lambdas.postgres_schema.handler",
+                description="creates the file-reference database's schema and the role the functions use",
+                asset_dir=config.lambda_asset,
+                names=names,
+                memory_mb=256,
+                timeout=Duration.minutes(2),
+                log_retention_days=config.log_retention_days,
+                network=network,
+            )
+            self.postgres.migrate_with(self.schema_migration.function)
         self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
         self.spark: SparkJobs | None = None
         if config.emr_serverless:
@@ -320,7 +333,14 @@ class StatestoreStack(Stack):
                 )
         if self.postgres is not None:
             outputs["PostgresHost"] = (self.postgres.host, "the file-reference database (from its VPC)")
-            outputs["PostgresSecretArn"] = (self.postgres.secret.secret_arn, "its credentials")
+            outputs["PostgresSecretArn"] = (
+                self.postgres.secret.secret_arn,
+                "credentials of the app role the functions connect as",
+            )
+            outputs["PostgresMasterSecretArn"] = (
+                self.postgres.master_secret.secret_arn,
+                "the master user's (the schema migration alone reads it)",
+            )
         for key, (value, description) in outputs.items():
             CfnOutput(self, key, value=value, description=description)
 

@@ -143,13 +143,15 @@ class PostgresFileReferenceStore(FileReferenceStore):
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
         conninfo = secure_conninfo(conninfo)
-        # One connection first, outside the pool: a pool retries a refused connection until its timeout and
-        # then reports only that it waited, losing why (a certificate that fails verification, a wrong
-        # password, an unknown host).
-        try:
-            psycopg.connect(conninfo, connect_timeout=max(1, round(connect_timeout))).close()
-        except psycopg.Error as e:
-            raise _translated(e, "connecting") from e
+        if ensure_schema:
+            # Connecting now anyway: one connection first, outside the pool, which retries a refused
+            # connection until its timeout and then reports only that it waited, losing why (a certificate
+            # that fails verification, a wrong password, an unknown host). Without ensure_schema the store
+            # connects on first use, so a process whose database is down still serves its log tables.
+            try:
+                psycopg.connect(conninfo, connect_timeout=max(1, round(connect_timeout))).close()
+            except psycopg.Error as e:
+                raise _translated(e, "connecting") from e
         try:
             pool = ConnectionPool(
                 conninfo,
@@ -640,8 +642,9 @@ def _translated(error: psycopg.Error, what: str) -> StateStoreError:
         psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedObject,
     ):
         return ResourceNotFoundError(
-            f"the statestore schema is missing in the database while {what}: {error}; connect with "
-            "ensure_schema=True (PostgresFileReferenceStore.connect) to create it"
+            f"the statestore schema is missing in the database while {what}: {error}; run the schema "
+            "migration (statestore.postgres.schema.migrate; the stack's deploy does), or connect as a user "
+            "that may create it with ensure_schema=True (PostgresFileReferenceStore.connect)"
         )
     if isinstance(error, PoolTimeout):
         return StoreUnavailableError(
