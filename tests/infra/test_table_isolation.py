@@ -255,3 +255,32 @@ def create_user_keys(instance: Instance, user: str) -> Caller:
         instance.names, make_client("dynamodb", session=session), make_client("s3", session=session)
     )
     return Caller(backend, make_client("sqs", session=session))
+
+
+def test_table_a_s_job_role_stages_reads_and_writes_only_under_its_own_spark_prefixes(
+    instance: Instance,
+) -> None:
+    own_input = f"{layout.SPARK_INPUT_PREFIX}{TABLE_A}/rows.parquet"
+    other_input = f"{layout.SPARK_INPUT_PREFIX}{instance.b}/rows.parquet"
+    code = layout.SPARK_ARTIFACTS_PREFIX + layout.SPARK_CODE_ARCHIVE
+    for key in (own_input, other_input, code):
+        instance.backend.blobs.put(key, b"staged")
+    job = job_of_table_a(instance)
+    blobs = job.backend.blobs
+
+    with iam_enforced():
+        assert blobs.get(own_input) == b"staged" and blobs.get(code) == b"staged"
+        assert blobs.list(f"{layout.SPARK_INPUT_PREFIX}{TABLE_A}/") == [own_input]
+        blobs.put(f"{layout.SPARK_OUTPUT_PREFIX}{TABLE_A}/answer.json", b"{}")
+        blobs.put(f"{layout.SPARK_LOGS_PREFIX}{TABLE_A}/driver.log", b"log")
+        for denied in (
+            lambda: blobs.get(other_input),
+            lambda: blobs.list(layout.SPARK_INPUT_PREFIX),
+            lambda: blobs.put(f"{layout.SPARK_OUTPUT_PREFIX}{instance.b}/answer.json", b"{}"),
+            lambda: blobs.put(f"{layout.SPARK_LOGS_PREFIX}driver.log", b"log"),
+            lambda: blobs.put(code, b"replaced"),
+        ):
+            with pytest.raises(StateStoreError, match="AccessDenied"):
+                denied()
+
+    assert instance.backend.blobs.get(code) == b"staged"
