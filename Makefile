@@ -15,11 +15,21 @@ export PATH := $(abspath node_modules/.bin):$(PATH)
 
 .PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
 
+# requirements.lock pins every distribution of the dev extra with its hashes (pip-compile --generate-hashes;
+# docs/security.md says how to regenerate it). pip's hash-checking mode refuses an editable install and bare
+# names, so the venv installs exactly the lock, every file checked, then our package alone, and pip check
+# proves the lock satisfies it. The other venvs take the lock's pins without hashes as constraints.
+LOCK_PINS := build/lock-pins.txt
+$(LOCK_PINS): requirements.lock
+	mkdir -p build && grep -E '^[A-Za-z0-9][^ ]*==' requirements.lock | sed -E 's/ *\\$$//' > $@
+
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip check
 	touch $@
 
 # The Spark tests run on two PySparks: the main venv pins the one of the EMR release the stack deploys
@@ -30,10 +40,10 @@ SPARK_LATEST_VENV := .venv-spark-latest
 SPARK_LATEST_VERSION := 4.3.0
 SPARK_LATEST_PY := $(SPARK_LATEST_VENV)/bin/python
 venv-spark-latest: $(SPARK_LATEST_VENV)/.installed
-$(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock
+$(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock $(LOCK_PINS)
 	$(PYTHON) -m venv $(SPARK_LATEST_VENV)
 	$(SPARK_LATEST_PY) -m pip install --quiet --upgrade pip==25.3
-	mkdir -p build && grep -v '^pyspark==' requirements.lock > build/constraints-spark-latest.txt
+	grep -v '^pyspark==' $(LOCK_PINS) > build/constraints-spark-latest.txt
 	$(SPARK_LATEST_PY) -m pip install --quiet -c build/constraints-spark-latest.txt \
 		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local,postgres]' pytest hypothesis
 	touch $@
@@ -43,10 +53,10 @@ $(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 venv-bench: $(BENCH_VENV)/.installed
-$(BENCH_VENV)/.installed: pyproject.toml requirements.lock
+$(BENCH_VENV)/.installed: pyproject.toml requirements.lock $(LOCK_PINS)
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install --quiet --upgrade pip==25.3
-	$(BENCH_PY) -m pip install --quiet -c requirements.lock -e '.[bench]'
+	$(BENCH_PY) -m pip install --quiet -c $(LOCK_PINS) -e '.[bench]'
 	touch $@
 
 node: $(NODE_STAMP)

@@ -143,28 +143,90 @@ def install_wheels(
     target: Path, python_version: str, platforms: Iterable[str], requirements: Iterable[str]
 ) -> subprocess.CompletedProcess[str]:
     """pip-install ``requirements`` into ``target`` from binary wheels for another interpreter and platform
-    (CPython ``python_version`` on ``platforms``), pinned by the lock file. The caller checks the result."""
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
+    (CPython ``python_version`` on ``platforms``), every file checked against the hashes in the lock file.
+    The caller checks the result.
+
+    pip's hash-checking mode needs every distribution it installs named, pinned and hashed, so it cannot
+    take bare names with the lock as constraints. Two steps, then: resolve ``requirements`` for the target
+    with the lock's pins (a dry run, which installs nothing), and install exactly that set, each with its
+    hashes from the lock, ``--require-hashes --no-deps``. A distribution the target needs that the lock does
+    not pin fails the build, naming it.
+    """
+    platform_args = [arg for platform in platforms for arg in ("--platform", platform)]
+    common = [
         "--disable-pip-version-check",
-        "--no-compile",
         "--only-binary=:all:",
         "--implementation",
         "cp",
         "--python-version",
         python_version,
-        *(arg for platform in platforms for arg in ("--platform", platform)),
-        "--target",
-        str(target),
-        "--constraint",
-        str(LOCK_FILE),
-        *requirements,
+        *platform_args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="statestore-lock-") as scratch:
+        constraints, report = Path(scratch) / "constraints.txt", Path(scratch) / "report.json"
+        constraints.write_text("".join(f"{pin}\n" for pin in locked_pins().values()))
+        resolved = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+             "--report", str(report), "--target", str(target), *common,
+             "--constraint", str(constraints), *requirements],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if resolved.returncode != 0:
+            return resolved
+        wanted = [
+            (item["metadata"]["name"], item["metadata"]["version"])
+            for item in json.loads(report.read_text())["install"]
+        ]
+        try:
+            pinned = locked_requirements(wanted)
+        except AssetError as e:
+            return subprocess.CompletedProcess(resolved.args, 1, "", str(e))
+        hashed = Path(scratch) / "requirements.txt"
+        hashed.write_text(pinned)
+        return subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
+             "--no-deps", "--target", str(target), *common, "--requirement", str(hashed)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+
+def _lock_entries() -> dict[str, str]:
+    """Each distribution of the lock file by normalised name: its whole entry (pin and hashes)."""
+    entries: dict[str, list[str]] = {}
+    name = ""
+    for line in LOCK_FILE.read_text().splitlines():
+        text = line.strip().removesuffix("\\").strip()
+        if not text or text.startswith("#"):
+            continue
+        if not line[0].isspace():
+            name = _normalise(text.split("==", 1)[0])
+            entries[name] = [text]
+        elif text.startswith("--hash=") and name:
+            entries[name].append(text)
+    return {name: " ".join(parts) for name, parts in entries.items()}
+
+
+def locked_pins() -> dict[str, str]:
+    """``name==version`` of each distribution the lock file pins, by normalised name (no hashes)."""
+    return {name: entry.split()[0] for name, entry in _lock_entries().items()}
+
+
+def locked_requirements(wanted: Iterable[tuple[str, str]]) -> str:
+    """A requirements file of ``wanted`` (name, version) pairs with their hashes from the lock file; raises
+    AssetError for one the lock does not pin at that version, or pins without hashes."""
+    entries = _lock_entries()
+    lines: list[str] = []
+    for name, version in wanted:
+        entry = entries.get(_normalise(name))
+        if entry is None or entry.split()[0].split("==", 1)[1] != version:
+            raise AssetError(
+                f"{name} {version} is needed but requirements.lock does not pin it at that version: "
+                "regenerate the lock (docs/security.md says how)"
+            )
+        if "--hash=" not in entry:
+            raise AssetError(f"requirements.lock pins {name} without hashes: regenerate it with hashes")
+        lines.append(entry)
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _install_dependencies(target: Path) -> int:

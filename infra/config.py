@@ -53,6 +53,11 @@
   runs at once, over all its jobs: a bound on cost. The least is one driver and one executor of the
   smallest size (2 vCPU, 4 GB, 40 GB: every worker has at least 20 GB of disk); the upper bounds only catch
   a typo's extra zeros. 16 vCPU is also a new account's default quota.
+- ``scoped_tables`` (unset; comma-separated table ids, as ``statestore tables show`` prints them): for
+  each, managed policies granting read-state, commit and data on that table only, and with
+  ``emr_serverless`` a job role and a submit policy for that table's Spark jobs (infra/table_access.py;
+  docs/security.md). Give the job role's id (the stack's output) to the table's allowed senders so the
+  committer refuses requests for the table from anyone else.
 - ``emr_subnet_ids``, ``emr_security_group_ids`` (unset; comma-separated): run the jobs in these VPC
   subnets with these security groups. Without a VPC, EMR Serverless jobs reach only some services of the
   region (S3, Glue, CloudWatch Logs, KMS, STS, ...); a job commits through SQS and reads DynamoDB, so give
@@ -142,6 +147,7 @@ class InstanceConfig:
     emr_max_disk_gb: int = 200
     emr_subnet_ids: tuple[str, ...] = ()
     emr_security_group_ids: tuple[str, ...] = ()
+    scoped_tables: tuple[str, ...] = ()
     gc_delay_minutes: int = DEFAULT_GC_DELAY_MS // 60_000
     claim_expiry_minutes: int = DEFAULT_CLAIM_EXPIRY_MS // 60_000
     postgres: bool = False
@@ -175,6 +181,9 @@ class InstanceConfig:
         _check_range("emr_max_disk_gb", self.emr_max_disk_gb, 40, 1_000_000)
         _check_ids("emr_subnet_ids", self.emr_subnet_ids, _SUBNET_ID)
         _check_ids("emr_security_group_ids", self.emr_security_group_ids, _SECURITY_GROUP_ID)
+        _check_ids("scoped_tables", self.scoped_tables, _TABLE_ID)
+        if len(set(self.scoped_tables)) != len(self.scoped_tables):
+            raise ValueError(f"context key scoped_tables names a table twice: {list(self.scoped_tables)}")
         if bool(self.emr_subnet_ids) != bool(self.emr_security_group_ids):
             raise ValueError(
                 "context keys emr_subnet_ids and emr_security_group_ids go together: a VPC needs both "
@@ -227,7 +236,7 @@ class InstanceConfig:
                 values[key] = _parse_bool(key, raw)
             elif key in ("instance_id", "alarm_email"):
                 values[key] = str(raw)
-            elif key in ("emr_subnet_ids", "emr_security_group_ids"):
+            elif key in ("emr_subnet_ids", "emr_security_group_ids", "scoped_tables"):
                 items = raw if isinstance(raw, list) else str(raw).split(",")
                 values[key] = tuple(str(item).strip() for item in items if str(item).strip())
             elif isinstance(default, int) or key == "committer_reserved_concurrency":
@@ -238,6 +247,7 @@ class InstanceConfig:
 _REMOVED_KEY = "exclusive_scheduled_runs"
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_TABLE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # infra.table_grants.check_table_id's rule
 
 
 def _check_ids(key: str, ids: tuple[str, ...], pattern: re.Pattern[str]) -> None:

@@ -11,6 +11,10 @@ The four grants, exported by :class:`ManagedPolicies` for the CLI's user and for
 - ``commit``: send commit requests through the queue, and read their outcomes.
 - ``data``: read, write and delete the tables' data files.
 - ``admin``: everything the ``statestore`` CLI does.
+
+``grant_read_state``, ``grant_commit`` and ``grant_data`` also take a table id: the same rights on that one
+table only (:mod:`infra.table_grants` says how a grant on shared resources is narrowed to a table, and what
+cannot be: the commit queue, which the committer's sender check covers).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from infra.commit_queue import CommitQueue
 from infra.data_bucket import DataBucket
 from infra.nag import acknowledge
 from infra.state import BATCH_WRITE, DELETE, PUT, UPDATE, StateTables
+from infra.table_grants import TableGrants
 
 if TYPE_CHECKING:
     from infra.scheduled import UpkeepQueues
@@ -51,29 +56,44 @@ class StateStoreGrants:
         self.upkeep = upkeep
         self.committer_mapping_arn = committer_mapping_arn
 
-    def grant_read_state(self, grantee: iam.IGrantable) -> None:
+    def for_table(self, table_id: str) -> TableGrants:
+        """The grants on one table (raises ValueError for an id a grant cannot be scoped to)."""
+        return TableGrants(self.state, self.data, self.commits, table_id)
+
+    def grant_read_state(self, grantee: iam.IGrantable, table_id: str | None = None) -> None:
         """Find tables by name or id, and load a table's state: the latest snapshot (its record and its two
         Parquet objects) and the log after it, with the bodies too large for an item (``StateStoreClient``,
-        ``TransactionLogStateStore.load``). Reads only."""
+        ``TransactionLogStateStore.load``). Reads only. With ``table_id``, of that table only."""
+        if table_id is not None:
+            self.for_table(table_id).grant_read_state(grantee)
+            return
         self.state.grant_table_index_read(grantee)
         self.state.transaction_log.grant_read_data(grantee)
         self.state.snapshots.grant_read_data(grantee)
         self.data.grant_read(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
 
-    def grant_commit(self, grantee: iam.IGrantable) -> None:
+    def grant_commit(self, grantee: iam.IGrantable, table_id: str | None = None) -> None:
         """Send commit requests as ``CommitSender`` does: a body too large for a message is put (tagged, so it
         expires) under the table's ``requests/`` prefix first, then the request goes to the FIFO queue; the
-        outcome is read from the commit status table. The committer does the rest."""
+        outcome is read from the commit status table. The committer does the rest. With ``table_id``, for
+        that table only (the queue is shared: see :mod:`infra.table_grants`)."""
+        if table_id is not None:
+            self.for_table(table_id).grant_commit(grantee)
+            return
         self.commits.queue.grant_send_messages(grantee)
         self.data.grant_put(grantee, objects.REQUEST_BODY_OBJECTS)
         self.state.commit_status.grant_read_data(grantee)
 
-    def grant_data(self, grantee: iam.IGrantable) -> None:
+    def grant_data(self, grantee: iam.IGrantable, table_id: str | None = None) -> None:
         """Read, write and delete data files under ``tables/<id>/data/``, as every Spark job needs one of:
         ingest writes files, compaction reads its inputs, writes its output and deletes a losing job's
         output, orphan collection lists and deletes, queries read. Listing is granted on the bucket (S3 cannot
         list by a wildcard in the middle of a prefix). Nothing of the state: a job pairs this with
-        :meth:`grant_read_state` and :meth:`grant_commit`."""
+        :meth:`grant_read_state` and :meth:`grant_commit`. With ``table_id``, that table's files only, and
+        listing only under its data prefix."""
+        if table_id is not None:
+            self.for_table(table_id).grant_data(grantee)
+            return
         self.data.grant_read(grantee, objects.DATA_OBJECTS)
         self.data.grant_put(grantee, objects.DATA_OBJECTS)
         self.data.grant_delete(grantee, objects.DATA_OBJECTS)

@@ -11,6 +11,10 @@ Built only with the ``postgres`` context key. What is here:
   PutMetricData calls), and the X-Ray SDK sends its segments over UDP to the daemon Lambda runs beside the
   function (link-local ``AWS_XRAY_DAEMON_ADDRESS``), which Lambda uploads; no other AWS API is called.
 - The cluster: one Serverless v2 writer, storage encrypted, credentials generated into Secrets Manager.
+- Two database users: the master user (its secret readable only by the schema migration, a function the
+  deploy runs through a CDK trigger: it creates the schema and the app role) and the app role
+  ``statestore_app`` the committer and the cleanup connect as (its own generated secret), which may read
+  and write the store's rows and nothing else (``statestore.postgres.schema``).
 - With ``proxy`` (the default) an RDS Proxy in front, requiring TLS and authenticating clients with the same
   secret: Lambda invocations come and go, the proxy keeps their connections pooled. Auto-pause does not work
   with a proxy (it holds connections to the instance), so the cluster's least capacity is then 0.5 ACU;
@@ -23,7 +27,7 @@ Built only with the ``postgres`` context key. What is here:
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, triggers
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -32,9 +36,11 @@ from constructs import Construct
 
 from infra.functions import FunctionNetwork
 from infra.nag import acknowledge
+from statestore.postgres.schema import APP_ROLE
 from statestore.resources import (
     POSTGRES_DATABASE_NAME,
     POSTGRES_HOST_ENV,
+    POSTGRES_MASTER_SECRET_ARN_ENV,
     POSTGRES_SECRET_ARN_ENV,
     POSTGRES_SERVER_SETTINGS,
 )
@@ -142,7 +148,11 @@ class PostgresDatabase(Construct):
             backup=rds.BackupProps(retention=Duration.days(7)),
         )
         assert self.cluster.secret is not None  # generated credentials always make one
-        self.secret = self.cluster.secret
+        self.master_secret = self.cluster.secret
+        # The app role's credentials: what the functions read; the schema migration sets its password.
+        self.secret = rds.DatabaseSecret(
+            self, "AppSecret", username=APP_ROLE, master_secret=self.master_secret
+        )
         self.proxy: rds.DatabaseProxy | None = None
         if proxy:
             proxy_security_group = ec2.SecurityGroup(
@@ -157,7 +167,7 @@ class PostgresDatabase(Construct):
                 "Proxy",
                 proxy_target=rds.ProxyTarget.from_cluster(self.cluster),
                 db_proxy_name=f"statestore-{instance_id}-postgres",  # unique per account and region
-                secrets=[self.secret],
+                secrets=[self.master_secret, self.secret],
                 vpc=self.vpc,
                 vpc_subnets=isolated,
                 security_groups=[proxy_security_group],
@@ -181,6 +191,28 @@ class PostgresDatabase(Construct):
         function.add_environment(SECRET_ARN_ENV, self.secret.secret_arn)
         function.add_environment(HOST_ENV, self.host)
 
+    def migrate_with(self, function: lambda_.Function) -> triggers.Trigger:
+        """Run ``function`` (``lambdas.postgres_schema.handler``, placed in :attr:`vpc` with :attr:`clients`)
+        at every deploy that changes it, once the database (and its proxy) exist: it alone reads the master
+        secret, and sets up the schema and the app role with the app secret's password."""
+        self.master_secret.grant_read(function)
+        self.secret.grant_read(function)
+        function.add_environment(POSTGRES_MASTER_SECRET_ARN_ENV, self.master_secret.secret_arn)
+        function.add_environment(SECRET_ARN_ENV, self.secret.secret_arn)
+        function.add_environment(HOST_ENV, self.host)
+        after: list[Construct] = [self.cluster, self.secret]
+        if self.proxy is not None:
+            after.append(self.proxy)
+        trigger = triggers.Trigger(
+            self,
+            "SchemaMigration",
+            handler=function,
+            execute_after=after,
+            execute_on_handler_change=True,
+            timeout=Duration.minutes(5),
+        )
+        return trigger
+
     @property
     def network(self) -> FunctionNetwork:
         """Where a function that uses the database runs: the isolated subnets, as a client."""
@@ -202,7 +234,13 @@ class PostgresDatabase(Construct):
         acknowledge(
             self.cluster,  # its generated secret is a child (``cluster.secret`` is the attachment)
             "Rotation needs a rotation function in the VPC and every client to re-read the secret on an "
-            "authentication failure; not built yet, the secret is reachable only by the two functions.",
+            "authentication failure; not built yet, the master secret is read by the schema migration only.",
+            "AwsSolutions-SMG4",
+        )
+        acknowledge(
+            self.secret,
+            "Rotation needs a rotation function in the VPC and every client to re-read the secret on an "
+            "authentication failure; not built yet, the app secret is read by the two functions only.",
             "AwsSolutions-SMG4",
         )
         if not deletion_protection:

@@ -86,21 +86,13 @@ class SparkJobs(Construct):
             ),
         )
         application_arn = self.application.attr_arn
-        self.job_role = iam.Role(
+        self.instance_id = instance_id
+        self.data = data
+        self.job_role = self.new_job_role(
             self,
             "JobRole",
-            description=f"statestore {instance_id}: Spark jobs on EMR Serverless application statestore-"
-            f"{instance_id}",
-            # Against the confused deputy: only this application, in this account. Both the application's
-            # ARN and its job runs' ARNs are accepted as the source.
-            assumed_by=iam.ServicePrincipal(
-                SERVICE_PRINCIPAL,
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
-                    "ArnLike": {"aws:SourceArn": [application_arn, f"{application_arn}/jobruns/*"]},
-                },
-            ),
-            managed_policies=list(job_policies),
+            f"statestore {instance_id}: Spark jobs on EMR Serverless application statestore-{instance_id}",
+            job_policies,
         )
         data.grant_read(self.job_role, objects.SPARK_ARTIFACT_OBJECTS, objects.SPARK_INPUT_OBJECTS)
         # EMR writes the logs as the job's role; its documentation grants the log location read as well.
@@ -110,6 +102,28 @@ class SparkJobs(Construct):
         data.grant_read(self.job_role, objects.SPARK_OUTPUT_OBJECTS)
         data.grant_put(self.job_role, objects.SPARK_OUTPUT_OBJECTS)
         self.submit_policy = self._submit_policy(instance_id, data, application_arn)
+
+    def new_job_role(
+        self, scope: Construct, construct_id: str, description: str, policies: Sequence[iam.IManagedPolicy]
+    ) -> iam.Role:
+        """A role for this application's job runs holding ``policies``: only EMR Serverless, for this
+        application in this account, may assume it."""
+        application_arn = self.application.attr_arn
+        return iam.Role(
+            scope,
+            construct_id,
+            description=description,
+            # Against the confused deputy: only this application, in this account. Both the application's
+            # ARN and its job runs' ARNs are accepted as the source.
+            assumed_by=iam.ServicePrincipal(
+                SERVICE_PRINCIPAL,
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": [application_arn, f"{application_arn}/jobruns/*"]},
+                },
+            ),
+            managed_policies=list(policies),
+        )
 
     def _submit_policy(self, instance_id: str, data: DataBucket, application_arn: str) -> iam.ManagedPolicy:
         policy = iam.ManagedPolicy(

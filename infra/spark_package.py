@@ -2,7 +2,8 @@
 
 ``python -m infra.spark_package`` (or ``make spark-package``) fills ``build/spark/`` with
 
-* ``statestore-spark.zip``: the ``statestore`` and ``spark_client`` packages, for ``--py-files``
+* ``statestore-spark.zip``: the ``statestore`` and ``spark_client`` packages (with the RDS certificate
+  bundle the PostgreSQL client verifies the database with), for ``--py-files``
   (EMR Serverless: ``spark.submit.pyFiles``). Executors import the jobs' code from it.
 * ``environment.tar.gz``: a Python environment for ``spark.archives`` (``...#environment``) with the
   jobs' runtime dependencies (pyarrow, boto3, and pandas, which PySpark's Arrow paths require),
@@ -127,10 +128,16 @@ def spark_settings(artifacts_uri: str) -> dict[str, str]:
 # --- the code archive -------------------------------------------------------------------------------
 
 
+# Files of the packages that are not code but are read at run time: the certificate authorities the
+# PostgreSQL client verifies the database with (statestore/postgres/tls.py).
+PACKAGE_DATA = ("*.py", "*.pem")
+
+
 def _code_files() -> list[Path]:
     files: list[Path] = []
     for package in CODE_PACKAGES:
-        files.extend(p for p in (REPO_ROOT / package).rglob("*.py") if is_code_file(p))
+        for pattern in PACKAGE_DATA:
+            files.extend(p for p in (REPO_ROOT / package).rglob(pattern) if is_code_file(p))
     return sorted(files)
 
 

@@ -21,12 +21,13 @@ from infra.committer import COMMIT_QUEUE_VISIBILITY_TIMEOUT, COMMITTER_TIMEOUT, 
 from infra.config import InstanceConfig
 from infra.dashboard import Dashboard
 from infra.data_bucket import DataBucket, check_bucket_name_length
-from infra.functions import FunctionNetwork, log_retention
+from infra.functions import FunctionNetwork, StatestoreFunction, log_retention
 from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.postgres import PostgresDatabase
 from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
+from infra.table_access import TableAccess
 from statestore import layout, resources
 from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
@@ -143,6 +144,19 @@ class StatestoreStack(Stack):
             # files. The snapshot function only touches partitions (always on the log): no database.
             self.postgres.connect(self.committer.function)
             self.postgres.connect(self.cleanup.function)
+            self.schema_migration = StatestoreFunction(
+                self,
+                "PostgresSchema",
+                handler="lambdas.postgres_schema.handler",
+                description="creates the file-reference database's schema and the role the functions use",
+                asset_dir=config.lambda_asset,
+                names=names,
+                memory_mb=256,
+                timeout=Duration.minutes(2),
+                log_retention_days=config.log_retention_days,
+                network=network,
+            )
+            self.postgres.migrate_with(self.schema_migration.function)
         self.policies = ManagedPolicies(self, "Policies", instance_id=config.instance_id, grants=self.grants)
         self.spark: SparkJobs | None = None
         if config.emr_serverless:
@@ -159,6 +173,18 @@ class StatestoreStack(Stack):
                 subnet_ids=config.emr_subnet_ids,
                 security_group_ids=config.emr_security_group_ids,
             )
+        # Callers confined to one table each (``scoped_tables``): its policies, and its Spark job role.
+        self.table_access = {
+            table_id: TableAccess(
+                self,
+                f"Table-{table_id}",
+                instance_id=config.instance_id,
+                table_id=table_id,
+                grants=self.grants,
+                spark=self.spark,
+            )
+            for table_id in config.scoped_tables
+        }
         self.alarms = Alarms(
             self,
             "Alarms",
@@ -288,9 +314,33 @@ class StatestoreStack(Stack):
                 self.spark.submit_policy.managed_policy_arn,
                 "submit Spark jobs to the application and watch them",
             )
+        for index, (table_id, access) in enumerate(self.table_access.items()):
+            key = f"ScopedTable{index + 1}"
+            outputs[f"{key}Id"] = (table_id, "a table whose callers have access to it alone")
+            outputs[f"{key}PolicyArns"] = (
+                ",".join(p.managed_policy_arn for p in (access.read_state, access.commit, access.data)),
+                "its read-state, commit and data policies",
+            )
+            if access.job_role is not None and access.submit_policy is not None:
+                outputs[f"{key}JobRoleArn"] = (access.job_role.role_arn, "execution role for its Spark jobs")
+                outputs[f"{key}JobRoleId"] = (
+                    access.job_role.role_id,
+                    "give this to the table's allowed senders (statestore tables senders)",
+                )
+                outputs[f"{key}SparkSubmitPolicyArn"] = (
+                    access.submit_policy.managed_policy_arn,
+                    "submit its Spark jobs (pass its job role only)",
+                )
         if self.postgres is not None:
             outputs["PostgresHost"] = (self.postgres.host, "the file-reference database (from its VPC)")
-            outputs["PostgresSecretArn"] = (self.postgres.secret.secret_arn, "its credentials")
+            outputs["PostgresSecretArn"] = (
+                self.postgres.secret.secret_arn,
+                "credentials of the app role the functions connect as",
+            )
+            outputs["PostgresMasterSecretArn"] = (
+                self.postgres.master_secret.secret_arn,
+                "the master user's (the schema migration alone reads it)",
+            )
         for key, (value, description) in outputs.items():
             CfnOutput(self, key, value=value, description=description)
 

@@ -204,8 +204,11 @@ def postgres_file_store(
     ``STATESTORE_POSTGRES_URL`` (a libpq URL or conninfo: the embedded runtime, a self-managed database);
     else ``STATESTORE_POSTGRES_HOST`` and ``STATESTORE_POSTGRES_SECRET_ARN``, which the stack sets on the
     functions it places in the database's VPC: the secret is read and the host given wins over the one in
-    it; ``STATESTORE_POSTGRES_SSLMODE`` (default ``require``) for a server without TLS. A pool of at most
-    two connections (one container handles one batch at a time); the schema is made if missing. Raises
+    it; ``STATESTORE_POSTGRES_SSLMODE`` (default ``verify-full``, against the bundled RDS certificate
+    authorities or ``PGSSLROOTCERT``; ``disable`` for a server without TLS). A pool of at most two
+    connections (one container handles one batch at a time). From a secret the functions connect as the
+    app role the schema migration made (lambdas/postgres_schema.py), which may not create the schema:
+    it is not tried. Raises
     ValueError when only one of host and secret is set.
     """
     from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
@@ -223,8 +226,9 @@ def postgres_file_store(
     from statestore.aws.secrets import database_settings
 
     secrets = make_client("secretsmanager", endpoint_url=endpoint_url)
-    sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "require"
-    return connect(conninfo_from_secret(database_settings(secrets, secret_arn, host), sslmode=sslmode))
+    sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "verify-full"
+    settings = database_settings(secrets, secret_arn, host)
+    return connect(conninfo_from_secret(settings, sslmode=sslmode), ensure_schema=False)
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

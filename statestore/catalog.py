@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +26,9 @@ class TableInfo:
     """A table's identity: a generated ``table_id`` that never changes, and a unique, renameable name.
 
     ``file_store`` says where its file references live (:data:`FILE_STORES`), chosen when it is created.
+    ``allowed_senders``: the principals whose commit requests the committer accepts for the table (IAM
+    unique ids, as SQS reports a message's sender: see :mod:`statestore.committer.senders`); empty
+    accepts anyone the queue lets send.
     """
 
     table_id: str
@@ -33,9 +37,11 @@ class TableInfo:
     properties: Mapping[str, str] = field(default_factory=dict)
     created_time: int = 0  # epoch milliseconds
     file_store: str = FILE_STORE_LOG
+    allowed_senders: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_file_store(self.file_store)
+        check_senders(self.allowed_senders)
 
     @property
     def files_in_rows(self) -> bool:
@@ -49,14 +55,17 @@ class TableInfo:
         schema: Schema,
         properties: Mapping[str, str] | None = None,
         file_store: str = FILE_STORE_LOG,
+        allowed_senders: Sequence[str] = (),
     ) -> TableInfo:
-        """A new table's info with a fresh id, after checking the name, properties and file store."""
+        """A new table's info with a fresh id, after checking the name, properties, file store and senders."""
         check_table_name(table_name)
         props = dict(properties or {})
         for key, value in props.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StateStoreError(f"table properties must map strings to strings, got {key!r}: {value!r}")
-        return cls(str(uuid.uuid4()), table_name, schema, props, now_millis(), file_store)
+        return cls(
+            str(uuid.uuid4()), table_name, schema, props, now_millis(), file_store, tuple(allowed_senders)
+        )
 
     def renamed(self, new_name: str) -> TableInfo:
         return replace(self, table_name=new_name)
@@ -69,6 +78,7 @@ class TableInfo:
             "properties": dict(self.properties),
             "created_time": self.created_time,
             "file_store": self.file_store,
+            "allowed_senders": list(self.allowed_senders),
         }
 
     @classmethod
@@ -81,9 +91,38 @@ class TableInfo:
                 properties=dict(data.get("properties", {})),
                 created_time=int(data.get("created_time", 0)),
                 file_store=data.get("file_store", FILE_STORE_LOG),
+                allowed_senders=tuple(data.get("allowed_senders", ())),
             )
         except KeyError as e:
             raise StateStoreError(f"table record is missing {e.args[0]!r}") from e
+
+
+# An IAM principal's unique id as SQS reports a message's sender (``SenderId``): a user's (``AIDA...``), a
+# role's (``AROA...``, then ``:<session name>`` for the session that sent), or an account's root (12 digits).
+_SENDER_ID = re.compile(r"^[A-Z0-9]{12,128}(:[\w+=,.@-]{1,64})?$")
+
+
+def check_sender_id(sender: object) -> None:
+    """Raise StateStoreError unless ``sender`` is a principal id a message's sender can match: a user's or
+    role's unique id (any session of the role), or ``<role id>:<session name>`` (that session only)."""
+    if isinstance(sender, str) and _SENDER_ID.match(sender):
+        return
+    hint = ""
+    if isinstance(sender, str) and sender.startswith("arn:"):
+        hint = (
+            ": give the principal's unique id, which SQS reports as a message's sender, not its ARN "
+            "(aws iam get-role --role-name NAME --query Role.RoleId; the stack outputs each scoped "
+            "table's job role id)"
+        )
+    raise StateStoreError(f"{sender!r} is not an IAM user or role id (AIDA..., AROA...){hint}")
+
+
+def check_senders(senders: object) -> None:
+    """Raise StateStoreError unless ``senders`` is a tuple of principal ids a sender can be matched to."""
+    if not isinstance(senders, tuple):
+        raise StateStoreError(f"a table's allowed senders must be a tuple of ids, got {senders!r}")
+    for sender in senders:
+        check_sender_id(sender)
 
 
 def check_file_store(file_store: object) -> None:
@@ -144,6 +183,11 @@ class TableIndex(ABC):
     def delete(self, table_id: str) -> None:
         """Forget a table (its id and its name). Raises TableNotFoundError for an unknown id."""
 
+    @abstractmethod
+    def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
+        """Replace the table's allowed senders (empty: anyone); returns the changed info. Raises
+        TableNotFoundError for an unknown id, StateStoreError for an id no sender can have."""
+
 
 class InMemoryTableIndex(TableIndex):
     def __init__(self) -> None:
@@ -193,6 +237,14 @@ class InMemoryTableIndex(TableIndex):
             self._id_by_name[new_name] = table_id
             self._by_id[table_id] = renamed
             return renamed
+
+    def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
+        with self._lock:
+            table = self._by_id.get(table_id)
+            if table is None:
+                raise TableNotFoundError(table_id)
+            changed = self._by_id[table_id] = replace(table, allowed_senders=tuple(senders))
+            return changed
 
     def delete(self, table_id: str) -> None:
         with self._lock:

@@ -116,18 +116,21 @@ class StateStoreClient:
         split_points: Sequence[Key] | None = None,
         properties: Mapping[str, str] | None = None,
         file_store: str = FILE_STORE_LOG,
+        allowed_senders: Sequence[str] = (),
     ) -> TableInfo:
         """Add a table and initialise its partitions (cut at ``split_points`` on the first row key).
 
         ``file_store`` says where its file references live: ``"log"`` (its transaction log) or
         ``"postgres"`` (rows of this client's file store; partitions stay on the log).
+        ``allowed_senders``: the IAM principal ids whose queued commit requests the committer accepts for
+        the table (empty: anyone the queue lets send; ``statestore.committer.senders``).
         Raises InvalidSchemaError, InvalidKeyError/InvalidPartitionSplitError for bad split points (nothing
         is written), TableAlreadyExistsError if the name is taken, StateStoreError for an unknown file
         store or a postgres table on a client without one.
         """
         parsed = parse_schema(schema)
         partitions = partitions_from_split_points(parsed, list(split_points or []))
-        table = TableInfo.new(name, parsed, properties, file_store)
+        table = TableInfo.new(name, parsed, properties, file_store, allowed_senders)
         if table.files_in_rows:
             self._require_file_store(table)
         self.table_index.create(table)
@@ -139,6 +142,13 @@ class StateStoreClient:
             self.log.delete_table(table.table_id)
             raise
         return table
+
+    def set_allowed_senders(self, table: str, senders: Sequence[str]) -> TableInfo:
+        """Replace the allowed senders of the table with this name (or else id); empty lets anyone the
+        queue allows send. A committer keeps using a table's record for up to a minute (its
+        ``table_info_ttl_ms``) before it sees the change. Raises TableNotFoundError, StateStoreError for an
+        id no sender can have."""
+        return self.table_index.set_allowed_senders(self.get_table(table).table_id, senders)
 
     def get_table(self, table: str) -> TableInfo:
         """The table with this name, or else this id. Raises TableNotFoundError."""

@@ -32,6 +32,11 @@ class InvalidQueryError(StateStoreError, ValueError):
     """A query of a table's state was asked with arguments it cannot answer (no files, a negative limit)."""
 
 
+class UnstorableValueError(StateStoreError, ValueError):
+    """A value a store cannot hold: text with a NUL character or a lone surrogate, a name too long for the
+    store's index, a number out of its range. The input is invalid; retrying cannot help."""
+
+
 # --- transaction validation -------------------------------------------------------------------------
 
 

@@ -206,8 +206,11 @@ MAX_DEAD_LETTER_REASON_CHARS = 2_000
 # cluster's) and which Secrets Manager secret holds its credentials.
 POSTGRES_DATABASE_NAME = "statestore"
 POSTGRES_HOST_ENV = "STATESTORE_POSTGRES_HOST"
-POSTGRES_SECRET_ARN_ENV = "STATESTORE_POSTGRES_SECRET_ARN"
-# libpq's sslmode for that connection: "require" (the default: the proxy requires TLS); "disable" for a
+POSTGRES_SECRET_ARN_ENV = "STATESTORE_POSTGRES_SECRET_ARN"  # the app role's (statestore.postgres.schema)
+# The master user's secret: only the schema migration (lambdas/postgres_schema.py) is given it.
+POSTGRES_MASTER_SECRET_ARN_ENV = "STATESTORE_POSTGRES_MASTER_SECRET_ARN"
+# libpq's sslmode for that connection: "verify-full" (the default: the certificate is checked against the
+# bundled RDS certificate authorities, statestore/postgres/tls.py); "disable" for a
 # local server without TLS.
 POSTGRES_SSLMODE_ENV = "STATESTORE_POSTGRES_SSLMODE"
 # A PostgreSQL connection URL (libpq conninfo): where tables whose files are in PostgreSQL keep them, for

@@ -4,6 +4,8 @@ its id. Both are written in one TransactWriteItems whose conditions keep names a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -20,6 +22,7 @@ _SCHEMA = "schema"  # JSON
 _PROPERTIES = "properties"  # JSON object of strings
 _CREATED = "created_time"
 _FILE_STORE = "file_store"  # absent on records written before tables could keep files in PostgreSQL: "log"
+_SENDERS = "allowed_senders"  # JSON list of principal ids; absent: anyone may send
 
 _RENAME_ATTEMPTS = 5
 
@@ -139,6 +142,25 @@ class DynamoDBTableIndex(TableIndex):
             return table.renamed(new_name)
         raise StateStoreError(f"table {table_id!r} kept changing while being renamed; try again")
 
+    def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
+        table = replace(self.get(table_id), allowed_senders=tuple(senders))  # checks the ids
+
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return TableNotFoundError(table_id) if code == "ConditionalCheckFailedException" else None
+
+        self.call(
+            f"set the allowed senders of table {table.table_name!r}",
+            self.dynamodb.update_item,
+            missing,
+            TableName=self.by_id_table,
+            Key={_ID: {"S": table_id}},
+            UpdateExpression="SET #s = :s",
+            ConditionExpression="attribute_exists(#i)",
+            ExpressionAttributeNames={"#s": _SENDERS, "#i": _ID},
+            ExpressionAttributeValues={":s": {"S": json.dumps(list(table.allowed_senders))}},
+        )
+        return table
+
     def delete(self, table_id: str) -> None:
         table = self.get(table_id)
 
@@ -197,6 +219,7 @@ def _record_item(table: TableInfo) -> dict[str, Any]:
         _PROPERTIES: {"S": json.dumps(dict(table.properties), sort_keys=True)},
         _CREATED: {"N": str(table.created_time)},
         _FILE_STORE: {"S": table.file_store},
+        **({_SENDERS: {"S": json.dumps(list(table.allowed_senders))}} if table.allowed_senders else {}),
     }
 
 
@@ -212,4 +235,5 @@ def _record(item: dict[str, Any]) -> TableInfo:
         properties=json.loads(item[_PROPERTIES]["S"]),
         created_time=int(item[_CREATED]["N"]),
         file_store=item.get(_FILE_STORE, {}).get("S", FILE_STORE_LOG),
+        allowed_senders=tuple(json.loads(item[_SENDERS]["S"])) if _SENDERS in item else (),
     )

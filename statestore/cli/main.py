@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = Session(args, out)
     try:
         _check_options(args)
+        session.postgres_url  # noqa: B018  (refuses a password given on the command line, whatever the command)
         code: int = args.run(session)
         return code
     except CliError as e:

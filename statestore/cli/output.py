@@ -197,6 +197,7 @@ def table_json(table: TableInfo) -> dict[str, Any]:
         "properties": dict(table.properties),
         "created_time": table.created_time,
         "file_store": table.file_store,
+        "allowed_senders": list(table.allowed_senders),
     }
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from statestore.catalog import TableInfo
 from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
@@ -85,7 +86,16 @@ class Session:
 
     @cached_property
     def postgres_url(self) -> str | None:
-        url: str | None = getattr(self.args, "postgres_url", None) or os.environ.get(POSTGRES_URL_ENV) or None
+        given: str | None = getattr(self.args, "postgres_url", None)
+        if given and has_password(given):
+            # A command line is visible to every user of the machine (ps, /proc): no password on it.
+            raise CliError(
+                "--postgres-url holds a password, which anyone on this machine can read from the command "
+                f"line: put the URL in ${POSTGRES_URL_ENV} instead, or keep the password in $PGPASSWORD or "
+                "~/.pgpass and leave it out of the URL",
+                EXIT_USAGE,
+            )
+        url: str | None = given or os.environ.get(POSTGRES_URL_ENV) or None
         return url
 
     @cached_property
@@ -192,3 +202,11 @@ def read_json(path: str, what: str) -> Any:
     except ValueError as e:
         source = "stdin" if path == "-" else repr(path)
         raise CliError(f"{what}: {source} is not valid JSON: {e}", EXIT_USAGE) from None
+
+
+def has_password(url: str) -> bool:
+    """Whether a libpq URL (``postgresql://user:password@host/db``) or key=value string holds a password."""
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        return bool(parts.password) or "password" in parse_qs(parts.query)
+    return bool(re.search(r"(^|\s)password\s*=", url))

@@ -1,4 +1,4 @@
-"""``statestore tables create|list|show|rename|delete``."""
+"""``statestore tables create|list|show|senders|rename|delete``."""
 
 from __future__ import annotations
 
@@ -57,7 +57,26 @@ def register(commands: Any, command: Command) -> None:
         "(give --postgres-url; partitions stay on the log, and time travel, incremental reads and job "
         "history need the log)",
     )
+    p.add_argument(
+        "--allowed-sender",
+        metavar="ID",
+        action="append",
+        help="an IAM user or role id (AIDA..., AROA...) whose queued commit requests the committer accepts "
+        "for the table (repeatable; default: anyone the queue lets send)",
+    )
     command(table_commands, "list", "list the tables", cmd_tables_list)
+    p = command(
+        table_commands,
+        "senders",
+        "show, set or clear who may commit to a table through the queue",
+        cmd_tables_senders,
+    )
+    p.add_argument("name", metavar="TABLE")
+    change = p.add_mutually_exclusive_group()
+    change.add_argument(
+        "--set", metavar="ID", action="append", help="allow this IAM user or role id (repeat for several)"
+    )
+    change.add_argument("--clear", action="store_true", help="allow anyone the queue lets send")
     p = command(table_commands, "show", "a table's schema, properties and state in figures", cmd_tables_show)
     p.add_argument("name", metavar="TABLE")
     p = command(table_commands, "rename", "rename a table (its id, log and data stay)", cmd_tables_rename)
@@ -85,6 +104,7 @@ def cmd_tables_create(s: Session) -> int:
         raise CliError(f"invalid schema in {args.schema!r}: {e}", EXIT_USAGE) from None
     points = _split_points(args, schema)
     properties = _properties(args.property or [])
+    senders = _senders(args.allowed_sender or [], "--allowed-sender")
     try:
         partitions = partitions_from_split_points(schema, points)
     except (InvalidKeyError, TransactionValidationError) as e:
@@ -94,7 +114,7 @@ def cmd_tables_create(s: Session) -> int:
         f"creating table {args.name!r} with {fmt.plural(len(points), 'split point')} at {s.where()}"
     )
     try:
-        table = s.client.create_table(args.name, schema, points, properties, args.file_store)
+        table = s.client.create_table(args.name, schema, points, properties, args.file_store, senders)
     except TableAlreadyExistsError as e:
         raise CliError(f"{e}; choose another name, or delete it first (statestore tables delete)") from None
     leaves = sum(1 for p in partitions if p.leaf)
@@ -103,6 +123,35 @@ def cmd_tables_create(s: Session) -> int:
         lambda: (
             f"created table {table.table_name!r} (id {table.table_id}) with "
             f"{fmt.plural(leaves, 'leaf partition')}"
+        ),
+    )
+    return EXIT_OK
+
+
+def _senders(ids: Sequence[str], option: str) -> list[str]:
+    """The sender ids given, each checked (exit 2 naming the option for one no sender can have)."""
+    from statestore.catalog import check_sender_id
+
+    for sender in ids:
+        try:
+            check_sender_id(sender)
+        except StateStoreError as e:
+            raise CliError(f"{option}: {e}", EXIT_USAGE) from None
+    return list(dict.fromkeys(ids))
+
+
+def cmd_tables_senders(s: Session) -> int:
+    args = s.args
+    if args.set or args.clear:
+        table = s.client.set_allowed_senders(args.name, _senders(args.set or [], "--set"))
+    else:
+        table = s.client.get_table(args.name)
+    senders = list(table.allowed_senders)
+    s.out.result(
+        {"table_name": table.table_name, "table_id": table.table_id, "allowed_senders": senders},
+        lambda: (
+            f"table {table.table_name!r} accepts queued commits from "
+            + (", ".join(senders) if senders else "anyone the queue lets send")
         ),
     )
     return EXIT_OK

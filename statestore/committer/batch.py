@@ -27,6 +27,7 @@ from statestore.committer.decisions import (
 )
 from statestore.committer.group import WarmTable, commit_fresh
 from statestore.committer.messages import CommitterStats, MessageResult, ReceivedMessage
+from statestore.committer.senders import refusal, sender_allowed
 from statestore.committer.sorting import FreshRequest, SortedBatch, parse_message, sort_batch, split_copies
 from statestore.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.engine import RetryPolicy
@@ -175,6 +176,19 @@ class BatchCommitter:
         except TableNotFoundError as e:
             reason = f"{e}; create the table (or fix the request's table id), then redrive the message"
             return {request.position: DeadLettered(reason, time=self.clock()) for request in fresh}
+        # Requests from senders the table does not allow are refused before anything of theirs is read.
+        refused: dict[int, Decision] = (
+            {
+                r.position: refusal(table.info, r.message.sender_id, r.request_id, self.clock())
+                for r in fresh
+                if not sender_allowed(r.message.sender_id, table.info.allowed_senders)
+            }
+            if table.info.allowed_senders
+            else {}
+        )
+        fresh = [r for r in fresh if r.position not in refused]
+        if not fresh:
+            return refused
         self._load(table)
 
         firsts, copies = split_copies(fresh)
@@ -187,7 +201,7 @@ class BatchCommitter:
         decisions = {request.position: by_request[request.request_id] for request in firsts}
         for copy, first in copies:
             decisions[copy.position] = decision_for_copy(by_request[first.request_id])
-        return decisions
+        return {**decisions, **refused}
 
     def _load(self, table: WarmTable) -> None:
         """Make sure the table's state is loaded, counting a warm (kept) or cold (read) load."""

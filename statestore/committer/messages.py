@@ -17,6 +17,7 @@ class ReceivedMessage:
     group_id: str
     receive_count: int = 1  # > 1 means it was delivered before and not acknowledged
     sent_timestamp: int = 0  # epoch ms, when the queue accepted it
+    sender_id: str | None = None  # the IAM principal that sent it (SQS's SenderId); None where unknown
 
     @classmethod
     def from_sqs_record(cls, record: Mapping[str, Any]) -> ReceivedMessage:
@@ -28,6 +29,7 @@ class ReceivedMessage:
             group_id=str(attributes.get("MessageGroupId", "")),
             receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
             sent_timestamp=int(attributes.get("SentTimestamp", 0)),
+            sender_id=str(attributes["SenderId"]) if attributes.get("SenderId") else None,
         )
 
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from functools import partial
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -24,9 +26,12 @@ from statestore.errors import (
     AccessDeniedError,
     CommitConflictError,
     CommitOutcomeUnknownError,
+    InvalidTransactionError,
     ResourceNotFoundError,
     StateStoreError,
     StoreUnavailableError,
+    TransactionValidationError,
+    UnstorableValueError,
 )
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition
@@ -34,6 +39,8 @@ from statestore.ports import FileCommitMember, FileCommitOutcome, FileReferenceS
 from statestore.postgres import schema
 from statestore.postgres.rows import REFERENCE_COLUMNS, file_reference, read_rows, write_changes
 from statestore.postgres.schema import COMMIT_NUMBERS, FILES, REFERENCES, REQUESTS
+from statestore.postgres.storable import check_text, text_problem, transaction_problem
+from statestore.postgres.tls import VERIFYING, bundled_ca_file, secure_conninfo
 from statestore.schema import Schema
 
 # A lost race: roll back and decide again. (psycopg's SerializationFailure and DeadlockDetected are not
@@ -45,6 +52,8 @@ _RACE_LOST: tuple[type[psycopg.Error], ...] = (
     psycopg.errors.TransactionRollback,
 )
 
+_T = TypeVar("_T")
+
 _READ_BATCH = 50_000
 # Files marked unreferenced per transaction by garbage collection's first phase.
 _MARK_CHUNK = 10_000
@@ -53,6 +62,14 @@ _MARK_CHUNK = 10_000
 class _Redo(Exception):
     """An attempt lost a race (a unique key taken, a deadlock, a serialisation failure, or a COMMIT that did
     not land): roll back and decide again on the rows the winner left."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _Refused(Exception):
+    """The server (or psycopg, encoding it) refused a value of the commit: a data error, not a failure."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
@@ -125,6 +142,16 @@ class PostgresFileReferenceStore(FileReferenceStore):
         the database cannot be reached, AccessDeniedError if it refuses the user."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        conninfo = secure_conninfo(conninfo)
+        if ensure_schema:
+            # Connecting now anyway: one connection first, outside the pool, which retries a refused
+            # connection until its timeout and then reports only that it waited, losing why (a certificate
+            # that fails verification, a wrong password, an unknown host). Without ensure_schema the store
+            # connects on first use, so a process whose database is down still serves its log tables.
+            try:
+                psycopg.connect(conninfo, connect_timeout=max(1, round(connect_timeout))).close()
+            except psycopg.Error as e:
+                raise _translated(e, "connecting") from e
         try:
             pool = ConnectionPool(
                 conninfo,
@@ -149,8 +176,7 @@ class PostgresFileReferenceStore(FileReferenceStore):
 
     def ensure_schema(self) -> None:
         """Create the store's tables, indexes and sequence where missing (idempotent)."""
-        with self._connection("creating the schema") as conn:
-            schema.ensure_schema(conn)
+        self._run("creating the schema", schema.ensure_schema)
 
     def close(self) -> None:
         """Close every connection of the pool; the store cannot be used afterwards."""
@@ -170,27 +196,38 @@ class PostgresFileReferenceStore(FileReferenceStore):
 
     # --- connections and errors -----------------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self, what: str) -> Iterator[psycopg.Connection]:
-        """A pooled connection (autocommit), with every psycopg error translated."""
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as e:
-            raise _translated(e, what) from e
+    def _run(self, what: str, work: Callable[[psycopg.Connection], _T], begin: str | None = None) -> _T:
+        """``work`` on a pooled connection, in a transaction opened with ``begin`` (committed when ``work``
+        returns, rolled back when it raises) or in autocommit; every psycopg error translated.
 
-    @contextmanager
-    def _transaction(self, begin: str, what: str) -> Iterator[psycopg.Connection]:
-        """One SQL transaction opened with ``begin``: committed if the block ends normally, rolled back if
-        it raises."""
-        with self._connection(what) as conn:
-            conn.execute(begin)
+        A pooled connection the server dropped while it sat idle (a restart, a failover, an idle timeout)
+        fails on its first use: it is discarded and ``work`` runs once more on a fresh one, as a commit
+        does. Everything run through here is a read or an idempotent write (a clear, a delete, marking
+        files already found unreferenced), so running it again is safe even if the first COMMIT landed.
+        """
+        for attempt in range(2):
+            used: list[psycopg.Connection] = []
             try:
-                yield conn
-            except BaseException:
-                _rollback(conn)
-                raise
-            conn.execute("COMMIT")
+                with self._pool.connection() as conn:
+                    used.append(conn)
+                    if begin is None:
+                        return work(conn)
+                    conn.execute(begin)
+                    try:
+                        result = work(conn)
+                    except BaseException:
+                        _rollback(conn)
+                        raise
+                    conn.execute("COMMIT")
+                    return result
+            except UnicodeEncodeError as e:
+                raise UnstorableValueError(f"PostgreSQL cannot hold a value while {what}: {e}") from e
+            except psycopg.Error as e:
+                lost = bool(used) and (used[0].broken or used[0].closed)
+                if attempt == 0 and lost and not _is_refused_value(e):
+                    continue
+                raise _translated(e, what) from e
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     # --- commits --------------------------------------------------------------------------------------
 
@@ -204,6 +241,45 @@ class PostgresFileReferenceStore(FileReferenceStore):
     ) -> FileCommitOutcome:
         # Raises ValueError for a member that is not a row transaction, before any connection is taken.
         file_rows.rows_read(m.transaction for m in members)
+        check_text("table id", table_id)
+        # A member holding a value no row can hold is rejected before anything is queried (see
+        # statestore.postgres.storable); the others are committed.
+        excluded: dict[int, TransactionValidationError] = {
+            i: problem
+            for i, m in enumerate(members)
+            if (problem := transaction_problem(m.transaction, m.request_id)) is not None
+        }
+        while True:
+            kept = [i for i in range(len(members)) if i not in excluded]
+            if not kept:
+                return FileCommitOutcome(None, update_time, (), {}, excluded, {})
+            run = [members[i] for i in kept]
+            try:
+                outcome = self._commit_storable(table_id, schema, partitions_by_id, run, update_time)
+            except _Refused as refused:
+                # The server refused a value the checks let through: find the members that carry it (each
+                # tried alone, rolled back) and commit the others; with none to blame, the input as a whole
+                # is invalid.
+                culprits = self._refused_members(table_id, schema, partitions_by_id, run, update_time)
+                if not culprits:
+                    raise UnstorableValueError(
+                        f"table {table_id!r}: PostgreSQL refused a value of a file-reference commit: "
+                        f"{refused.cause}"
+                    ) from refused.cause
+                excluded.update((kept[j], error) for j, error in culprits.items())
+                continue
+            return _remapped(outcome, kept, excluded)
+
+    def _commit_storable(
+        self,
+        table_id: str,
+        schema: Schema,
+        partitions_by_id: Mapping[str, Partition],
+        members: Sequence[FileCommitMember],
+        update_time: int,
+    ) -> FileCommitOutcome:
+        """Commit members whose values passed the checks, redoing a lost race; raises _Refused when the
+        server refuses a value anyway."""
         last_cause: BaseException | None = None
         for attempt in range(self._max_attempts):
             if attempt:
@@ -216,12 +292,14 @@ class PostgresFileReferenceStore(FileReferenceStore):
                 last_cause = redo.cause
             except PoolTimeout as e:
                 raise _translated(e, "committing file references") from e
-            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            except (psycopg.Error, UnicodeEncodeError) as e:
+                if _is_refused_value(e) or not isinstance(e, psycopg.Error):
+                    raise _Refused(e) from e
+                if not isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+                    raise _translated(e, "committing file references") from e
                 # The connection failed before COMMIT was sent: nothing was written, so it is safe to try
                 # again on another connection.
                 last_cause = e
-            except psycopg.Error as e:
-                raise _translated(e, "committing file references") from e
         if isinstance(last_cause, psycopg.OperationalError | psycopg.InterfaceError) and not isinstance(
             last_cause, _RACE_LOST
         ):
@@ -316,6 +394,36 @@ class PostgresFileReferenceStore(FileReferenceStore):
             return found.get(request_ids[0]) == number
         return None
 
+    def _refused_members(
+        self,
+        table_id: str,
+        schema: Schema,
+        partitions_by_id: Mapping[str, Partition],
+        members: Sequence[FileCommitMember],
+        update_time: int,
+    ) -> dict[int, TransactionValidationError]:
+        """The members whose values the server refuses, each tried alone in a transaction that is always
+        rolled back (nothing is written here). Other failures are not a member's fault: left to the commit."""
+        refused: dict[int, TransactionValidationError] = {}
+        for position, member in enumerate(members):
+            try:
+                with self._pool.connection() as conn:
+                    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    try:
+                        transactions = [member.transaction]
+                        read = read_rows(conn, table_id, file_rows.rows_read(transactions))
+                        decision = file_rows.decide(schema, partitions_by_id, read, transactions, update_time)
+                        if decision.committed:
+                            write_changes(conn, table_id, decision.changes)
+                    finally:
+                        _rollback(conn)
+            except (psycopg.Error, UnicodeEncodeError) as e:
+                if _is_refused_value(e):
+                    refused[position] = InvalidTransactionError(
+                        f"{member.transaction.TYPE}: PostgreSQL cannot hold a value of it: {e}"
+                    )
+        return refused
+
     @staticmethod
     def _found_requests(
         conn: psycopg.Connection, table_id: str, request_ids: Sequence[str]
@@ -331,44 +439,58 @@ class PostgresFileReferenceStore(FileReferenceStore):
     # --- reads and upkeep -----------------------------------------------------------------------------
 
     def files(self, table_id: str) -> dict[str, TableFile]:
-        with (
-            self._transaction(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "reading a table's files"
-            ) as conn,
-            collector_paused(),
-        ):
-            times = conn.execute(
-                f"SELECT filename, added_time, unreferenced_since FROM {FILES} WHERE table_id = %s",
-                (table_id,),
-            ).fetchall()
-            references: dict[str, list[FileReference]] = {name: [] for name, _, _ in times}
-            # A server-side cursor streams the references in batches: a million never sit in memory twice.
-            with conn.cursor(name="statestore_files") as cursor:
-                cursor.execute(
-                    f"SELECT {REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
-                )
-                while rows := cursor.fetchmany(_READ_BATCH):
-                    for row in rows:
-                        references[row[0]].append(file_reference(row))
-            return {
-                name: TableFile(name, tuple(references[name]), added if since is None else since)
-                for name, added, since in times
-            }
+        check_text("table id", table_id)
+
+        def read(conn: psycopg.Connection) -> dict[str, TableFile]:
+            with collector_paused():
+                times = conn.execute(
+                    f"SELECT filename, added_time, unreferenced_since FROM {FILES} WHERE table_id = %s",
+                    (table_id,),
+                ).fetchall()
+                references: dict[str, list[FileReference]] = {name: [] for name, _, _ in times}
+                # A server-side cursor streams the references in batches: a million never sit in memory
+                # twice.
+                with conn.cursor(name="statestore_files") as cursor:
+                    cursor.execute(
+                        f"SELECT {REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
+                    )
+                    while rows := cursor.fetchmany(_READ_BATCH):
+                        for row in rows:
+                            references[row[0]].append(file_reference(row))
+                return {
+                    name: TableFile(name, tuple(references[name]), added if since is None else since)
+                    for name, added, since in times
+                }
+
+        return self._run("reading a table's files", read, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def has_files(self, table_id: str) -> bool:
-        with self._connection("reading whether a table has files") as conn:
-            cursor = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {FILES} WHERE table_id = %s)", (table_id,))
-            return bool(_one_value(cursor))
+        check_text("table id", table_id)
+        query = f"SELECT EXISTS (SELECT 1 FROM {FILES} WHERE table_id = %s)"
+        return bool(
+            self._run(
+                "reading whether a table has files", lambda conn: _one_value(conn.execute(query, (table_id,)))
+            )
+        )
 
     def committed_requests(self, table_id: str, request_ids: Iterable[str]) -> dict[str, int]:
-        with self._connection("reading committed requests") as conn:
-            return self._found_requests(conn, table_id, list(request_ids))
+        check_text("table id", table_id)
+        # A request id no row can hold was never committed here.
+        wanted = [r for r in request_ids if text_problem(r) is None]
+        return self._run(
+            "reading committed requests", lambda conn: self._found_requests(conn, table_id, wanted)
+        )
 
     def clear(self, table_id: str) -> int:
-        with self._transaction("BEGIN ISOLATION LEVEL READ COMMITTED", "clearing a table's files") as conn:
+        check_text("table id", table_id)
+
+        def clear(conn: psycopg.Connection) -> int:
             conn.execute(f"DELETE FROM {REFERENCES} WHERE table_id = %s", (table_id,))
             conn.execute(f"DELETE FROM {FILES} WHERE table_id = %s", (table_id,))
-            return _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
+            number: int = _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
+            return number
+
+        return self._run("clearing a table's files", clear, "BEGIN ISOLATION LEVEL READ COMMITTED")
 
     def mark_unreferenced(self, table_id: str, now: int) -> int:
         # A file never gains a reference once it has none, so a file found with none stays so. The set
@@ -378,49 +500,56 @@ class PostgresFileReferenceStore(FileReferenceStore):
         # then locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with
         # it, a chunk per transaction so no lock is held for the whole table; each chunk is a range of names,
         # so it reads its own part of the primary key, not the table's.
-        with self._connection("finding unreferenced files") as conn:
-            names = sorted(
-                name
-                for (name,) in conn.execute(
+        check_text("table id", table_id)
+        names = sorted(
+            name
+            for (name,) in self._run(
+                "finding unreferenced files",
+                lambda conn: conn.execute(
                     f"SELECT filename FROM {FILES} WHERE table_id = %s AND unreferenced_since IS NULL "
                     f"EXCEPT SELECT filename FROM {REFERENCES} WHERE table_id = %s",
                     (table_id, table_id),
-                )
+                ).fetchall(),
             )
+        )
+
+        def mark(conn: psycopg.Connection, chunk: list[str]) -> int:
+            locked = [
+                name
+                for (name,) in conn.execute(
+                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename BETWEEN %s AND %s "
+                    "AND filename = ANY(%s) AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
+                    (table_id, chunk[0], chunk[-1], chunk),
+                )
+            ]
+            # Checked again under the lock: a file deleted and added again with references since the
+            # difference was read is a new row, and would otherwise be marked as if it had none.
+            referenced = {
+                name
+                for (name,) in conn.execute(
+                    f"SELECT DISTINCT filename FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
+                    (table_id, locked),
+                )
+            }
+            return conn.execute(
+                f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s "
+                "AND filename BETWEEN %s AND %s AND filename = ANY(%s)",
+                (now, table_id, chunk[0], chunk[-1], [n for n in locked if n not in referenced]),
+            ).rowcount
+
         marked = 0
         for start in range(0, len(names), _MARK_CHUNK):
             chunk = names[start : start + _MARK_CHUNK]
             begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
-            with self._transaction(begin, "marking unreferenced files") as conn:
-                locked = [
-                    name
-                    for (name,) in conn.execute(
-                        f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename BETWEEN %s AND %s "
-                        "AND filename = ANY(%s) AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
-                        (table_id, chunk[0], chunk[-1], chunk),
-                    )
-                ]
-                # Checked again under the lock: a file deleted and added again with references since the
-                # difference was read is a new row, and would otherwise be marked as if it had none.
-                referenced = {
-                    name
-                    for (name,) in conn.execute(
-                        f"SELECT DISTINCT filename FROM {REFERENCES} "
-                        "WHERE table_id = %s AND filename = ANY(%s)",
-                        (table_id, locked),
-                    )
-                }
-                marked += conn.execute(
-                    f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s "
-                    "AND filename BETWEEN %s AND %s AND filename = ANY(%s)",
-                    (now, table_id, chunk[0], chunk[-1], [n for n in locked if n not in referenced]),
-                ).rowcount
+            marked += self._run("marking unreferenced files", partial(mark, chunk=chunk), begin)
         return marked
 
     def files_ready_for_gc(self, table_id: str, before: int, limit: int | None = None) -> list[str]:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        with self._connection("finding files ready for garbage collection") as conn:
+        check_text("table id", table_id)
+
+        def find(conn: psycopg.Connection) -> list[str]:
             marked = [
                 name
                 for (name,) in conn.execute(
@@ -440,23 +569,34 @@ class PostgresFileReferenceStore(FileReferenceStore):
             }
             return [name for name in marked if name not in referenced]
 
+        return self._run("finding files ready for garbage collection", find)
+
     def forget_requests(self, table_id: str, before: int) -> int:
-        with self._connection("forgetting old requests") as conn:
-            cursor = conn.execute(
-                f"DELETE FROM {REQUESTS} WHERE table_id = %s AND recorded_time < %s", (table_id, before)
-            )
-            return cursor.rowcount
+        check_text("table id", table_id)
+        return self._run(
+            "forgetting old requests",
+            lambda conn: (
+                conn.execute(
+                    f"DELETE FROM {REQUESTS} WHERE table_id = %s AND recorded_time < %s", (table_id, before)
+                ).rowcount
+            ),
+        )
 
     def delete_table(self, table_id: str) -> None:
-        with self._transaction("BEGIN ISOLATION LEVEL READ COMMITTED", "deleting a table's rows") as conn:
+        check_text("table id", table_id)
+
+        def delete(conn: psycopg.Connection) -> None:
             for table in (REFERENCES, FILES, REQUESTS):
                 conn.execute(f"DELETE FROM {table} WHERE table_id = %s", (table_id,))
 
+        self._run("deleting a table's rows", delete, "BEGIN ISOLATION LEVEL READ COMMITTED")
 
-def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "require") -> str:
+
+def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "verify-full") -> str:
     """A libpq connection string from a Secrets Manager secret of the shape RDS writes for a database user
     (JSON ``{"host", "port", "username", "password", "dbname"}``; ``dbname`` defaults to ``postgres``).
-    ``sslmode="require"`` encrypts the connection, as RDS and Aurora expect. Raises ValueError naming what is
+    ``sslmode="verify-full"`` encrypts the connection and verifies the server's certificate and name against
+    the bundled RDS certificate authorities (``statestore.postgres.tls``). Raises ValueError naming what is
     missing from the secret."""
     fields = json.loads(secret) if isinstance(secret, str) else dict(secret)
     if not isinstance(fields, dict):
@@ -464,6 +604,11 @@ def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "
     missing = [key for key in ("host", "username", "password") if not fields.get(key)]
     if missing:
         raise ValueError(f"the database secret has no {', '.join(missing)}: expected the JSON RDS writes")
+    verify = (
+        {"sslrootcert": bundled_ca_file()}
+        if sslmode in VERIFYING and not os.environ.get("PGSSLROOTCERT")
+        else {}
+    )
     return make_conninfo(
         host=str(fields["host"]),
         port=str(fields.get("port") or 5432),
@@ -471,6 +616,7 @@ def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "
         password=str(fields["password"]),
         dbname=str(fields.get("dbname") or "postgres"),
         sslmode=sslmode,
+        **verify,
     )
 
 
@@ -498,8 +644,9 @@ def _translated(error: psycopg.Error, what: str) -> StateStoreError:
         psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedObject,
     ):
         return ResourceNotFoundError(
-            f"the statestore schema is missing in the database while {what}: {error}; connect with "
-            "ensure_schema=True (PostgresFileReferenceStore.connect) to create it"
+            f"the statestore schema is missing in the database while {what}: {error}; run the schema "
+            "migration (statestore.postgres.schema.migrate; the stack's deploy does), or connect as a user "
+            "that may create it with ensure_schema=True (PostgresFileReferenceStore.connect)"
         )
     if isinstance(error, PoolTimeout):
         return StoreUnavailableError(
@@ -507,3 +654,28 @@ def _translated(error: psycopg.Error, what: str) -> StateStoreError:
             f"pooled connection stayed busy): {error}"
         )
     return StoreUnavailableError(f"PostgreSQL failed while {what}: {error}")
+
+
+def _is_refused_value(error: BaseException) -> bool:
+    """Whether ``error`` refuses a value (a data exception, a program limit such as an index row too large,
+    text psycopg cannot encode), which no retry can change."""
+    if isinstance(error, UnicodeEncodeError | psycopg.DataError):
+        return True
+    return isinstance(error, psycopg.Error) and (error.sqlstate or "")[:2] in ("22", "54")
+
+
+def _remapped(
+    outcome: FileCommitOutcome, kept: Sequence[int], excluded: Mapping[int, TransactionValidationError]
+) -> FileCommitOutcome:
+    """``outcome`` of a commit of the members at positions ``kept``, as positions of the whole commit, the
+    ``excluded`` members rejected."""
+    if not excluded:
+        return outcome
+    return FileCommitOutcome(
+        outcome.commit_number,
+        outcome.update_time,
+        tuple(kept[p] for p in outcome.committed),
+        {kept[p]: number for p, number in outcome.found.items()},
+        {**{kept[p]: e for p, e in outcome.rejected.items()}, **excluded},
+        {kept[p]: parts for p, parts in outcome.skipped_parts.items()},
+    )

@@ -4,13 +4,22 @@ option 3), created idempotently by :func:`ensure_schema`.
 One SQL table each for files, references and request ids, shared by every statestore table, so a new table
 needs no DDL and the connection's plans are reused across tables. Commit numbers come from a sequence, not a
 counter row, which would serialise every commit of every table.
+
+The deployed functions connect as :data:`APP_ROLE`, not as the master user: :func:`migrate` (run as the
+master user, by the stack's schema-migration function at deploy time) creates the schema and that role,
+which may read and change the rows and draw commit numbers, and nothing else: no DDL, no TRUNCATE, no other
+schema, no roles. Its password is set as a SCRAM verifier computed here, so the password itself never
+reaches the server or its logs.
 """
 
 from __future__ import annotations
 
 import psycopg
+from psycopg import sql
 
 SCHEMA = "statestore"
+# The role the functions connect as (the stack's app secret holds its password).
+APP_ROLE = "statestore_app"
 FILES = f"{SCHEMA}.files"
 REFERENCES = f"{SCHEMA}.file_references"
 REQUESTS = f"{SCHEMA}.requests"
@@ -79,10 +88,50 @@ DDL: tuple[str, ...] = (
 )
 
 
-def ensure_schema(connection: psycopg.Connection) -> None:
+def ensure_schema(
+    connection: psycopg.Connection, app_role: str | None = None, app_password: str | None = None
+) -> None:
     """Create the schema, tables, indexes and sequence that are missing, in one transaction; safe to call
-    from several processes at once and again on a database that has them."""
+    from several processes at once and again on a database that has them. With ``app_role``, also create
+    that role if missing (it needs CREATEROLE) and grant it what the store does, and no more; with
+    ``app_password``, let it log in with that password."""
     with connection.transaction():
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
         for statement in DDL:
             connection.execute(statement)
+        if app_role is not None:
+            _grant_app_role(connection, app_role, app_password)
+
+
+def _grant_app_role(connection: psycopg.Connection, role: str, password: str | None) -> None:
+    name = sql.Identifier(role)
+    exists = connection.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if exists is None:
+        connection.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(name))
+    # Exactly what the store's statements need: rows read, locked (FOR UPDATE needs UPDATE), written by
+    # COPY and INSERT, updated and deleted; nextval on the commit numbers.
+    connection.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(SCHEMA), name))
+    for table in (FILES, REFERENCES, REQUESTS):
+        connection.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(_qualified(table), name)
+        )
+    connection.execute(sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(_qualified(COMMIT_NUMBERS), name))
+    if password is not None:
+        verifier = connection.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256")
+        connection.execute(
+            sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(name, sql.Literal(verifier.decode()))
+        )
+
+
+def _qualified(name: str) -> sql.Composable:
+    schema, table = name.split(".")
+    return sql.Identifier(schema, table)
+
+
+def migrate(conninfo: str, app_role: str = APP_ROLE, app_password: str | None = None) -> None:
+    """Bring the database ``conninfo`` names (as a user that may create schemas and roles: RDS's master
+    user) up to the store's schema, with ``app_role`` for the functions to connect as."""
+    from statestore.postgres.tls import secure_conninfo
+
+    with psycopg.connect(secure_conninfo(conninfo), autocommit=True) as connection:
+        ensure_schema(connection, app_role, app_password)

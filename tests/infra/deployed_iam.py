@@ -24,13 +24,24 @@ a different resource or action than AWS does, which would deny calls the deploye
   Here each key is checked (a denied key denies the whole request). A PutObject with tags also needs
   s3:PutObjectTagging, as in AWS.
 
-Not enforced: CloudWatch Logs and X-Ray (the handlers do not call them in tests), and conditions in
-statements (the stack's role and managed policies have none; a trust policy's are not checked here).
+Conditions are evaluated as IAM does for the keys the per-table grants use (``infra/table_grants.py``):
+``dynamodb:LeadingKeys`` (every partition key a request names, per table), ``s3:prefix`` (a listing's
+prefix), with ``StringEquals``, ``StringLike`` and their ``ForAllValues:``/``ForAnyValue:`` forms. As in
+IAM, a missing key fails a plain condition and passes a ``ForAllValues`` one, and an Allow whose condition
+fails allows nothing (moto's own evaluation ignores what it does not know and turns a failed condition
+into an explicit deny). An operator or key this module does not know fails the test, never passes it.
+
+SQS: a message sent inside :func:`iam_enforced` carries its sender as AWS reports it (``SenderId``: the
+IAM user's id), not moto's fixed one, so the committer's sender check can be shown.
+
+Not enforced: CloudWatch Logs and X-Ray (the handlers do not call them in tests), and trust policies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import fnmatch
 import json
 import re
 import xml.etree.ElementTree as ElementTree
@@ -42,10 +53,11 @@ from moto.awslambda.models import lambda_backends
 from moto.awslambda.responses import LambdaResponse
 from moto.core.authorization import enable_iam_authentication
 from moto.dynamodb.responses import DynamoHandler
-from moto.iam.access_control import IAMRequest, S3IAMRequest
+from moto.iam.access_control import IAMPolicyStatement, IAMRequest, PermissionResult, S3IAMRequest
 from moto.s3.responses import S3Response
 from moto.secretsmanager.models import secretsmanager_backends
 from moto.secretsmanager.responses import SecretsManagerResponse
+from moto.sqs import models as sqs_models
 from moto.sqs.exceptions import QueueDoesNotExist
 from moto.sqs.responses import SQSResponse
 
@@ -234,6 +246,12 @@ def create_user(iam: Any, name: str, statements: list[dict[str, Any]]) -> dict[s
     return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
 
 
+def sender_id(user_id: str) -> str:
+    """The ``SenderId`` SQS reports for the IAM user whose moto id is ``user_id``: AWS's form of a user's
+    unique id (``AIDA`` and upper-case letters and digits), which moto's ids are not."""
+    return "AIDA" + user_id.upper()
+
+
 # --- enforcement ----------------------------------------------------------------------------------------
 
 
@@ -249,6 +267,8 @@ def iam_enforced() -> Iterator[None]:
             (SecretsManagerResponse, "_authenticate_and_authorize_normal_action", _authorize_secrets),
         ):
             stack.enter_context(_patched(cls, name, replacement))
+        stack.enter_context(_patched(IAMPolicyStatement, "is_action_permitted", _statement_permits))
+        stack.enter_context(_patched(sqs_models.Message, "__init__", _message_with_sender))
         stack.enter_context(enable_iam_authentication())
         yield
 
@@ -267,7 +287,80 @@ def _patched(cls: type, name: str, replacement: Callable[..., Any]) -> Iterator[
         setattr(cls, name, original)
 
 
-def _authorize(handler: Any, request_cls: type, action: str, resource: str) -> None:
+# The condition keys of the request being authorised, and the IAM id of the caller sending to SQS.
+_CONTEXT: contextvars.ContextVar[dict[str, list[str]] | None] = contextvars.ContextVar(
+    "iam_context", default=None
+)
+_SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sqs_sender", default=None)
+_OPERATORS = {
+    "StringEquals": lambda value, pattern: value == pattern,
+    "StringLike": lambda value, pattern: fnmatch.fnmatchcase(value, pattern),
+}
+
+
+def _statement_permits(
+    original: Any, statement: Any, action: str, resource: str = "*", principal: Any = None, *rest: Any
+) -> PermissionResult:
+    """moto's evaluation of one statement, with its conditions evaluated as IAM does."""
+    conditions = statement._statement.get("Condition")
+    if not conditions:
+        return original(statement, action, resource, principal, *rest)
+    result = original(
+        IAMPolicyStatement({k: v for k, v in statement._statement.items() if k != "Condition"}),
+        action, resource, principal, *rest,
+    )  # fmt: skip
+    if result is PermissionResult.NEUTRAL or _conditions_hold(conditions, _CONTEXT.get() or {}):
+        return result
+    return PermissionResult.NEUTRAL if statement._statement["Effect"] == "Allow" else result
+
+
+def _conditions_hold(conditions: dict[str, dict[str, Any]], context: dict[str, list[str]]) -> bool:
+    for operator, keys in conditions.items():
+        qualifier, _, name = operator.rpartition(":")
+        if name not in _OPERATORS or qualifier not in ("", "ForAllValues", "ForAnyValue"):
+            raise AssertionError(f"teach tests/infra/deployed_iam.py the condition operator {operator}")
+        for key, expected in keys.items():
+            patterns = expected if isinstance(expected, list) else [expected]
+            values = context.get(key)
+            if values is None and key not in _KNOWN_KEYS:
+                raise AssertionError(f"teach tests/infra/deployed_iam.py the condition key {key}")
+            values = values or []
+
+            def any_pattern(
+                value: str, patterns: list[str] = patterns, match: Any = _OPERATORS[name]
+            ) -> bool:
+                return any(match(value, p) for p in patterns)
+
+            if qualifier == "ForAllValues":
+                holds = all(any_pattern(v) for v in values)  # true for no values, as in IAM
+            elif qualifier == "ForAnyValue":
+                holds = any(any_pattern(v) for v in values)
+            else:
+                holds = len(values) == 1 and any_pattern(values[0])
+            if not holds:
+                return False
+    return True
+
+
+_KNOWN_KEYS = frozenset(
+    {"dynamodb:LeadingKeys", "s3:prefix", "iam:PassedToService", "aws:SourceAccount", "aws:SourceArn"}
+)
+
+
+def _message_with_sender(original: Any, message: Any, *args: Any, **kwargs: Any) -> None:
+    original(message, *args, **kwargs)
+    sender = _SENDER.get()
+    if sender is not None:
+        message.sender_id = sender
+
+
+def _authorize(
+    handler: Any,
+    request_cls: type,
+    action: str,
+    resource: str,
+    context: dict[str, list[str]] | None = None,
+) -> None:
     """What moto's ActionAuthenticatorMixin does, for an action and resource of our choosing."""
     path = handler.raw_path
     if urlparse(handler.uri).query:
@@ -282,7 +375,14 @@ def _authorize(handler: Any, request_cls: type, action: str, resource: str) -> N
         action=action,
     )
     request.check_signature()
-    request.check_action_permitted(resource)
+    token = _CONTEXT.set(context or {})
+    try:
+        request.check_action_permitted(resource)
+    finally:
+        _CONTEXT.reset(token)
+    if request_cls is IAMRequest and action == "SendMessage":
+        access_key = request._access_key
+        _SENDER.set(sender_id(access_key.backend.get_user(access_key._owner_user_name).id))
 
 
 _TRANSACT_ITEM_ACTIONS = {
@@ -296,22 +396,57 @@ _TRANSACT_ITEM_ACTIONS = {
 
 def _authorize_dynamodb(_original: Any, handler: Any, resource: str = "*") -> None:
     action, params = handler._get_action(), getattr(handler, "params", {}) or {}
+    checks: list[tuple[str, str | None, list[dict[str, Any]]]]  # action, table, items naming keys
     if action in ("TransactWriteItems", "TransactGetItems"):
         checks = [
-            (_TRANSACT_ITEM_ACTIONS[kind], request["TableName"])
+            (_TRANSACT_ITEM_ACTIONS[kind], request["TableName"], [request.get("Key") or request.get("Item")])
             for item in params["TransactItems"]
             for kind, request in item.items()
         ]
     elif "RequestItems" in params:  # BatchGetItem, BatchWriteItem
-        checks = [(action, table) for table in params["RequestItems"]]
+        checks = [(action, table, _batch_keys(request)) for table, request in params["RequestItems"].items()]
     elif "TableName" in params:
         index = f"/index/{params['IndexName']}" if params.get("IndexName") else ""
-        checks = [(action, params["TableName"] + index)]
+        checks = [(action, params["TableName"] + index, [params.get("Key") or params.get("Item") or {}])]
     else:
-        checks = [(action, None)]
-    for checked_action, table in checks:
+        checks = [(action, None, [])]
+    for checked_action, table, items in checks:
         arn = f"arn:aws:dynamodb:{handler.region}:{handler.current_account}:table/{table}" if table else "*"
-        _authorize(handler, IAMRequest, checked_action, arn)
+        context = {}
+        if table is not None:
+            leading = _leading_keys(handler, table.split("/index/")[0], action, params, items)
+            if leading is not None:
+                context["dynamodb:LeadingKeys"] = leading
+        _authorize(handler, IAMRequest, checked_action, arn, context)
+
+
+def _batch_keys(request: Any) -> list[dict[str, Any]]:
+    if isinstance(request, dict):  # BatchGetItem
+        return list(request.get("Keys", []))
+    return [  # BatchWriteItem
+        (write.get("PutRequest") or {}).get("Item") or (write.get("DeleteRequest") or {}).get("Key") or {}
+        for write in request
+    ]
+
+
+def _leading_keys(
+    handler: Any, table: str, action: str, params: dict[str, Any], items: list[dict[str, Any]]
+) -> list[str] | None:
+    """The partition key values a request names on ``table`` (None: the request names none, as a Scan)."""
+    try:
+        hash_key = handler.dynamodb_backend.get_table(table).hash_key_attr
+    except Exception:  # a table moto does not have: the request fails on its own
+        return None
+    if action == "Query":
+        names = params.get("ExpressionAttributeNames") or {}
+        values = params.get("ExpressionAttributeValues") or {}
+        for clause in re.split(r"\s+AND\s+", params.get("KeyConditionExpression", ""), flags=re.IGNORECASE):
+            match = re.fullmatch(r"\s*(#?\w+)\s*=\s*(:\w+)\s*", clause)
+            if match and names.get(match[1], match[1]) == hash_key:
+                return [str(next(iter(values[match[2]].values())))]
+        return None
+    keys = [str(next(iter(item[hash_key].values()))) for item in items if item and hash_key in item]
+    return keys or None
 
 
 # SQS authorises a batch request by the permission of its single-message action.
@@ -364,6 +499,11 @@ def _authorize_s3(
     original: Any, handler: Any, bucket_name: str | None = None, key_name: str | None = None
 ) -> None:
     action = handler.data.get("Action")
+    if action == "ListBucket" and bucket_name:
+        prefix = handler.querystring.get("prefix")
+        context = {"s3:prefix": [prefix[0]]} if prefix else {}
+        _authorize(handler, S3IAMRequest, "ListBucket", f"arn:aws:s3:::{bucket_name}", context)
+        return
     if action == "DeleteObject" and key_name is None and bucket_name and handler.is_delete_keys():
         for key in ElementTree.fromstring(handler.body).iterfind("{*}Object/{*}Key"):
             _authorize(handler, S3IAMRequest, "DeleteObject", f"arn:aws:s3:::{bucket_name}/{key.text}")

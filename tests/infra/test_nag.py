@@ -56,6 +56,14 @@ def test_the_postgres_option_leaves_nothing_unacknowledged(
     assert violations(tmp_path) == []
 
 
+def test_scoped_tables_leave_nothing_unacknowledged(tmp_path: Path, fake_asset: Path) -> None:
+    """Each table's own policies, job role and submit policy (infra/table_access.py)."""
+    tables = "0a0a0a0a-1111-4222-8333-444444444444,0b0b0b0b-1111-4222-8333-444444444444"
+    app, _ = checked_app(tmp_path, fake_asset, scoped_tables=tables)
+    app.synth()
+    assert violations(tmp_path) == []
+
+
 @pytest.mark.parametrize(
     "overrides", [{}, *POSTGRES_CONTEXTS], ids=["default", "proxy", "no-proxy", "disposable"]
 )

@@ -11,6 +11,8 @@ from aws_cdk import assertions
 
 from infra.functions import VPC_ACCESS_ACTIONS
 from infra.postgres import HOST_ENV, SECRET_ARN_ENV
+from statestore.postgres.schema import APP_ROLE
+from statestore.resources import POSTGRES_MASTER_SECRET_ARN_ENV as MASTER_SECRET_ARN_ENV
 from statestore.resources import POSTGRES_SERVER_SETTINGS
 from tests.infra.conftest import SynthStack
 from tests.infra.test_stack import CLEANUP, COMMITTER, SNAPSHOT, statements_of
@@ -20,6 +22,7 @@ Match = assertions.Match
 pytestmark = pytest.mark.infra
 
 USERS = (COMMITTER, CLEANUP)  # the functions that use the database
+MIGRATION = "lambdas.postgres_schema.handler"
 POSTGRES_TYPES = (
     "AWS::EC2::VPC",
     "AWS::EC2::Subnet",
@@ -143,15 +146,61 @@ def test_a_protected_cluster_leaves_a_snapshot_and_a_disposable_one_goes_with_th
 # --- the proxy --------------------------------------------------------------------------------------------
 
 
-def test_the_proxy_requires_tls_and_authenticates_with_the_clusters_secret(with_proxy: Any) -> None:
+def test_the_proxy_requires_tls_and_authenticates_the_master_user_and_the_app_role(with_proxy: Any) -> None:
     _, proxy = one(with_proxy, "AWS::RDS::DBProxy")
     properties = proxy["Properties"]
     assert properties["RequireTLS"] is True
     assert properties["EngineFamily"] == "POSTGRESQL"
     assert properties["DBProxyName"] == "statestore-main-postgres"
-    [auth] = properties["Auth"]
-    assert auth["AuthScheme"] == "SECRETS" and auth["IAMAuth"] == "DISABLED"
-    assert auth["SecretArn"] == function(with_proxy, COMMITTER)["Environment"]["Variables"][SECRET_ARN_ENV]
+    auths = properties["Auth"]
+    assert {(a["AuthScheme"], a["IAMAuth"]) for a in auths} == {("SECRETS", "DISABLED")}
+    app_secret = function(with_proxy, COMMITTER)["Environment"]["Variables"][SECRET_ARN_ENV]
+    master_secret = function(with_proxy, MIGRATION)["Environment"]["Variables"][MASTER_SECRET_ARN_ENV]
+    assert [a["SecretArn"] for a in auths] == [master_secret, app_secret]
+    assert master_secret != app_secret
+
+
+# --- the database users -----------------------------------------------------------------------------------
+
+
+def test_the_app_secret_is_generated_for_the_app_role(with_proxy: Any) -> None:
+    secrets = with_proxy.find_resources("AWS::SecretsManager::Secret")
+    templates = sorted(
+        json.dumps(s["Properties"]["GenerateSecretString"]["SecretStringTemplate"]) for s in secrets.values()
+    )
+    assert len(templates) == 2
+    assert "statestore_app" == APP_ROLE and any(f'\\"username\\":\\"{APP_ROLE}\\"' in t for t in templates)
+    assert any('\\"username\\":\\"statestore\\"' in t for t in templates)
+
+
+@pytest.mark.parametrize("handler", USERS)
+def test_the_functions_may_not_read_the_master_secret(with_proxy: Any, handler: str) -> None:
+    master = function(with_proxy, MIGRATION)["Environment"]["Variables"][MASTER_SECRET_ARN_ENV]
+    assert MASTER_SECRET_ARN_ENV not in function(with_proxy, handler)["Environment"]["Variables"]
+    readable = [
+        s["Resource"]
+        for s in statements_of(with_proxy, handler)
+        if "secretsmanager:GetSecretValue" in _actions(s)
+    ]
+    assert readable and master not in readable
+
+
+def test_the_schema_migration_runs_at_deploy_once_the_proxy_exists_and_alone_reads_both_secrets(
+    with_proxy: Any,
+) -> None:
+    proxy_id, _ = one(with_proxy, "AWS::RDS::DBProxy")
+    variables = function(with_proxy, MIGRATION)["Environment"]["Variables"]
+    readable = {
+        json.dumps(resource, sort_keys=True)
+        for s in statements_of(with_proxy, MIGRATION)
+        if "secretsmanager:GetSecretValue" in _actions(s)
+        for resource in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+    }
+    assert readable == {
+        json.dumps(variables[name], sort_keys=True) for name in (MASTER_SECRET_ARN_ENV, SECRET_ARN_ENV)
+    }
+    [(_, trigger)] = with_proxy.find_resources("Custom::Trigger").items()
+    assert proxy_id in trigger.get("DependsOn", [])
 
 
 # --- the network ------------------------------------------------------------------------------------------

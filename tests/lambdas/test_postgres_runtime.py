@@ -7,13 +7,21 @@ import json
 from collections.abc import Iterator
 
 import boto3
+import psycopg
 import pytest
 from moto import mock_aws
 
 from lambdas._runtime import postgres_file_store
+from lambdas.postgres_schema import migrate_from_environment
 from statestore.errors import ResourceNotFoundError, StateStoreError
 from statestore.ports import FileCommitMember
-from statestore.resources import POSTGRES_HOST_ENV, POSTGRES_SECRET_ARN_ENV, POSTGRES_SSLMODE_ENV
+from statestore.postgres.schema import APP_ROLE
+from statestore.resources import (
+    POSTGRES_HOST_ENV,
+    POSTGRES_MASTER_SECRET_ARN_ENV,
+    POSTGRES_SECRET_ARN_ENV,
+    POSTGRES_SSLMODE_ENV,
+)
 from statestore.transactions import AddFiles
 from tests.builders import STRING_SCHEMA, ref, tree
 from tests.fixtures.postgres import SUPERUSER, PostgresServer
@@ -37,19 +45,34 @@ def test_half_the_database_settings_is_refused_naming_both(only: str) -> None:
         postgres_file_store({only: "x"})
 
 
-def test_the_store_connects_to_the_host_given_with_the_secrets_credentials(
+def test_the_store_connects_to_the_host_given_as_the_app_role_the_migration_made(
     secrets: object, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     dbname = postgres_server.create_database("runtime").split("dbname=")[1].split()[0]
-    # RDS's secret names the cluster's host; the function is told the proxy's, which must win.
-    secret = {"username": SUPERUSER, "password": "unused", "port": postgres_server.port, "dbname": dbname}
-    arn = secrets.create_secret(  # type: ignore[attr-defined]
-        Name="db", SecretString=json.dumps({**secret, "host": "cluster.invalid"})
-    )["ARN"]
-    environ = {POSTGRES_HOST_ENV: "127.0.0.1", POSTGRES_SECRET_ARN_ENV: arn, POSTGRES_SSLMODE_ENV: "disable"}
 
-    store = postgres_file_store(environ)
+    def secret(name: str, username: str) -> str:
+        # RDS's secret names the cluster's host; the function is told the proxy's, which must win.
+        fields = {
+            "username": username,
+            "password": f"{name}-pw",
+            "port": postgres_server.port,
+            "dbname": dbname,
+        }
+        return secrets.create_secret(  # type: ignore[attr-defined]
+            Name=name, SecretString=json.dumps({**fields, "host": "cluster.invalid"})
+        )["ARN"]
+
+    master, app = secret("master", SUPERUSER), secret("app", APP_ROLE)
+    environ = {
+        POSTGRES_HOST_ENV: "127.0.0.1",
+        POSTGRES_SECRET_ARN_ENV: app,
+        POSTGRES_MASTER_SECRET_ARN_ENV: master,
+        POSTGRES_SSLMODE_ENV: "disable",
+    }
+    assert migrate_from_environment(environ) == APP_ROLE  # what the deploy's trigger runs
+
+    store = postgres_file_store({k: v for k, v in environ.items() if k != POSTGRES_MASTER_SECRET_ARN_ENV})
     assert store is not None
     try:
         partitions = {p.id: p for p in tree(STRING_SCHEMA)}
@@ -59,6 +82,9 @@ def test_the_store_connects_to_the_host_given_with_the_secrets_credentials(
         assert set(store.files("table-1")) == {"a"}
     finally:
         store.close()  # type: ignore[attr-defined]
+    with psycopg.connect(postgres_server.conninfo(dbname)) as conn:
+        row = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (APP_ROLE,)).fetchone()
+    assert row is not None and row[0].startswith("SCRAM-SHA-256$"), "a SCRAM verifier, never the password"
 
 
 def test_a_missing_secret_is_a_clear_error(secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:

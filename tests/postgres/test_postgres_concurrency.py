@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -277,17 +277,17 @@ def test_a_file_deleted_and_added_again_with_references_while_gc_marks_is_not_ma
     commit(store, table_id, partitions, AssignJobIds((AssignJobIdRequest("j", "p1", ("a", "b")),)))
     job = ReplaceFileReferencesJob("j", "p1", ("a", "b"), ref("c", "p1"))
     assert commit(store, table_id, partitions, ReplaceFileReferences((job,))).committed == (0,)
-    connection = store._connection
+    run = store._run
     opened: list[str] = []
 
-    def racing_connection(what: str):  # type: ignore[no-untyped-def]
+    def racing_run(what: str, *args: Any) -> Any:
         opened.append(what)
         if opened[:2] == ["finding unreferenced files", "marking unreferenced files"] and len(opened) == 2:
             assert commit(store, table_id, partitions, DeleteFiles(("a",))).committed == (0,)
             assert commit(store, table_id, partitions, AddFiles((ref("a", "p1"),))).committed == (0,)
-        return connection(what)
+        return run(what, *args)
 
-    monkeypatch.setattr(store, "_connection", racing_connection)
+    monkeypatch.setattr(store, "_run", racing_run)
     assert store.mark_unreferenced(table_id, now=5_000) == 1
     monkeypatch.undo()
 

@@ -21,6 +21,7 @@ from statestore.errors import (
 )
 from statestore.ports import FileCommitMember, FileCommitOutcome
 from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
+from statestore.postgres.tls import bundled_ca_file
 from statestore.transactions import AddFiles, Transaction
 from tests.builders import STRING_SCHEMA, ref, tree
 from tests.fixtures.aws_servers import free_port
@@ -223,7 +224,8 @@ def test_a_closed_store_raises_a_statestore_error(postgres_conninfo: str) -> Non
 # --- the secret helper ----------------------------------------------------------------------------------
 
 
-def test_a_conninfo_is_built_from_the_secret_rds_writes() -> None:
+def test_a_conninfo_is_built_from_the_secret_rds_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGSSLROOTCERT", raising=False)
     secret = {"host": "db.example", "port": 5433, "username": "app", "password": "p w'x", "dbname": "state"}
 
     conninfo = conninfo_from_secret(json.dumps(secret))
@@ -235,7 +237,8 @@ def test_a_conninfo_is_built_from_the_secret_rds_writes() -> None:
         "user": "app",
         "password": "p w'x",
         "dbname": "state",
-        "sslmode": "require",
+        "sslmode": "verify-full",
+        "sslrootcert": bundled_ca_file(),
     }
     defaults = psycopg.conninfo.conninfo_to_dict(
         conninfo_from_secret({"host": "h", "username": "u", "password": "p"})

@@ -1,0 +1,179 @@
+"""The PostgreSQL store refuses what it cannot hold as invalid input, never as "unavailable", and a read on
+a pooled connection the server dropped is retried, not failed. On the real throwaway server."""
+
+from __future__ import annotations
+
+import random
+import string
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from statestore.errors import InvalidTransactionError, UnstorableValueError
+from statestore.ports import CommitOutcome, FileCommitMember, FileCommitOutcome
+from statestore.postgres import PostgresFileReferenceStore, storable
+from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, Transaction
+from tests.builders import STRING_SCHEMA, ref, tree
+from tests.committer.harness import Harness, add_files, message, outcomes
+from tests.committer.test_row_files_committer import create_postgres_table
+from tests.fixtures.postgres import PostgresServer
+
+PARTITIONS = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
+LEAF = "p1"
+UNSTORABLE = {
+    "a NUL character": "data/a\x00b.parquet",
+    "a lone surrogate": "data/a\udcffb.parquet",
+    "3,000 characters": "data/" + "x" * 3_000 + ".parquet",
+}
+
+
+@pytest.fixture
+def table_id() -> str:
+    return f"table-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(postgres_conninfo: str) -> Iterator[PostgresFileReferenceStore]:
+    # No pause between attempts: a value the store retried would show as redone attempts, not as time.
+    with PostgresFileReferenceStore.connect(postgres_conninfo, ensure_schema=False) as store:
+        store._sleep = lambda _: None
+        yield store
+
+
+def commit(store: PostgresFileReferenceStore, table_id: str, *transactions: Transaction) -> FileCommitOutcome:
+    members = [FileCommitMember(t, f"request-{i}") for i, t in enumerate(transactions)]
+    return store.commit(table_id, STRING_SCHEMA, dict(PARTITIONS), members, 2_000)
+
+
+@pytest.mark.parametrize("what", sorted(UNSTORABLE))
+def test_a_filename_the_store_cannot_hold_is_rejected_and_the_rest_of_the_commit_lands(
+    store: PostgresFileReferenceStore, table_id: str, what: str
+) -> None:
+    outcome = commit(
+        store,
+        table_id,
+        AddFiles((ref("data/good-1.parquet", LEAF),)),
+        AddFiles((ref(UNSTORABLE[what], LEAF),)),
+        AddFiles((ref("data/good-2.parquet", LEAF),)),
+    )
+
+    assert outcome.committed == (0, 2)
+    [(position, error)] = outcome.rejected.items()
+    assert position == 1 and isinstance(error, InvalidTransactionError)
+    assert "cannot hold" in str(error)
+    assert store.redo_count == 0, "an invalid value is not a race to redo"
+    assert set(store.files(table_id)) == {"data/good-1.parquet", "data/good-2.parquet"}
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        AssignJobIdRequest("job-1", LEAF, ("data/a\x00.parquet",)),
+        AssignJobIdRequest("job-1", "p\x001", ("data/a.parquet",)),
+        AssignJobIdRequest("job\udcff", LEAF, ("data/a.parquet",)),
+    ],
+    ids=["filename", "partition id", "job id"],
+)
+def test_a_claim_naming_what_the_store_cannot_hold_is_rejected(
+    store: PostgresFileReferenceStore, table_id: str, claim: AssignJobIdRequest
+) -> None:
+    commit(store, table_id, AddFiles((ref("data/a.parquet", LEAF),)))
+
+    outcome = commit(store, table_id, AssignJobIds((claim,)))
+
+    assert outcome.committed == () and set(outcome.rejected) == {0}
+    assert store.files(table_id)["data/a.parquet"].references[0].job_id is None
+
+
+def test_a_value_the_server_refuses_past_the_checks_rejects_only_its_member(
+    store: PostgresFileReferenceStore, table_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's own refusal (here a NUL the checks were told to let through) is found member by member
+    and rejected as invalid: never an outage, never retried."""
+    monkeypatch.setattr("statestore.postgres.file_store.transaction_problem", lambda *_: None)
+
+    outcome = commit(
+        store,
+        table_id,
+        AddFiles((ref("data/good.parquet", LEAF),)),
+        AddFiles((ref(UNSTORABLE["a NUL character"], LEAF),)),
+    )
+
+    assert outcome.committed == (0,)
+    assert isinstance(outcome.rejected[1], InvalidTransactionError)
+    assert "NUL" in str(outcome.rejected[1])
+    assert set(store.files(table_id)) == {"data/good.parquet"}
+
+
+def test_an_index_entry_too_large_for_the_server_is_rejected_as_invalid(
+    store: PostgresFileReferenceStore, table_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storable, "MAX_TEXT_BYTES", 10_000)  # the check lets it through to the server
+    letters = random.Random(7).choices(string.ascii_letters, k=3_200)
+    name = "data/" + "".join(letters) + ".parquet"  # too random to compress into an index entry
+
+    outcome = commit(store, table_id, AddFiles((ref(name, LEAF),)))
+
+    assert set(outcome.rejected) == {0} and "index row size" in str(outcome.rejected[0])
+    assert store.redo_count == 0
+
+
+def test_reads_and_clears_refuse_a_table_id_the_store_cannot_hold_as_invalid_input(
+    store: PostgresFileReferenceStore,
+) -> None:
+    for call in (store.files, store.has_files, store.clear, store.delete_table):
+        with pytest.raises(UnstorableValueError, match="NUL"):
+            call("table\x00")
+
+
+def test_a_request_id_no_row_can_hold_was_never_committed(
+    store: PostgresFileReferenceStore, table_id: str
+) -> None:
+    commit(store, table_id, AddFiles((ref("data/a.parquet", LEAF),)))
+
+    found = store.committed_requests(table_id, ["request-0", "bad\x00", "bad\udcff"])
+
+    assert set(found) == {"request-0"}
+
+
+@pytest.mark.parametrize("what", sorted(UNSTORABLE))
+def test_through_the_committer_such_a_request_gets_a_final_rejected_status_at_once(
+    store: PostgresFileReferenceStore, what: str
+) -> None:
+    h = Harness()
+    table_id = create_postgres_table(h, store)
+    good = add_files(table_id, "data/good.parquet")
+    bad = add_files(table_id, UNSTORABLE[what])
+
+    results = h.committer(file_store=store).process([message(good), message(bad)])
+
+    assert outcomes(results) == ["committed", "rejected"]
+    status = h.statuses.get(bad.request_id)
+    assert status is not None and status.outcome is CommitOutcome.REJECTED and status.is_final
+    assert "cannot hold" in (status.reason or "")
+    assert set(store.files(table_id)) == {"data/good.parquet"}
+
+
+# --- a server restart -------------------------------------------------------------------------------------
+
+
+def test_a_read_on_a_pooled_connection_the_server_dropped_is_retried_once(
+    private_postgres_server: PostgresServer,
+) -> None:
+    conninfo = private_postgres_server.create_database("restart")
+    with PostgresFileReferenceStore.connect(conninfo, max_connections=1) as store:
+        commit(store, "t", AddFiles((ref("data/a.parquet", LEAF),)))
+        assert set(store.files("t")) == {"data/a.parquet"}  # the pool now holds an idle connection
+
+        private_postgres_server.restart()
+
+        assert set(store.files("t")) == {"data/a.parquet"}
+        private_postgres_server.restart()
+        assert store.has_files("t")
+        private_postgres_server.restart()
+        assert set(store.committed_requests("t", ["request-0"])) == {"request-0"}
+        private_postgres_server.restart()
+        assert store.files_ready_for_gc("t", 10**12) == []
+        private_postgres_server.restart()
+        assert commit(store, "t2", AddFiles((ref("data/b.parquet", LEAF),))).committed == (0,)
