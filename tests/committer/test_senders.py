@@ -52,7 +52,7 @@ def test_a_request_from_anyone_else_is_dead_lettered_and_claims_nothing(sender: 
     assert outcomes(results) == ["dead_lettered"]
     assert "not among the table's allowed senders" in (results[0].reason or "")
     assert h.state(table).files_by_name == {}
-    assert h.statuses.get(forged.request_id) is None, "a refusal must not claim the request id"
+    assert h.statuses.get(table, forged.request_id) is None, "a refusal must not claim the request id"
     assert isinstance(h.dead_letters, InMemoryCommitQueue)
     [letter] = h.dead_letters.messages
     assert letter.body == message(forged).body

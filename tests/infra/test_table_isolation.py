@@ -169,7 +169,7 @@ def test_table_a_s_job_role_reads_lists_writes_deletes_and_commits_on_table_a(in
     [result] = instance.commit_waiting_requests()
     assert result.outcome is MessageOutcome.COMMITTED
     with iam_enforced():
-        status = sender.status(request_id)
+        status = sender.status(TABLE_A, request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
     assert len(instance.files(TABLE_A)) == 2 + len(LARGE_BATCH)
     assert instance.backend.blobs.list(layout.data_prefix(TABLE_A)) == [new_file]
@@ -219,7 +219,7 @@ def test_a_commit_for_table_b_sent_as_table_a_s_job_is_refused_by_the_committer(
     assert result.outcome is MessageOutcome.DEAD_LETTERED
     assert "not among the table's allowed senders" in (result.reason or "")
     assert instance.files(instance.b) == before
-    assert instance.admin.statuses.get(request_id) is None
+    assert instance.admin.statuses.get(instance.b, request_id) is None
 
 
 def test_a_commit_for_table_b_from_its_allowed_sender_is_committed(instance: Instance) -> None:
@@ -232,7 +232,7 @@ def test_a_commit_for_table_b_from_its_allowed_sender_is_committed(instance: Ins
 
     assert result.outcome is MessageOutcome.COMMITTED, result.reason
     assert "genuine.parquet" in instance.files(instance.b)
-    status = instance.admin.statuses.get(request_id)
+    status = instance.admin.statuses.get(instance.b, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 
 

@@ -149,7 +149,7 @@ def test_through_the_committer_such_a_request_gets_a_final_rejected_status_at_on
     results = h.committer(file_store=store).process([message(good), message(bad)])
 
     assert outcomes(results) == ["committed", "rejected"]
-    status = h.statuses.get(bad.request_id)
+    status = h.statuses.get(table_id, bad.request_id)
     assert status is not None and status.outcome is CommitOutcome.REJECTED and status.is_final
     assert "cannot hold" in (status.reason or "")
     assert set(store.files(table_id)) == {"data/good.parquet"}
