@@ -35,7 +35,7 @@ from infra.commit_queue import CommitQueue
 from infra.data_bucket import DataBucket
 from infra.nag import acknowledge
 from infra.state import StateTables
-from statestore import layout, resources
+from statestore import layout
 
 # Reads that name the partition key (the table id): never Scan, which names none.
 KEYED_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
@@ -132,13 +132,8 @@ class TableGrants:
         read their outcomes. Sending reaches the shared queue: see the module's docstring."""
         self.commits.queue.grant_send_messages(grantee)
         grant_objects(self.data, grantee, OBJECT_WRITE, (layout.request_body_prefix(self.table_id),))
-        statuses = self.state.commit_status
-        if resources.COMMIT_STATUS_KEYS.hash_key[0] == resources.TABLE_ID:
-            grant_keyed_reads((statuses,), grantee, self.table_id)
-        else:
-            iam.Grant.add_to_principal(
-                grantee=grantee, actions=list(KEYED_READS), resource_arns=[statuses.table_arn]
-            )
+        # Statuses are keyed by (table id, request id): the table's own only.
+        grant_keyed_reads((self.state.commit_status,), grantee, self.table_id)
 
     def grant_data(self, grantee: iam.IGrantable) -> None:
         """Read, write, delete and list the table's data files (under its ``data/`` prefix)."""

@@ -190,6 +190,7 @@ B_DENIED: dict[str, Callable[[Caller, Instance], object]] = {
     "stage a large request body": lambda job, i: job.backend.commit_sender(job.sqs).send(
         i.b, AddFiles(tuple(ref(name) for name in LARGE_BATCH))
     ),
+    "read its requests' statuses": lambda job, i: job.backend.commit_statuses.get(i.b, "any-request"),
 }
 
 
