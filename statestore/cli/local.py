@@ -11,10 +11,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
-from statestore.cli.parser import Command
+from statestore.cli.parser import Command, add_number
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
+
+# The schedules' longest period: a month (a timer longer than the platform's limit would fail to start).
+MAX_INTERVAL_SECONDS = 30 * 24 * 60 * 60
 
 
 def register(commands: Any, command: Command) -> None:
@@ -26,12 +29,21 @@ def register(commands: Any, command: Command) -> None:
         "bucket and queues, the instance's resources, the committer and the schedules",
         cmd_local,
     )
-    p.add_argument(
-        "--port", type=int, default=4566, help="port of the S3/SQS endpoint (default 4566; 0 = any free)"
+    add_number(
+        p,
+        "--port",
+        int,
+        0,
+        65535,
+        default=4566,
+        help="port of the S3/SQS endpoint (default 4566; 0 = any free)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--dynamodb-port",
-        type=int,
+        int,
+        0,
+        65535,
         metavar="PORT",
         help="port of DynamoDB Local (default: --port + 1, any free one when --port is 0)",
     )
@@ -42,30 +54,46 @@ def register(commands: Any, command: Command) -> None:
         "deleted on stop)",
     )
     p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
-    p.add_argument(
+    add_number(
+        p,
         "--poll-interval",
-        type=int,
+        int,
+        0,
+        20,
+        " seconds (SQS's long-poll limit)",
         default=1,
         metavar="S",
         help="long-poll wait of the commit queue poller, 0-20 seconds (default 1)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--snapshot-interval",
-        type=float,
+        float,
+        0,
+        MAX_INTERVAL_SECONDS,
+        " seconds",
         default=60.0,
         metavar="S",
         help="snapshot every S seconds (0 = off)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--cleanup-interval",
-        type=float,
+        float,
+        0,
+        MAX_INTERVAL_SECONDS,
+        " seconds",
         default=300.0,
         metavar="S",
         help="clean up every S seconds (0 = off)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--max-receive-count",
-        type=int,
+        int,
+        1,
+        1000,
+        " receives (SQS's limit)",
         default=5,
         metavar="N",
         help="receives before the queue moves a message to the dead-letter queue (default 5)",
@@ -85,6 +113,13 @@ def cmd_local(s: Session) -> int:
         runtime_logger.addHandler(handler)
         runtime_logger.setLevel(logging.INFO)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
+
+    if args.dynamodb_port is None and args.port == 65535:
+        raise CliError(
+            "--port 65535 leaves no port for DynamoDB Local (--port + 1): give --dynamodb-port", EXIT_USAGE
+        )
+    if args.dynamodb_port and args.dynamodb_port == args.port:
+        raise CliError(f"--dynamodb-port must differ from --port, both are {args.port}", EXIT_USAGE)
 
     # Attach only to endpoints named on the command line: AWS_ENDPOINT_URL(_DYNAMODB) are often left over
     # from the last run, printed by this very command.
