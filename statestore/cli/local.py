@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shlex
 import signal
 import threading
 from types import FrameType
@@ -155,14 +155,7 @@ def cmd_local(s: Session) -> int:
         except ValueError as e:
             raise CliError(str(e), EXIT_USAGE) from None
         with runtime as rt:
-            exports = {
-                "AWS_ENDPOINT_URL": rt.endpoint_url,
-                "AWS_ENDPOINT_URL_DYNAMODB": rt.dynamodb_endpoint_url,
-                "STATESTORE_INSTANCE_ID": rt.resources.instance_id,
-                "AWS_DEFAULT_REGION": rt.region,
-            }
-            if os.environ.get("AWS_ACCESS_KEY_ID") == "testing":
-                exports |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+            exports = rt.client_environment()
             s.out.result(
                 {
                     "endpoint_url": rt.endpoint_url,
@@ -186,8 +179,8 @@ def cmd_local(s: Session) -> int:
                         + (f"every {args.snapshot_interval:g}s" if args.snapshot_interval else "off")
                         + ", cleanup "
                         + (f"every {args.cleanup_interval:g}s" if args.cleanup_interval else "off"),
-                        "Use it from another shell with:",
-                        *(f"  export {name}={value}" for name, value in exports.items()),
+                        "Use it from another shell (the CLI, Spark jobs, the data source, boto3) with:",
+                        *(f"  export {name}={shlex.quote(value)}" for name, value in exports.items()),
                         "Press Ctrl-C to stop.",
                     ]
                 ),
