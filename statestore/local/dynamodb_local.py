@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import IO
 
 from statestore.errors import EndpointUnavailableError
+from statestore.local.data_dir import make_private_dirs
 from statestore.local.dynamodb_package import PACKAGE, cache_root, find_jar, locate_jar
 from statestore.local.java_launcher import LAUNCHER_CLASS, LauncherUnavailable, compile_launcher
 
@@ -141,19 +142,19 @@ class DynamoDBLocal:
         exits or does not answer within ``timeout`` seconds (with the end of its output).
         """
         install = install or find_dynamodb_local()
+        port = port or free_port(host)
+        check_port_free(host, port, "DynamoDB Local")
         if install.launcher is None:
             logger.warning(
                 "DynamoDB Local listens on EVERY network interface of this machine at port %s and accepts "
                 "any credentials: anyone who can reach this machine can read and change its tables. "
                 "statestore binds it to %s with a launcher it compiles, which it cannot here: %s",
-                port or "(any free)",
+                port,
                 host,
                 install.launcher_problem,
             )
-        port = port or free_port(host)
-        check_port_free(host, port, "DynamoDB Local")
         if db_path is not None:
-            db_path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dirs(db_path)
         # A file, not a pipe: nobody reads the output while it runs, and a full pipe would block Java.
         output = tempfile.TemporaryFile(prefix="dynamodb-local-")
         owner_pipe = OwnerPipe() if install.launcher is not None else None
@@ -168,6 +169,11 @@ class DynamoDBLocal:
                 umask=0o077,
                 preexec_fn=_die_with_parent() if owner_pipe is None else None,
             )
+        except BaseException:
+            if owner_pipe is not None:
+                owner_pipe.close()
+            output.close()
+            raise
         finally:
             if owner_pipe is not None:
                 owner_pipe.close_read_end()
