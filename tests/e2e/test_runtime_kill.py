@@ -1,9 +1,9 @@
 """``statestore local --data-dir DIR`` killed with SIGKILL at random points of a stream of commits, and
 restarted on the same ports and directory, round after round.
 
-Each round a producer sends queued commit requests (the commit queue and the runtime's committer) and makes
-direct commits (a conditional put from this process), each adding one new file, while snapshots are taken
-every second. At a random moment the runtime is killed. Then:
+Each round one producer sends queued commit requests (the commit queue and the runtime's committer) while
+another makes direct commits (a conditional put from this process), each adding one new file and racing for
+transaction numbers, while snapshots are taken every second. At a random moment the runtime is killed. Then:
 
 - no process the dead runtime started is left (DynamoDB Local follows its owner);
 - the runtime restarts at once on the same ports and data directory;
@@ -49,12 +49,12 @@ SCHEMA = {"row_keys": [{"name": "key", "type": "long"}]}
 
 @dataclass
 class Stream:
-    """What one round's producer sent and what it was told."""
+    """What one round's producers sent and what they were told."""
 
     queued: dict[str, AddFiles] = field(default_factory=dict)  # request id -> transaction, every one sent
     acknowledged_queued: dict[str, int] = field(default_factory=dict)  # request id -> entry it was told
     acknowledged_direct: dict[str, int] = field(default_factory=dict)  # filename -> entry it was told
-    stopped_by: BaseException | None = None
+    stopped_by: list[BaseException] = field(default_factory=list)
 
 
 def connect(env: dict[str, str]) -> tuple[StateStoreClient, CommitSender]:
@@ -68,31 +68,35 @@ def connect(env: dict[str, str]) -> tuple[StateStoreClient, CommitSender]:
     return client, sender
 
 
-def produce(
-    client: StateStoreClient, sender: CommitSender, table_id: str, leaf: str, name: str, stream: Stream
-) -> None:
-    """Alternate a queued request and a direct commit, each adding a new file, until the runtime is gone;
-    read the queued requests' statuses as they come."""
+def send_queued(sender: CommitSender, table_id: str, leaf: str, name: str, stream: Stream) -> None:
+    """Send queued requests, each adding a new file, reading their statuses as they come, until the runtime
+    is gone."""
     unanswered: list[str] = []
     try:
         for i in range(100_000):
-            filename = f"tables/{table_id}/data/{name}-{i:05d}.parquet"
+            request_id = f"{name}-queued-{i:05d}"
+            transaction = AddFiles((FileReference(f"tables/{table_id}/data/{request_id}.parquet", leaf, 10),))
+            stream.queued[request_id] = transaction
+            sender.send(table_id, transaction, request_id)
+            unanswered.append(request_id)
+            for answered in [s for s in map(sender.status, unanswered) if s is not None]:
+                if answered.outcome is CommitOutcome.COMMITTED and answered.transaction_number is not None:
+                    stream.acknowledged_queued[answered.request_id] = answered.transaction_number
+                    unanswered.remove(answered.request_id)
+    except Exception as e:  # the runtime was killed: the stream ends here
+        stream.stopped_by.append(e)
+
+
+def commit_directly(client: StateStoreClient, table_id: str, leaf: str, name: str, stream: Stream) -> None:
+    """Commit directly (a conditional put from this process), each commit adding a new file, racing the
+    committer for transaction numbers, until the runtime is gone."""
+    try:
+        for i in range(100_000):
+            filename = f"tables/{table_id}/data/{name}-direct-{i:05d}.parquet"
             transaction = AddFiles((FileReference(filename, leaf, 10),))
-            if i % 2 == 0:
-                request_id = f"{name}-{i:05d}"
-                stream.queued[request_id] = transaction
-                sender.send(table_id, transaction, request_id)
-                unanswered.append(request_id)
-            else:
-                stream.acknowledged_direct[filename] = client.commit(table_id, transaction).transaction_number
-            for request_id in list(unanswered):
-                status = sender.status(request_id)
-                if status is not None and status.outcome is CommitOutcome.COMMITTED:
-                    assert status.transaction_number is not None
-                    stream.acknowledged_queued[request_id] = status.transaction_number
-                    unanswered.remove(request_id)
-    except Exception as e:  # the runtime was killed: the round's stream ends here
-        stream.stopped_by = e
+            stream.acknowledged_direct[filename] = client.commit(table_id, transaction).transaction_number
+    except Exception as e:
+        stream.stopped_by.append(e)
 
 
 def log_contents(
@@ -145,18 +149,27 @@ def test_killed_at_random_points_the_runtime_restarts_and_keeps_every_acknowledg
     for round_ in range(1, ROUNDS + 1):
         client, sender = connect(runtime.environment())
         stream = Stream()
-        producer = threading.Thread(
-            target=produce, args=(client, sender, table.table_id, leaf, f"round{round_}", stream)
-        )
-        producer.start()
-        time.sleep(chosen.uniform(0.3, 4.0))
+        name = f"round{round_}"
+        producers = [
+            threading.Thread(target=send_queued, args=(sender, table.table_id, leaf, name, stream)),
+            threading.Thread(target=commit_directly, args=(client, table.table_id, leaf, name, stream)),
+        ]
+        for producer in producers:
+            producer.start()
+        killed_after = chosen.uniform(0.3, 4.0)
+        time.sleep(killed_after)
         started = runtime.descendants()
         assert started, "the runtime started no DynamoDB Local"
         runtime.kill()
-        producer.join(timeout=300)
-        assert not producer.is_alive() and stream.stopped_by is not None
+        for producer in producers:
+            producer.join(timeout=300)
+        assert not any(p.is_alive() for p in producers) and len(stream.stopped_by) == 2
         acknowledged_queued |= stream.acknowledged_queued
         acknowledged_direct |= stream.acknowledged_direct
+        print(
+            f"round {round_}: killed after {killed_after:.1f}s; {len(stream.queued)} queued requests sent, "
+            f"{len(stream.acknowledged_queued)} acknowledged; {len(stream.acknowledged_direct)} direct"
+        )
 
         runtime = RuntimeProcess.start(command, stderr=tmp_path / f"runtime-{round_}.err")
         assert wait_until_gone(started, timeout=0) == [], (
