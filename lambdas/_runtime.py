@@ -211,16 +211,16 @@ def postgres_file_store(
     it is not tried. Raises
     ValueError when only one of host and secret is set.
     """
+    url = environ.get(POSTGRES_URL_ENV)
+    host, secret_arn = environ.get(POSTGRES_HOST_ENV), environ.get(POSTGRES_SECRET_ARN_ENV)
+    if not url and not host and not secret_arn:
+        return None  # no database named: its driver (the `postgres` extra) need not be installed
     from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
 
     # A paused Aurora cluster (no proxy) takes ~15 s to wake: allow it.
     connect = partial(PostgresFileReferenceStore.connect, max_connections=2, connect_timeout=30.0)
-    url = environ.get(POSTGRES_URL_ENV)
     if url:
         return connect(url)
-    host, secret_arn = environ.get(POSTGRES_HOST_ENV), environ.get(POSTGRES_SECRET_ARN_ENV)
-    if not host and not secret_arn:
-        return None
     if not host or not secret_arn:
         raise ValueError(f"set both {POSTGRES_HOST_ENV} and {POSTGRES_SECRET_ARN_ENV}, or neither")
     from statestore.aws.secrets import database_settings

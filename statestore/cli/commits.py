@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PENDING, EXIT_USAGE, CliError
-from statestore.cli.parser import Command
+from statestore.cli.parser import Command, add_number
 from statestore.cli.session import read_json
 from statestore.committer_switch import CommitterState, CommitterSwitch
 from statestore.errors import CodecError
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from statestore.cli.session import Session
 
 DEFAULT_WAIT_SECONDS = 60.0
+MAX_WAIT_SECONDS = 24 * 60 * 60
 
 
 def register_commit_requests(commands: Any, command: Command) -> None:
@@ -33,9 +34,13 @@ def register_commit_requests(commands: Any, command: Command) -> None:
     p.add_argument(
         "file", metavar="FILE|-", help="the transaction as JSON (as the codec writes it), or - for stdin"
     )
-    p.add_argument(
+    add_number(
+        p,
         "--wait",
-        type=float,
+        float,
+        0,
+        MAX_WAIT_SECONDS,
+        " seconds",
         nargs="?",
         const=DEFAULT_WAIT_SECONDS,
         metavar="SECONDS",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from statestore.cli import maintenance
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, CliError
-from statestore.cli.parser import Command
+from statestore.cli.parser import INT64_MAX, MAX_LIMIT, Command, add_number
 from statestore.errors import UnreadableLogEntryError
 
 if TYPE_CHECKING:
@@ -33,10 +33,27 @@ def register_files_and_log(commands: Any, command: Command) -> None:
 
     p = command(commands, "log", "a table's transaction log", cmd_log)
     p.add_argument("table", metavar="TABLE")
-    p.add_argument(
-        "--from", dest="from_number", type=int, metavar="N", help="first transaction (default: the tail)"
+    add_number(
+        p,
+        "--from",
+        int,
+        1,
+        INT64_MAX,
+        dest="from_number",
+        metavar="N",
+        help="first transaction (default: the tail)",
     )
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N entries (default 20)")
+    add_number(
+        p,
+        "--limit",
+        int,
+        1,
+        MAX_LIMIT,
+        " entries",
+        default=20,
+        metavar="N",
+        help="at most N entries (default 20)",
+    )
 
 
 def cmd_partitions(s: Session) -> int:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
-from statestore.cli.parser import Command
+from statestore.cli.parser import Command, add_time
 from statestore.errors import JobNotFoundError
 from statestore.jobs_model import JobRun, JobState, run_to_json
 
@@ -25,12 +25,8 @@ def register(commands: Any, command: Command) -> None:
         help="only runs in this state (repeat for several)",
     )
     p.add_argument("--job", metavar="JOB_ID", help="only runs of this job id")
-    p.add_argument(
-        "--since", metavar="TIME", help="only runs with an event at or after TIME (ISO 8601 or epoch ms)"
-    )
-    p.add_argument(
-        "--until", metavar="TIME", help="only runs with an event before TIME (ISO 8601 or epoch ms)"
-    )
+    add_time(p, "--since", help="only runs with an event at or after TIME (ISO 8601 or epoch ms)")
+    add_time(p, "--until", help="only runs with an event before TIME (ISO 8601 or epoch ms)")
     p = command(commands, "job", "one compaction job: its claim, its outcome and every event", cmd_job)
     p.add_argument("table", metavar="TABLE")
     p.add_argument("job_id", metavar="JOB_ID")
@@ -38,10 +34,11 @@ def register(commands: Any, command: Command) -> None:
 
 def cmd_jobs(s: Session) -> int:
 
-    since = fmt.parse_time(s.args.since, "--since") if s.args.since else None
-    until = fmt.parse_time(s.args.until, "--until") if s.args.until else None
+    since, until = s.args.since, s.args.until  # epoch ms, parsed by the options' type
     if since is not None and until is not None and until <= since:
-        raise CliError(f"--until ({s.args.until}) must be after --since ({s.args.since})", EXIT_USAGE)
+        raise CliError(
+            f"--until ({fmt.iso_time(until)}) must be after --since ({fmt.iso_time(since)})", EXIT_USAGE
+        )
     table = s.table(s.args.table)
     model = s.client.job_status_reader(table.table_id).model()
     runs = model.find_runs(

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shlex
 import signal
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
-from statestore.cli.parser import Command
+from statestore.cli.parser import Command, add_number
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
+
+# The schedules' longest period: a month (a timer longer than the platform's limit would fail to start).
+MAX_INTERVAL_SECONDS = 30 * 24 * 60 * 60
 
 
 def register(commands: Any, command: Command) -> None:
@@ -26,12 +29,21 @@ def register(commands: Any, command: Command) -> None:
         "bucket and queues, the instance's resources, the committer and the schedules",
         cmd_local,
     )
-    p.add_argument(
-        "--port", type=int, default=4566, help="port of the S3/SQS endpoint (default 4566; 0 = any free)"
+    add_number(
+        p,
+        "--port",
+        int,
+        0,
+        65535,
+        default=4566,
+        help="port of the S3/SQS endpoint (default 4566; 0 = any free)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--dynamodb-port",
-        type=int,
+        int,
+        0,
+        65535,
         metavar="PORT",
         help="port of DynamoDB Local (default: --port + 1, any free one when --port is 0)",
     )
@@ -42,30 +54,46 @@ def register(commands: Any, command: Command) -> None:
         "deleted on stop)",
     )
     p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
-    p.add_argument(
+    add_number(
+        p,
         "--poll-interval",
-        type=int,
+        int,
+        0,
+        20,
+        " seconds (SQS's long-poll limit)",
         default=1,
         metavar="S",
         help="long-poll wait of the commit queue poller, 0-20 seconds (default 1)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--snapshot-interval",
-        type=float,
+        float,
+        0,
+        MAX_INTERVAL_SECONDS,
+        " seconds",
         default=60.0,
         metavar="S",
         help="snapshot every S seconds (0 = off)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--cleanup-interval",
-        type=float,
+        float,
+        0,
+        MAX_INTERVAL_SECONDS,
+        " seconds",
         default=300.0,
         metavar="S",
         help="clean up every S seconds (0 = off)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--max-receive-count",
-        type=int,
+        int,
+        1,
+        1000,
+        " receives (SQS's limit)",
         default=5,
         metavar="N",
         help="receives before the queue moves a message to the dead-letter queue (default 5)",
@@ -85,6 +113,13 @@ def cmd_local(s: Session) -> int:
         runtime_logger.addHandler(handler)
         runtime_logger.setLevel(logging.INFO)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
+
+    if args.dynamodb_port is None and args.port == 65535:
+        raise CliError(
+            "--port 65535 leaves no port for DynamoDB Local (--port + 1): give --dynamodb-port", EXIT_USAGE
+        )
+    if args.dynamodb_port and args.dynamodb_port == args.port:
+        raise CliError(f"--dynamodb-port must differ from --port, both are {args.port}", EXIT_USAGE)
 
     # Attach only to endpoints named on the command line: AWS_ENDPOINT_URL(_DYNAMODB) are often left over
     # from the last run, printed by this very command.
@@ -120,14 +155,7 @@ def cmd_local(s: Session) -> int:
         except ValueError as e:
             raise CliError(str(e), EXIT_USAGE) from None
         with runtime as rt:
-            exports = {
-                "AWS_ENDPOINT_URL": rt.endpoint_url,
-                "AWS_ENDPOINT_URL_DYNAMODB": rt.dynamodb_endpoint_url,
-                "STATESTORE_INSTANCE_ID": rt.resources.instance_id,
-                "AWS_DEFAULT_REGION": rt.region,
-            }
-            if os.environ.get("AWS_ACCESS_KEY_ID") == "testing":
-                exports |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+            exports = rt.client_environment()
             s.out.result(
                 {
                     "endpoint_url": rt.endpoint_url,
@@ -151,8 +179,8 @@ def cmd_local(s: Session) -> int:
                         + (f"every {args.snapshot_interval:g}s" if args.snapshot_interval else "off")
                         + ", cleanup "
                         + (f"every {args.cleanup_interval:g}s" if args.cleanup_interval else "off"),
-                        "Use it from another shell with:",
-                        *(f"  export {name}={value}" for name, value in exports.items()),
+                        "Use it from another shell (the CLI, Spark jobs, the data source, boto3) with:",
+                        *(f"  export {name}={shlex.quote(value)}" for name, value in exports.items()),
                         "Press Ctrl-C to stop.",
                     ]
                 ),

@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    except CliError as e:  # a numeric or time option out of range (raised by its type while parsing)
+        return fail(sys.stderr, str(e), e.exit_code)
     for name in ("endpoint_url", "dynamodb_endpoint_url", "instance", "resources_json", "region"):
         setattr(args, name, getattr(args, name, None))
     args.json = getattr(args, "json", False)
@@ -76,7 +78,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(json_mode=args.json, quiet=args.quiet)
     session = Session(args, out)
     try:
-        _check_options(args)
         session.postgres_url  # noqa: B018  (refuses a password given on the command line, whatever the command)
         code: int = args.run(session)
         return code
@@ -93,38 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(
             out.stderr, "internal error (a bug); please report it with the traceback above", EXIT_INTERNAL
         )
-
-
-# Numeric options and what each must be: checked before a command sends, reads or starts anything
-# (``commit --wait -5`` used to send its request and only then give up waiting at once).
-_NUMERIC_OPTIONS: tuple[tuple[str, str, float, float | None, str], ...] = (
-    # (attribute, option, lowest, highest or None, what it counts)
-    ("wait", "--wait", 0, None, " seconds"),
-    ("limit", "--limit", 1, None, " entries"),
-    ("from_number", "--from", 1, None, ""),
-    ("log_min_snapshot_age", "--log-min-snapshot-age", 0, None, " minutes"),
-    ("snapshot_retention", "--snapshot-retention", 0, None, " minutes"),
-    ("gc_delay", "--gc-delay", 0, 30 * 24 * 60, " minutes"),
-    ("claim_expiry", "--claim-expiry", 0, 30 * 24 * 60, " minutes"),
-    ("port", "--port", 0, 65535, ""),
-    ("poll_interval", "--poll-interval", 0, 20, " seconds (SQS's long-poll limit)"),
-    ("snapshot_interval", "--snapshot-interval", 0, None, " seconds"),
-    ("cleanup_interval", "--cleanup-interval", 0, None, " seconds"),
-    ("max_receive_count", "--max-receive-count", 1, 1000, " receives (SQS's limit)"),
-)
-
-
-def _check_options(args: argparse.Namespace) -> None:
-    """Raise CliError (exit 2) naming the first numeric option out of its range, NaN or infinite."""
-    for attribute, option, lowest, highest, unit in _NUMERIC_OPTIONS:
-        value = getattr(args, attribute, None)
-        if value is None:
-            continue
-        finite = value == value and value not in (float("inf"), float("-inf"))
-        if not finite or value < lowest or (highest is not None and value > highest):
-            allowed = f"from {lowest:g} to {highest:g}" if highest is not None else f"{lowest:g} or more"
-            shown = f"{value:g}" if isinstance(value, float) else str(value)
-            raise CliError(f"{option} must be {allowed}{unit}, got {shown}", EXIT_USAGE)
 
 
 if __name__ == "__main__":  # pragma: no cover

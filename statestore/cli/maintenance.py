@@ -8,6 +8,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from statestore import dead_letters
+from statestore.cleanup import MAX_DELAY_MS
 from statestore.cli import output as fmt
 from statestore.cli.errors import (
     BACKEND_ERRORS,
@@ -17,7 +18,7 @@ from statestore.cli.errors import (
     EXIT_USAGE,
     CliError,
 )
-from statestore.cli.parser import Command
+from statestore.cli.parser import Command, add_number
 from statestore.errors import DeadLetterNotFoundError, StateStoreError
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from statestore.upkeep import UpkeepKind
 
 QUEUES = ("commit", "upkeep")
+# The cleanup options' ranges in minutes: the policy's own limit for the delays, ten years for the ages.
+MAX_DELAY_MINUTES = MAX_DELAY_MS // 60_000
+MAX_AGE_MINUTES = 10 * 365 * 24 * 60
 
 
 def version() -> str:
@@ -46,28 +50,44 @@ def register_upkeep(commands: Any, command: Command) -> None:
         commands, "cleanup", "delete old log entries, old snapshots and garbage data files", cmd_cleanup
     )
     p.add_argument("table", metavar="TABLE", nargs="?", help="one table (default: every table)")
-    p.add_argument(
+    add_number(
+        p,
         "--log-min-snapshot-age",
-        type=float,
+        float,
+        0,
+        MAX_AGE_MINUTES,
+        " minutes",
         metavar="MINUTES",
         help="delete log entries covered by a snapshot at least this old (default 1 day)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--snapshot-retention",
-        type=float,
+        float,
+        0,
+        MAX_AGE_MINUTES,
+        " minutes",
         metavar="MINUTES",
         help="delete snapshots older than this, except the latest (default 2 days)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--gc-delay",
-        type=float,
+        float,
+        0,
+        MAX_DELAY_MINUTES,
+        " minutes",
         metavar="MINUTES",
         help="delete data files that have had no references for this long (default "
         "$STATESTORE_GC_DELAY_MINUTES, else 12 hours; a table's gc_delay_minutes property overrides it)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--claim-expiry",
-        type=float,
+        float,
+        0,
+        MAX_DELAY_MINUTES,
+        " minutes",
         metavar="MINUTES",
         help="release compaction claims older than this: their jobs are presumed dead (default "
         "$STATESTORE_CLAIM_EXPIRY_MINUTES, else 13 hours)",

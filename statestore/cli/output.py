@@ -13,7 +13,6 @@ from dataclasses import field as dataclass_field
 from typing import Any, TextIO
 
 from statestore.catalog import TableInfo
-from statestore.cli.errors import EXIT_USAGE, CliError
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition
 from statestore.ports import CommitStatus, SnapshotInfo
@@ -292,20 +291,3 @@ def _merged_summary(kind: str, transactions: Sequence[Transaction]) -> str:
     if kind == ClearTable.TYPE:
         return "cleared every file and partition"
     return kind
-
-
-def parse_time(value: str, option: str) -> int:
-    """Epoch ms from ``value`` given to ``option``: epoch milliseconds, or ISO 8601 (UTC if it names no
-    zone). Raises the CLI's usage error naming the option and the value."""
-    if value.lstrip("-").isdigit():
-        return int(value)
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(
-            f"{option} {value!r} is not a time; give ISO 8601 (2024-05-01T12:00:00Z) or epoch milliseconds",
-            EXIT_USAGE,
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)

@@ -5,11 +5,14 @@ the groups)."""
 from __future__ import annotations
 
 import argparse
+import datetime
+import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from statestore.cli.errors import EXIT_USAGE
+from statestore.cli.errors import EXIT_USAGE, CliError
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
@@ -36,8 +39,6 @@ environment:
   STATESTORE_RESOURCES       default for --resources-json (the stack's output)
   STATESTORE_POSTGRES_URL    default for --postgres-url (where postgres tables keep their file references)
 """
-
-# How long the CLI waits for a commit outcome when --wait is given without a number.
 
 # ``command(subparsers, name, help, run)``: a leaf command taking the global options, run with a Session.
 Command = Callable[[Any, str, str, Callable[["Session"], int]], argparse.ArgumentParser]
@@ -119,3 +120,104 @@ def command_factory(common: argparse.ArgumentParser) -> Command:
         return p
 
     return command
+
+
+# --- numeric options ------------------------------------------------------------------------------------
+
+# The largest transaction number, row count or epoch millisecond a table can hold (DynamoDB and Parquet keep
+# them as int64).
+INT64_MAX = 2**63 - 1
+# The most entries or files a listing shows at once (DynamoDB's query limit is a 32-bit integer).
+MAX_LIMIT = 2**31 - 1
+# Epoch milliseconds of 9999-12-31T23:59:59.999Z, the last moment ISO 8601 and Python's datetime can name.
+LAST_TIME_MS = 253_402_300_799_999
+
+
+@dataclass(frozen=True)
+class NumberOption:
+    """The ``type`` of a numeric option: parses an int (or a float) and checks it lies in
+    [``lowest``, ``highest``], so a value out of range is refused while the command line is parsed, before
+    the command sends, reads or starts anything.
+
+    It raises :class:`CliError` (exit 2) with one line naming the option and its range: argparse lets that
+    through (it converts only ``ArgumentTypeError``, ``TypeError`` and ``ValueError``), and ``main`` prints it
+    like every other usage error. Every numeric option has both bounds: an unbounded one would let a value
+    through that fails later, deep in a timer or a codec, as an internal error.
+    """
+
+    option: str
+    kind: type[int] | type[float]
+    lowest: float
+    highest: float
+    unit: str = ""
+
+    def __call__(self, text: str) -> int | float:
+        value: float
+        try:
+            value = int(text) if self.kind is int else float(text)
+        except ValueError:
+            what = "an integer" if self.kind is int else "a number"
+            raise self._error(f"{what} {self._range()}", repr(text)) from None
+        if not (math.isfinite(value) and self.lowest <= value <= self.highest):
+            raise self._error(self._range(), _show(value))
+        return value
+
+    def _range(self) -> str:
+        return f"from {_show(self.lowest)} to {_show(self.highest)}{self.unit}"
+
+    def _error(self, expected: str, got: str) -> CliError:
+        return CliError(f"{self.option} must be {expected}, got {got}", EXIT_USAGE)
+
+
+def _show(number: float) -> str:
+    """An int in full (a bound such as 2**63 - 1 must read exactly), a float in its shortest form."""
+    return str(number) if isinstance(number, int) else f"{number:g}"
+
+
+@dataclass(frozen=True)
+class TimeOption:
+    """The ``type`` of a ``TIME`` option: epoch milliseconds or ISO 8601 (UTC unless it names a zone), as
+    epoch milliseconds from 1970 to the year 9999. Raises :class:`CliError` (exit 2) naming the option."""
+
+    option: str
+
+    def __call__(self, text: str) -> int:
+        if text.lstrip("-").isdigit():
+            millis = int(text)
+        else:
+            try:
+                moment = datetime.datetime.fromisoformat(text)
+            except ValueError:
+                raise CliError(
+                    f"{self.option} {text!r} is not a time; give ISO 8601 (2024-05-01T12:00:00Z) or epoch "
+                    "milliseconds",
+                    EXIT_USAGE,
+                ) from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.UTC)
+            millis = int(moment.timestamp() * 1000)
+        if not 0 <= millis <= LAST_TIME_MS:
+            raise CliError(
+                f"{self.option} must be a time from 1970-01-01 to 9999-12-31 (epoch milliseconds 0 to "
+                f"{LAST_TIME_MS}), got {text}",
+                EXIT_USAGE,
+            )
+        return millis
+
+
+def add_number(
+    parser: argparse.ArgumentParser,
+    option: str,
+    kind: type[int] | type[float],
+    lowest: float,
+    highest: float,
+    unit: str = "",
+    **options: Any,
+) -> None:
+    """Add ``option``, a number of ``kind`` from ``lowest`` to ``highest`` (see :class:`NumberOption`)."""
+    parser.add_argument(option, type=NumberOption(option, kind, lowest, highest, unit), **options)
+
+
+def add_time(parser: argparse.ArgumentParser, option: str, **options: Any) -> None:
+    """Add ``option``, a ``TIME`` (see :class:`TimeOption`)."""
+    parser.add_argument(option, type=TimeOption(option), metavar="TIME", **options)

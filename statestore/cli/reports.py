@@ -13,8 +13,8 @@ from typing import Any
 
 from statestore import reports
 from statestore.cli import output as fmt
-from statestore.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
-from statestore.cli.parser import Command
+from statestore.cli.errors import EXIT_FAILED, EXIT_OK
+from statestore.cli.parser import INT64_MAX, MAX_LIMIT, Command, add_number, add_time
 from statestore.cli.session import Session
 from statestore.clock import now_millis
 
@@ -29,9 +29,9 @@ def register(commands: Any, command: Command) -> None:
     )
     p = command(actions, "gc", "files ready for garbage collection (no references) before a time", cmd_gc)
     p.add_argument("table", metavar="TABLE")
-    p.add_argument(
+    add_time(
+        p,
         "--before",
-        metavar="TIME",
         help="unreferenced since before TIME: epoch milliseconds or ISO 8601 (default: now)",
     )
     _limit(p)
@@ -44,9 +44,13 @@ def register(commands: Any, command: Command) -> None:
         actions, "partitions", "leaf sizes from their references, and the leaves to split", cmd_partitions
     )
     p.add_argument("table", metavar="TABLE")
-    p.add_argument(
+    add_number(
+        p,
         "--split-threshold",
-        type=int,
+        int,
+        0,
+        INT64_MAX,
+        " rows",
         metavar="ROWS",
         help="mark the leaves holding more than ROWS rows (the splitting job's rule)",
     )
@@ -64,12 +68,12 @@ def register(commands: Any, command: Command) -> None:
 
 def _limit(p: argparse.ArgumentParser) -> None:
     help_ = f"at most N files (default {DEFAULT_LIMIT})"
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help=help_)
+    add_number(p, "--limit", int, 1, MAX_LIMIT, " files", default=DEFAULT_LIMIT, metavar="N", help=help_)
 
 
-def _before(value: str | None) -> int:
-    """``--before``: epoch milliseconds or ISO 8601 (UTC unless it says otherwise); now if unset."""
-    return now_millis() if value is None else fmt.parse_time(value, "--before")
+def _before(value: int | None) -> int:
+    """``--before`` (epoch milliseconds, parsed by the option's type); now if unset."""
+    return now_millis() if value is None else value
 
 
 def _more_text(shown: int, total: int, what: str) -> str:
@@ -193,8 +197,6 @@ def cmd_references(s: Session) -> int:
 
 def cmd_partitions(s: Session) -> int:
     threshold = s.args.split_threshold
-    if threshold is not None and threshold < 0:
-        raise CliError(f"--split-threshold must be 0 or more rows, got {threshold}", EXIT_USAGE)
     table = s.table(s.args.table)
     report = reports.partition_report(s.client.state(table.table_id), threshold)
     schema = table.schema

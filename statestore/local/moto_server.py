@@ -1,5 +1,8 @@
 """moto in server mode on this machine: the embedded default's S3 and SQS, optionally keeping S3 on disk.
 
+It serves this machine only: bound to ``host`` (127.0.0.1), and behind
+:class:`statestore.local.local_only.LocalOnly`, which refuses requests with a foreign ``Host`` or ``Origin``.
+
 moto keeps everything in memory. With a ``mirror_dir``, every successful S3 write or delete is copied to
 that directory *before* the client is told it succeeded (write-through: a request whose copy fails gets a
 500 and is retried by the client), and :func:`restore_s3` loads the copy into a fresh server. The copy holds
@@ -7,7 +10,8 @@ object bytes only: no metadata, tags, ACLs or versions.
 
 Objects are files under ``DIR/<bucket>/``: each key segment but the last is a directory, the last is a file
 named ``@`` + the segment; segments are %-quoted (``""`` as ``%``, ``.``/``..`` as ``%2E``/``%2E%2E``),
-so any key maps to one path and a key and its "sub-keys" (``a`` and ``a/b``) never collide.
+so any key maps to one path and a key and its "sub-keys" (``a`` and ``a/b``) never collide. Directories are
+created 0700 and files 0600: the objects are the user's data.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from statestore.errors import EndpointUnavailableError
+from statestore.local.data_dir import make_private_dirs
 from statestore.local.dynamodb_local import check_port_free, free_port
+from statestore.local.local_only import LocalOnly
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +71,7 @@ class MotoServer:
         if mirror_dir is not None:
             mirror = S3Mirror(app, mirror_dir, endpoint_url)
             app = mirror
+        app = LocalOnly(app, host)
         server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
         thread = threading.Thread(target=server.serve_forever, name="statestore-moto-server", daemon=True)
         thread.start()
@@ -92,7 +99,7 @@ class S3Mirror:
         self._lock = threading.Lock()
         self._s3: Any = None
         self.paused = False
-        directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(directory)
         for stale in directory.rglob(_TEMP_PREFIX + "*"):  # left by a crash mid-copy
             stale.unlink()
 
@@ -194,9 +201,9 @@ class S3Mirror:
                 path.unlink()
                 _remove_empty_parents(path.parent, self.directory / bucket)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         temp = path.parent / f"{_TEMP_PREFIX}{threading.get_ident()}"
-        with open(temp, "wb") as f:
+        with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             shutil.copyfileobj(response["Body"], f)
         os.replace(temp, path)
 

@@ -48,13 +48,17 @@ tables (hence the transaction log, snapshot metadata and commit statuses) are ke
 ``DIR/dynamodb``, and every S3 object (snapshots, data files, large transaction bodies, commit request
 bodies) is copied to ``DIR/s3`` before its write is acknowledged and restored on the next start. Queued SQS
 messages are not kept: a commit request still on the queue when the runtime stops is lost (its sender's
-status lookup then never finds an outcome; send it again, which is safe).
+status lookup then never finds an outcome; send it again, which is safe). The directory is private (0700,
+files 0600) and locked while any process of the runtime uses it (:mod:`statestore.local.data_dir`).
+
+The endpoints serve this machine only (bound to 127.0.0.1, refusing foreign ``Host`` and ``Origin``
+headers: :mod:`statestore.local.local_only`), and DynamoDB Local ends with the runtime's process, however
+that ends (:mod:`statestore.local.dynamodb_local`); the moto server is a thread of that process.
 """
 
 from __future__ import annotations
 
 import atexit
-import fcntl
 import logging
 import os
 import threading
@@ -75,6 +79,7 @@ from statestore.client import StateStoreClient
 from statestore.commit_requests import CommitSender
 from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
 from statestore.errors import EndpointUnavailableError
+from statestore.local.data_dir import DataDirLock
 from statestore.local.dynamodb_local import DynamoDBLocal
 from statestore.local.endpoints import (
     configured_region,
@@ -203,7 +208,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
         self.stats = PollerStats()
         self._server = server
         self._dynamodb_server = dynamodb_server
-        self._data_dir_lock: Any = None
+        self._data_dir_lock: DataDirLock | None = None
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -214,6 +219,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
         self._upkeep_results: list[tuple[UpkeepKind, str, dict[str, Any] | None, str | None]] = []
         self._crashes_to_simulate = 0
         self._restore_environment: Callable[[], None] | None = None
+        self._supplied_credentials = False
         self._sqs: Any = None
         self.queue: SqsCommitQueue
         self.dead_letter_queue: SqsCommitQueue
@@ -296,7 +302,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
         # that would otherwise keep running, holding its port.
         atexit.register(self.stop)
         if self.data_dir is not None:
-            self._lock_data_dir()
+            self._data_dir_lock = DataDirLock.acquire(self.data_dir)
         if not self.endpoint_url:
             mirror = self.data_dir / "s3" if self.data_dir is not None else None
             self._server = MotoServer.start(host, port, mirror_dir=mirror)
@@ -305,23 +311,14 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
             if dynamodb_port is None:
                 dynamodb_port = port + 1 if port else 0
             db_path = self.data_dir / "dynamodb" if self.data_dir is not None else None
-            self._dynamodb_server = DynamoDBLocal.start(host=host, port=dynamodb_port, db_path=db_path)
+            self._dynamodb_server = DynamoDBLocal.start(
+                host=host,
+                port=dynamodb_port,
+                db_path=db_path,
+                # DynamoDB Local holds the data directory's lock too, until it has ended.
+                keep_open=(self._data_dir_lock.fd,) if self._data_dir_lock is not None else (),
+            )
             self.dynamodb_endpoint_url = self._dynamodb_server.endpoint_url
-
-    def _lock_data_dir(self) -> None:
-        """Hold DIR/.lock while running: two runtimes on one directory would overwrite each other's files."""
-        assert self.data_dir is not None
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(self.data_dir / ".lock", "w")  # noqa: SIM115 - held until stop()
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            raise ValueError(
-                f"the data directory {self.data_dir} is in use by another local runtime; stop it first, "
-                "or give another --data-dir"
-            ) from None
-        self._data_dir_lock = lock
 
     def _start(self) -> None:
         self._restore_environment = set_environment(self._environment())
@@ -382,6 +379,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
             env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = self.region
         if not has_credentials():
             env.update(_FAKE_CREDENTIALS)
+            self._supplied_credentials = True
         for name, value in _HANDLER_ENVIRONMENT.items():
             env[name] = os.environ.get(name, value)
         # The plans' period: a table's work that waited longer behind its table's is superseded.
@@ -391,6 +389,22 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
         ):
             if interval is not None:
                 env[UPKEEP_PERIOD_ENV[kind]] = repr(interval / 60)
+        return env
+
+    def client_environment(self) -> dict[str, str]:
+        """What another process (a Spark job, the data source, the CLI, boto3) needs in its environment to
+        use this runtime: the endpoints, the instance (its id, and its resource names, which the jobs read),
+        the region, and the credentials the runtime made up when none were configured."""
+        env = {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_endpoint_url,
+            "STATESTORE_INSTANCE_ID": self.resources.instance_id,
+            "STATESTORE_RESOURCES": self.resources.to_json(),
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+        }
+        if self._supplied_credentials:
+            env.update(_FAKE_CREDENTIALS)
         return env
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
@@ -420,7 +434,7 @@ class LocalRuntime(CommitQueueMapping, UpkeepSchedules):
             self._dynamodb_server.stop()
             self._dynamodb_server = None
         if self._data_dir_lock is not None:
-            self._data_dir_lock.close()
+            self._data_dir_lock.release()
             self._data_dir_lock = None
         if self._restore_environment is not None:
             self._restore_environment()

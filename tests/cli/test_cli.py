@@ -247,7 +247,9 @@ def test_commit_with_a_bad_wait_exits_2_before_sending_anything(
     result = cli("commit", name, body, "--wait", wait, "--request-id", f"bad-wait-{name}")
 
     assert result.code == EXIT_USAGE and result.out == ""
-    assert result.err.splitlines() == [f"statestore: error: --wait must be 0 or more seconds, got {wait}"]
+    assert result.err.splitlines() == [
+        f"statestore: error: --wait must be from 0 to 86400 seconds, got {wait}"
+    ]
     runtime.wait_idle()  # had anything been sent, the committer would have dealt with it by now
     assert cli("status", name, f"bad-wait-{name}").code == EXIT_NOT_FOUND
     assert cli("tables", "show", name, "--json").json()["transaction_number"] == 1
@@ -256,16 +258,22 @@ def test_commit_with_a_bad_wait_exits_2_before_sending_anything(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["log", "any", "--limit", "0"], "--limit must be 1 or more entries, got 0"),
-        (["log", "any", "--from", "-1"], "--from must be 1 or more, got -1"),
-        (["cleanup", "--snapshot-retention", "-1"], "--snapshot-retention must be 0 or more minutes, got -1"),
-        (["cleanup", "--log-min-snapshot-age", "nan"], "--log-min-snapshot-age must be 0 or more minutes"),
+        (["log", "any", "--limit", "0"], "--limit must be from 1 to 2147483647 entries, got 0"),
+        (["log", "any", "--from", "-1"], "--from must be from 1 to 9223372036854775807, got -1"),
+        (
+            ["cleanup", "--snapshot-retention", "-1"],
+            "--snapshot-retention must be from 0 to 5256000 minutes, got -1",
+        ),
+        (
+            ["cleanup", "--log-min-snapshot-age", "nan"],
+            "--log-min-snapshot-age must be from 0 to 5256000 minutes",
+        ),
         (["cleanup", "--gc-delay", "-1"], "--gc-delay must be from 0 to 43200 minutes, got -1"),
         (["cleanup", "--claim-expiry", "50000"], "--claim-expiry must be from 0 to 43200 minutes, got 50000"),
         (["local", "--poll-interval", "21"], "--poll-interval must be from 0 to 20 seconds"),
         (["local", "--max-receive-count", "0"], "--max-receive-count must be from 1 to 1000"),
         (["local", "--port", "65536"], "--port must be from 0 to 65535, got 65536"),
-        (["local", "--snapshot-interval", "-1"], "--snapshot-interval must be 0 or more seconds"),
+        (["local", "--snapshot-interval", "-1"], "--snapshot-interval must be from 0 to 2592000 seconds"),
     ],
 )
 def test_a_numeric_option_out_of_range_is_a_one_line_usage_error(

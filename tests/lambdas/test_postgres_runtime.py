@@ -4,6 +4,7 @@ credentials read from a Secrets Manager secret (moto) — connecting to a real P
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 
 import boto3
@@ -36,6 +37,17 @@ def secrets() -> Iterator[object]:
 
 
 def test_no_database_settings_means_no_file_store() -> None:
+    assert postgres_file_store({}) is None
+
+
+def test_no_database_settings_needs_no_postgresql_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The embedded default installed with the `local` extra only has no psycopg; its committer asks for the
+    # file store on every batch and must not fail importing a driver for a database nobody named.
+    drivers = [m for m in sys.modules if m == "psycopg" or m.startswith(("psycopg.", "statestore.postgres"))]
+    for name in drivers:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now raises ImportError
+
     assert postgres_file_store({}) is None
 
 
