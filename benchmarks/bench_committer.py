@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import multiprocessing
 import os
 import socket
@@ -66,13 +67,44 @@ WRITES_PER_REQUEST_TARGET = 0.3
 TEN_TABLES_TOLERANCE = 0.20
 
 
+def item_size(value: Any) -> int:
+    """DynamoDB's size of an attribute value in bytes (its item-size rules, near enough to price a write)."""
+    kind, inner = next(iter(value.items()))
+    if kind in ("S", "B"):
+        return len(inner.encode() if isinstance(inner, str) else inner)
+    if kind == "N":
+        return (len(inner.lstrip("-").replace(".", "").strip("0")) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "L":
+        return 3 + sum(item_size(v) + 1 for v in inner)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + item_size(v) + 1 for k, v in inner.items())
+    return sum(len(v.encode() if isinstance(v, str) else v) for v in inner)  # SS, BS, NS
+
+
+def write_units(item: dict[str, Any]) -> int:
+    """Write capacity units of one standard write of ``item``: one per KB, rounded up."""
+    size = sum(len(name.encode()) + item_size(value) for name, value in item.items())
+    return max(1, math.ceil(size / 1024))
+
+
 @dataclass
 class WriteMeter:
-    """Counts DynamoDB write calls and the items they write; optionally sleeps a simulated round trip."""
+    """Counts DynamoDB write calls, the items they write and the write units they cost; optionally sleeps a
+    simulated round trip.
+
+    ``units_apart`` prices the same items as the committer wrote them before a committed request's status
+    went into the log entry's transaction: the entry alone (a standard put), its statuses in a transaction of
+    their own (twice the units of a standard write, as every transactional write).
+    """
 
     rtt: float = 0.0
+    log_table: str = ""
     calls: int = 0
     items: int = 0
+    units: int = 0
+    units_apart: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, client: Any) -> None:
@@ -83,15 +115,28 @@ class WriteMeter:
     def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> None:
         if model.service_model.service_name != "dynamodb" or model.name not in WRITE_OPERATIONS:
             return
+        units = apart = 0
         if model.name == "BatchWriteItem":
-            items = sum(len(v) for v in params.get("RequestItems", {}).values())
+            requests = [r for v in params.get("RequestItems", {}).values() for r in v]
+            items = len(requests)
+            units = apart = sum(
+                write_units(r["PutRequest"]["Item"]) if "PutRequest" in r else 1 for r in requests
+            )
         elif model.name == "TransactWriteItems":
-            items = len(params.get("TransactItems", []))
+            writes = [next(iter(t.values())) for t in params.get("TransactItems", [])]
+            items = len(writes)
+            for write in writes:
+                one = write_units(write["Item"]) if "Item" in write else 1
+                units += 2 * one
+                apart += one if write.get("TableName") == self.log_table else 2 * one
         else:
             items = 1
+            units = apart = write_units(params["Item"]) if "Item" in params else 1
         with self._lock:
             self.calls += 1
             self.items += items
+            self.units += units
+            self.units_apart += apart
 
     def _before_send(self, **_: Any) -> None:
         time.sleep(self.rtt)
@@ -104,6 +149,8 @@ class Run:
     seconds: float
     write_calls: int
     write_items: int
+    write_units: int = 0
+    write_units_apart: int = 0
 
     @property
     def per_second(self) -> float:
@@ -117,10 +164,18 @@ class Run:
     def items_per_request(self) -> float:
         return self.write_items / self.requests
 
+    @property
+    def units_per_request(self) -> float:
+        return self.write_units / self.requests
+
+    @property
+    def units_apart_per_request(self) -> float:
+        return self.write_units_apart / self.requests
+
 
 def open_runtime(names: ResourceNames, endpoint: str, rtt: float) -> tuple[Runtime, WriteMeter]:
     rt = Runtime.for_aws(names, endpoint)
-    meter = WriteMeter(rtt)
+    meter = WriteMeter(rtt, names.transaction_log_table)
     meter.attach(rt.statuses.dynamodb)  # type: ignore[attr-defined]  # one client for log, statuses, index
     meter.attach(rt.blobs.s3)  # type: ignore[attr-defined]
     return rt, meter
@@ -166,7 +221,7 @@ def bench_one_table(names: ResourceNames, endpoint: str, batches: int, rtt: floa
     count = batches * BATCH if group else max(BATCH, batches * BATCH // 3)
     todo = messages(table_id, count, "m")
     plan = [todo[i : i + BATCH] for i in range(0, count, BATCH)] if group else [[m] for m in todo]
-    calls, items = meter.calls, meter.items
+    calls, items, units, apart = meter.calls, meter.items, meter.units, meter.units_apart
     start = time.perf_counter()
     done = drive(committer, plan)
     seconds = time.perf_counter() - start
@@ -176,6 +231,8 @@ def bench_one_table(names: ResourceNames, endpoint: str, batches: int, rtt: floa
         seconds,
         meter.calls - calls,
         meter.items - items,
+        meter.units - units,
+        meter.units_apart - apart,
     )
 
 
@@ -340,13 +397,17 @@ def report(args: argparse.Namespace, rtt_ms: float, group: Run, single: Run, ten
         f"{os.cpu_count()} CPU(s); simulated round trip {rtt_ms:g} ms per AWS call"
     )
     print(f"AddFiles of {FILES_PER_REQUEST} files per request, batches of {BATCH}\n")
-    header = f"{'run':<40} {'requests':>8} {'req/s':>9} {'DDB writes/req':>15} {'DDB items/req':>14}"
+    header = (
+        f"{'run':<40} {'requests':>8} {'req/s':>9} {'DDB writes/req':>15} {'DDB items/req':>14} "
+        f"{'write units/req':>16}"
+    )
     print(header)
     print("-" * len(header))
     for run in (group, single, ten):
+        units = f"{run.units_per_request:>16.2f}" if run.write_units else f"{'':>16}"
         print(
             f"{run.name:<40} {run.requests:>8} {run.per_second:>9.1f} {run.writes_per_request:>15.2f} "
-            f"{run.items_per_request:>14.2f}"
+            f"{run.items_per_request:>14.2f} {units}"
         )
     aggregate = ten.requests * 10 / wall
     print(f"{'10 tables at once, all tables':<40} {ten.requests * 10:>8} {aggregate:>9.1f}")
@@ -361,6 +422,11 @@ def report(args: argparse.Namespace, rtt_ms: float, group: Run, single: Run, ten
         (f"per-table throughput with 10 tables: {ten_ratio:.0%} of one table alone "
          f"(target >= {1 - TEN_TABLES_TOLERANCE:.0%})", ten_ratio >= 1 - TEN_TABLES_TOLERANCE),
     ]  # fmt: skip
+    print(
+        f"\nWrite units per request, group commit: {group.units_per_request:.2f} with each committed "
+        "request's status in its log entry's transaction; the same items written apart (the entry, then its "
+        f"statuses in a transaction of their own) cost {group.units_apart_per_request:.2f}"
+    )
     print()
     for text, ok in checks:
         print(f"  {verdict(ok)}  {text}")
