@@ -1,5 +1,5 @@
 """PySpark jobs over a statestore table: ingest, compaction, partition splitting, queries, incremental reads,
-and ``format("statestore")`` for ``spark.read`` and ``df.write`` (:func:`register`).
+and ``format("statestore-table")`` for ``spark.read`` and ``df.write`` (:func:`register`).
 
 Data files move with pyarrow inside the Spark tasks (a local directory or S3 through pyarrow's
 ``S3FileSystem``); the state changes through a :class:`JobCommitter` (synchronous, or the commit queue).
@@ -24,6 +24,7 @@ from spark_client.ingest import IngestResult, ingest, ingest_request_id
 from spark_client.query import query, region_of
 from spark_client.session import local_session
 from spark_client.splitting import SplitDecision, split_partition_at, split_partitions
+from spark_client.tables import create_table, create_temp_view, schema_of
 
 __all__ = [
     "CommitReport",
@@ -44,6 +45,8 @@ __all__ = [
     "StatestoreDataSource",
     "SyncCommitter",
     "compact",
+    "create_table",
+    "create_temp_view",
     "delete_orphan_files",
     "find_orphan_files",
     "ingest",
@@ -53,6 +56,7 @@ __all__ = [
     "read_added_since",
     "register",
     "region_of",
+    "schema_of",
     "split_partition_at",
     "split_partitions",
 ]
