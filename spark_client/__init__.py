@@ -21,9 +21,11 @@ from spark_client.errors import (
 from spark_client.gc import delete_orphan_files, find_orphan_files
 from spark_client.incremental import IncrementalBatch, read_added_since
 from spark_client.ingest import IngestResult, ingest, ingest_request_id
+from spark_client.progress import show_progress
 from spark_client.query import query, region_of
 from spark_client.session import local_session
 from spark_client.splitting import SplitDecision, split_partition_at, split_partitions
+from spark_client.table_read import read_table
 from spark_client.tables import create_table, create_temp_view, schema_of
 
 __all__ = [
@@ -54,9 +56,11 @@ __all__ = [
     "local_session",
     "query",
     "read_added_since",
+    "read_table",
     "register",
     "region_of",
     "schema_of",
+    "show_progress",
     "split_partition_at",
     "split_partitions",
 ]

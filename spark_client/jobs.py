@@ -12,7 +12,8 @@ job needs); on AWS nothing else is needed. The driver asks S3 for the bucket's r
 files are read and written where they are even when the job runs in another region.
 
 Input and output locations are ``s3://bucket/prefix`` or a local directory, moved with pyarrow inside the
-tasks (no Hadoop S3 connector needed). Each job prints ONE JSON line with what it did, and exits 0 when it
+tasks (no Hadoop S3 connector needed). Ingest, compaction and splitting print progress lines (files, rows,
+seconds) on stderr unless ``--quiet``. Each job prints ONE JSON line with what it did, and exits 0 when it
 did it, 1 when it failed or its commit was rejected, 2 on a usage error, 3 when a commit's outcome is not
 known yet (the JSON names the request id to look up with ``statestore status``), and 4 when the instance
 cannot be reached (nothing answers at a local endpoint).
@@ -43,6 +44,7 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.incremental import read_added_since
 from spark_client.ingest import ingest
+from spark_client.progress import hide_progress, show_progress
 from spark_client.query import query
 from spark_client.splitting import split_partitions
 from statestore.errors import ResourceNotFoundError, StateStoreError, TableNotFoundError
@@ -403,6 +405,9 @@ def parser() -> argparse.ArgumentParser:
         "--dynamodb-endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"), help="DynamoDB's own"
     )
     common.add_argument(
+        "--quiet", action="store_true", help="print no progress lines on stderr (files, rows, seconds)"
+    )
+    common.add_argument(
         "--wait-timeout",
         type=float,
         default=600.0,
@@ -446,6 +451,15 @@ def _positive(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.quiet:
+        show_progress()
+    try:
+        return _run(args, spark)
+    finally:
+        hide_progress()
+
+
+def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     try:
         check_endpoint(args.endpoint_url, "--endpoint-url / $AWS_ENDPOINT_URL")
         check_endpoint(args.dynamodb_endpoint_url, "--dynamodb-endpoint-url / $AWS_ENDPOINT_URL_DYNAMODB")

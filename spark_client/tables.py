@@ -14,6 +14,9 @@ refused, naming the column and the cast to make.
 SQL: Spark (4.0 and 4.3 alike) keeps a Python data source's ``OPTIONS`` for ``CREATE TEMPORARY VIEW ...
 USING`` but gives it none for a ``CREATE TABLE ... USING`` catalog table, so a statestore table is a
 temporary view in SQL: read with ``SELECT``, appended to with ``INSERT INTO``, for the session's lifetime.
+Spark 4.0 plans a view's read at every query (each sees the table as it is then); Spark 4.1 and later plan
+it once, at the view's first query, and keep that plan (``REFRESH TABLE`` does not renew it): make the view
+again to see what was committed since.
 """
 
 from __future__ import annotations
@@ -124,7 +127,8 @@ def create_table(
 
 def create_temp_view(spark: SparkSession, view: str, table: str | None = None, **options: str) -> None:
     """Make table ``table`` (default: the view's name) a temporary view ``view`` of ``spark``'s SQL:
-    ``SELECT`` reads the table's current state each time, ``INSERT INTO`` appends (one AddFiles).
+    ``SELECT`` reads it (on Spark 4.1+, as it was at the view's first query: call this again to see later
+    commits), ``INSERT INTO`` appends (one AddFiles).
 
     The same as ``CREATE OR REPLACE TEMPORARY VIEW view USING `statestore-table` OPTIONS (table 'name',
     ...)``; ``options`` are the data source's (``committer='sync'``, ``region=...``, connection options).

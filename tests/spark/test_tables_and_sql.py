@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -17,6 +18,8 @@ from tests.spark.conftest import Instance, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
+# Spark 4.0 plans a temporary view's read at each query; 4.1 and later plan it once, at its first query.
+PLANS_A_VIEW_ONCE = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
 COLUMNS = "key bigint, ts bigint, value string, amount double, flag boolean, raw binary"
 
 
@@ -116,7 +119,10 @@ def test_a_temporary_view_reads_the_current_table_in_sql_and_insert_into_appends
     spark.sql("INSERT INTO events_view SELECT * FROM incoming")
 
     assert source_instance.client.log.latest_number(source_instance.client.get_table(name).table_id) == 3
-    same_rows(spark.sql("SELECT * FROM events_view"), first.unionByName(second))  # read again: both appends
+    if PLANS_A_VIEW_ONCE:  # Spark 4.1+ keeps the view's first plan: the view shows the table as it was then
+        same_rows(spark.sql("SELECT * FROM events_view"), first)
+        create_temp_view(spark, "events_view", name, committer="sync", **options)  # planned again
+    same_rows(spark.sql("SELECT * FROM events_view"), first.unionByName(second))  # both appends
     expected = first.unionByName(second).where("key >= 1000 AND key < 4000").groupBy("flag").count()
     same_rows(
         spark.sql(
