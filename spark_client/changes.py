@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_client.data_store import DataStore
-from spark_client.errors import DataFileMissingError
+from spark_client.errors import DataFileMissingError, DataSourceOptionError
 from spark_client.log_times import LogTimes, format_time
 from spark_client.read_plan import ReadPart, intersect
 from statestore.codec.transaction_json import decode_entry
@@ -114,25 +114,27 @@ def resolve_range(
 
     Start: ``starting_transaction``, or the first transaction committed at or after ``starting_time``
     (epoch ms; none yet: empty). End: ``ending_transaction`` (it must exist), or the last committed at or
-    before ``ending_time`` (none: empty), or else the latest now. Raises ValueError when neither start is
-    given, both forms of one end are, or explicit numbers run backwards; StateStoreError when the log no
-    longer holds the entries a time needs.
+    before ``ending_time`` (none: empty), or else the latest now. Raises DataSourceOptionError when
+    neither start is given, both forms of one end are, or explicit numbers run backwards; StateStoreError
+    when the log no longer holds the entries a time needs.
     """
     if (starting_transaction is None) == (starting_time is None):
-        raise ValueError(
+        raise DataSourceOptionError(
             "a range needs exactly one of the options 'startingTransaction' and 'startingTimestamp'"
         )
     if ending_transaction is not None and ending_time is not None:
-        raise ValueError("give at most one of the options 'endingTransaction' and 'endingTimestamp'")
+        raise DataSourceOptionError(
+            "give at most one of the options 'endingTransaction' and 'endingTimestamp'"
+        )
     times = LogTimes(store.log, store.table_id)
     latest = times.latest
     if ending_transaction is not None and ending_transaction > latest:
-        raise ValueError(
+        raise DataSourceOptionError(
             f"option 'endingTransaction' is {ending_transaction}, but table {store.table_id!r}'s latest "
             f"transaction is {latest}"
         )
     if starting_time is not None and ending_time is not None and starting_time > ending_time:
-        raise ValueError(
+        raise DataSourceOptionError(
             f"option 'startingTimestamp' ({format_time(starting_time)}) is after 'endingTimestamp' "
             f"({format_time(ending_time)})"
         )
@@ -145,7 +147,7 @@ def resolve_range(
     if ending_transaction is not None:
         end = ending_transaction
         if starting_transaction is not None and starting_transaction > ending_transaction:
-            raise ValueError(
+            raise DataSourceOptionError(
                 f"option 'startingTransaction' ({starting_transaction}) is after 'endingTransaction' "
                 f"({ending_transaction})"
             )

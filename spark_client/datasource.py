@@ -145,7 +145,9 @@ class StatestoreDataSource(DataSource):
         client = options.connection.client()
         info = _table_to_append_to(client, options, schema)
         check_struct(schema, info.schema)
-        tree = client.state_store(info.table_id).state().partition_tree
+        state = client.state_store(info.table_id).state()
+        # The tasks need the partitions only: a tree over the state would take every file reference with it.
+        tree = PartitionTree({p.id: p for p in state.partitions()})
         return StatestoreWriter(options, info.table_id, info.schema, tree)
 
     def _parse(self, not_for: tuple[str, ...], what: str) -> SourceOptions:
@@ -207,7 +209,7 @@ def _table_to_append_to(client: StateStoreClient, options: SourceOptions, struct
         except TableNotFoundError:
             raise DataSourceOptionError(
                 f"table {options.table!r} does not exist: create it first (spark_client.create_table(df, "
-                "name, row_keys=[...]) or `statestore create-table`), or give the option rowKeys (and "
+                "name, row_keys=[...]) or `statestore tables create`), or give the option rowKeys (and "
                 "sortKeys) to create it from the DataFrame's schema. Nothing was written"
             ) from None
     wanted = schema_of(struct, options.row_keys, options.sort_keys)

@@ -12,12 +12,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
+from spark_client.columns import spark_schema
 from spark_client.committer import SyncCommitter
 from spark_client.compaction import compact
 from spark_client.data_store import DataStore
+from spark_client.datasource import StatestoreDataSource
 from spark_client.splitting import split_partitions
+from statestore.files import FileReference
+from statestore.transactions import AddFiles
 from tests.spark.conftest import KEY_SCHEMA, MakeSourceTable, SourceTable, as_tuples, dataframe, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -88,3 +93,30 @@ def test_writes_with_snapshots_between_them_through_a_split_and_compactions_keep
     assert as_tuples(table.read(spark, asOf=str(after_two))) == sorted(batches[0] + batches[1])
     low = table.read(spark, region=json.dumps({"key": [None, 5_000]}))
     assert as_tuples(low) == sorted(r for r in everything if r[0] < 5_000)
+
+
+def test_an_append_ships_its_tasks_the_partitions_and_not_the_tables_file_references(
+    make_source_table: MakeSourceTable,
+) -> None:
+    def shipped_bytes(table: SourceTable) -> int:
+        writer = StatestoreDataSource({**table.options, "committer": "sync"}).writer(
+            spark_schema(KEY_SCHEMA), False
+        )
+        return len(cloudpickle.dumps(writer))
+
+    empty, full = make_source_table(KEY_SCHEMA, SPLITS), make_source_table(KEY_SCHEMA, SPLITS)
+    leaves = full.state().leaf_partitions()
+    full.client.commit(
+        full.table_id,
+        AddFiles(
+            tuple(
+                FileReference(
+                    f"tables/{full.table_id}/data/{leaves[i % 4].id}/{i:06d}.parquet", leaves[i % 4].id, 10
+                )
+                for i in range(20_000)
+            )
+        ),
+    )
+    snapshot(full)
+
+    assert shipped_bytes(full) < shipped_bytes(empty) + 10_000  # not ~20,000 file names and their counts
