@@ -50,6 +50,7 @@ from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
 from spark_client.file_io import merge_files
+from spark_client.progress import context_of, report, spark_stage
 from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
 from statestore.clock import now_millis
 from statestore.collector import collector_paused
@@ -334,18 +335,48 @@ def compact(
     if claim_expiry_ms < 0:
         raise ValueError(f"claim_expiry_ms must not be negative, got {claim_expiry_ms}")
     started = time.monotonic()
+    what = f"compaction of table {store.table_id!r}"
     take_over = clock() - claim_expiry_ms if resume else None
     moved = split_references_down(store, committer)
+    if moved:
+        report(what, "moved %d reference(s) down from partitions split since", moved)
     jobs = plan_compaction_jobs(
         store.state(), data, store.table_id, min_files, max_files, take_over_claimed_before=take_over
     )
     claimed, lost = claim_jobs(store.table_id, committer, jobs, take_over_claimed_before=take_over)
+    inputs = sum(len(job.input_files) for job in claimed)
+    report(
+        what,
+        "merging %d job(s) of %d file(s) (%d job(s) taken by another run)",
+        len(claimed),
+        inputs,
+        len(lost),
+    )
     try:
-        finished = run_jobs(spark, store.schema, data, claimed)
+        with spark_stage(what, context_of(spark)):
+            finished = run_jobs(spark, store.schema, data, claimed)
     except Exception as e:
         raise _abandon(store.table_id, data, committer, claimed, e) from e
+    rows = sum(f.rows for f in finished)
+    report(
+        what,
+        "merged %d file(s) into %d, %s rows in %.1f s",
+        inputs,
+        len(finished),
+        f"{rows:,}",
+        time.monotonic() - started,
+    )
     committed, rejected, outcome = commit_jobs(store, data, committer, finished)
     pending = tuple(f.job for f in finished) if outcome is not None and outcome.pending else ()
+    if finished:
+        report(
+            what,
+            "committed %d job(s), %d lost, %d pending; %.1f s in all",
+            len(committed),
+            len(lost) + len(rejected),
+            len(pending),
+            time.monotonic() - started,
+        )
     return CompactionResult(
         moved, tuple(committed), tuple(lost + rejected), time.monotonic() - started, pending
     )

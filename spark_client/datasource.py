@@ -52,36 +52,41 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
-from spark_client.columns import (
-    arrow_schema,
-    check_read_schema,
-    check_struct,
-    region_filter,
-    sort_columns,
-    spark_schema,
-)
+from spark_client.arrow_reader import ArrowPartsReader, ReadTask
+from spark_client.changes import Changes
+from spark_client.changes_reader import ChangesReader, changes_schema, plan_changes
+from spark_client.columns import arrow_schema, check_struct, sort_columns, spark_schema
 from spark_client.data_store import DataStore
 from spark_client.errors import (
     CommitRejectedError,
     DataSourceOptionError,
     SchemaMismatchError,
 )
-from spark_client.file_io import DataFileWriter, scan_batches
+from spark_client.file_io import DataFileWriter
 from spark_client.ingest import commit_files
 from spark_client.leaves import rows_by_leaf
-from spark_client.pushdown import Predicate, and_expressions, key_regions, predicates_expression, push
-from spark_client.read_plan import ReadPart, group_parts, plan_read
-from spark_client.source_options import DEFAULT_ROWS_PER_TASK, KNOWN_OPTIONS, SourceOptions
+from spark_client.log_times import LogTimes
+from spark_client.pushdown import key_regions, push
+from spark_client.read_plan import ReadPart, plan_read
+from spark_client.source_options import (
+    DEFAULT_ROWS_PER_TASK,
+    FORMAT,
+    KNOWN_OPTIONS,
+    RANGE_OPTIONS,
+    SourceOptions,
+)
+from spark_client.tables import schema_of
+from statestore.catalog import TableInfo
+from statestore.client import StateStoreClient
+from statestore.errors import TableAlreadyExistsError, TableNotFoundError
 from statestore.files import FileReference
 from statestore.partitions import PartitionTree, Range, Region
 from statestore.schema import Schema
 
-FORMAT = "statestore-table"
 # Internal: reads parts planned on the driver, for the functional query().
 PARTS_FORMAT = "statestore-table-parts"
 # Whether this PySpark offers filters to Python data sources (Spark 4.1+), and the switch that turns it on.
@@ -90,8 +95,7 @@ FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 # A write task sorts and writes its rows whenever it holds this many bytes of them, bounding its memory.
 WRITE_BUFFER_BYTES = 256 * 1024 * 1024
 
-_READ_ONLY_OPTIONS = ("region", "asof", "rowspertask")
-_WRITE_ONLY_OPTIONS = ("committer", "committimeout")
+_READ_ONLY_OPTIONS = ("region", "asof", "timestampasof", "rowspertask", *RANGE_OPTIONS)
 
 
 def register(spark: SparkSession) -> None:
@@ -110,12 +114,25 @@ class StatestoreDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        options = self._parse(_WRITE_ONLY_OPTIONS, "reads")
-        return spark_schema(options.connection.client().get_table(options.table).schema)
+        options = self._parse((), "reads")
+        client = options.connection.client()
+        info = client.get_table(options.table)
+        if options.is_range:
+            # Planned here, once: Spark hands this object, pickled, to reader(), so the rows read are the
+            # range the schema's summary describes.
+            self._changes = plan_changes(options, client.state_store(info.table_id))
+            return changes_schema(info.schema, self._changes)
+        return spark_schema(info.schema)
 
-    def reader(self, schema: StructType) -> StatestoreReader:
-        options = self._parse(_WRITE_ONLY_OPTIONS, "reads")
-        info = options.connection.client().get_table(options.table)
+    def reader(self, schema: StructType) -> ArrowPartsReader:
+        options = self._parse((), "reads")
+        client = options.connection.client()
+        info = client.get_table(options.table)
+        if options.is_range:
+            changes: Changes | None = getattr(self, "_changes", None)
+            if changes is None:  # a schema was given, so schema() was not called
+                changes = plan_changes(options, client.state_store(info.table_id))
+            return ChangesReader(options, info.schema, schema, changes)
         return StatestoreReader(options, info.table_id, info.schema, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> StatestoreWriter:
@@ -126,12 +143,25 @@ class StatestoreDataSource(DataSource):
             )
         options = self._parse(_READ_ONLY_OPTIONS, "writes")
         client = options.connection.client()
-        info = client.get_table(options.table)
+        info = _table_to_append_to(client, options, schema)
         check_struct(schema, info.schema)
-        tree = client.state_store(info.table_id).state().partition_tree
+        state = client.state_store(info.table_id).state()
+        # The tasks need the partitions only: a tree over the state would take every file reference with it.
+        tree = PartitionTree({p.id: p for p in state.partitions()})
         return StatestoreWriter(options, info.table_id, info.schema, tree)
 
     def _parse(self, not_for: tuple[str, ...], what: str) -> SourceOptions:
+        """The options; a write refuses those only reads take (a read ignores the write's own, so that a
+        temporary view's options serve its INSERTs too)."""
+        if "provider" in self.options and any(name.startswith("option.") for name in self.options):
+            # A catalog table's properties: Spark calls schema() with them once, at CREATE TABLE, and gives
+            # every later read or write of the table no options at all.
+            raise DataSourceOptionError(
+                f"CREATE TABLE ... USING `{FORMAT}` cannot work: Spark gives a Python data source none of a "
+                "catalog table's OPTIONS when it is read or written. Use CREATE TEMPORARY VIEW name USING "
+                f"`{FORMAT}` OPTIONS (table 'name', ...) (or spark_client.create_temp_view): SELECT and "
+                "INSERT INTO work on it"
+            )
         wrong = sorted(KNOWN_OPTIONS[name.lower()] for name in self.options if name.lower() in not_for)
         if wrong:
             raise DataSourceOptionError(f"option(s) {wrong} do not apply to {what}")
@@ -139,50 +169,6 @@ class StatestoreDataSource(DataSource):
 
 
 # --- reading --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReadTask(InputPartition):
-    """The parts one Spark task reads, and the transaction they were planned from (named if a file is
-    missing: it was most likely garbage-collected after a compaction since)."""
-
-    parts: tuple[ReadPart, ...]
-    planned_at: int | None = None
-
-
-class ArrowPartsReader(DataSourceReader):
-    """Reads planned parts with pyarrow in the tasks and hands Spark Arrow batches: only the columns asked
-    for, each part restricted to its region, the pushed predicates applied. Pickled to the tasks."""
-
-    def __init__(self, schema: Schema, data: DataStore, requested: StructType, rows_per_task: int) -> None:
-        self.table_schema = schema
-        self.data = data
-        self.rows_per_task = rows_per_task
-        self.columns = check_read_schema(requested, schema)
-        # Spark checks the batches against the schema it asked for, nullability included.
-        types = arrow_schema(schema)
-        self.output = pa.schema(
-            [pa.field(f.name, types.field(f.name).type, nullable=f.nullable) for f in requested.fields]
-        )
-        self.predicates: tuple[Predicate, ...] = ()
-
-    def tasks(self, parts: list[ReadPart], planned_at: int | None) -> list[ReadTask]:
-        return [ReadTask(tuple(group), planned_at) for group in group_parts(parts, self.rows_per_task)]
-
-    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ReadTask):
-            return  # Spark reads a lone None partition when the plan has no parts
-        pushed = predicates_expression(self.predicates, self.table_schema)
-        for part in partition.parts:
-            in_region = region_filter(self.table_schema, part.region) if part.region is not None else None
-            for batch in scan_batches(
-                self.data,
-                part.filename,
-                self.columns,
-                and_expressions(in_region, pushed),
-                planned_at=partition.planned_at,
-            ):
-                yield batch.cast(self.output)
 
 
 class StatestoreReader(ArrowPartsReader):
@@ -205,8 +191,40 @@ class StatestoreReader(ArrowPartsReader):
 
     def partitions(self) -> list[ReadTask]:
         store = self.options.connection.client().state_store(self.table_id)
-        state = store.state() if self.options.as_of is None else store.load(self.options.as_of)
+        as_of = self.options.as_of
+        if self.options.timestamp_as_of is not None:
+            as_of = LogTimes(store.log, store.table_id).latest_at(
+                self.options.timestamp_as_of, "timestampAsOf"
+            )
+        state = store.state() if as_of is None else store.load(as_of)
         return self.tasks(plan_read(state, self.regions()), state.transaction_number)
+
+
+def _table_to_append_to(client: StateStoreClient, options: SourceOptions, struct: StructType) -> TableInfo:
+    """The table an append goes to; created from the DataFrame's schema if it does not exist and the
+    options name its row keys (``rowKeys``), which must be its own if it does."""
+    if options.row_keys is None:
+        try:
+            return client.get_table(options.table)
+        except TableNotFoundError:
+            raise DataSourceOptionError(
+                f"table {options.table!r} does not exist: create it first (spark_client.create_table(df, "
+                "name, row_keys=[...]) or `statestore tables create`), or give the option rowKeys (and "
+                "sortKeys) to create it from the DataFrame's schema. Nothing was written"
+            ) from None
+    wanted = schema_of(struct, options.row_keys, options.sort_keys)
+    try:
+        info = client.create_table(options.table, wanted)
+    except TableAlreadyExistsError:
+        info = client.get_table(options.table)
+    keys = ([f.name for f in info.schema.row_keys], [f.name for f in info.schema.sort_keys])
+    if keys != (list(options.row_keys), list(options.sort_keys)):
+        raise DataSourceOptionError(
+            f"table {options.table!r} exists with row keys {keys[0]} and sort keys {keys[1]}, not the "
+            f"rowKeys {list(options.row_keys)} and sortKeys {list(options.sort_keys)} given. Nothing was "
+            "written"
+        )
+    return info
 
 
 # --- reading parts planned on the driver (query()) ------------------------------------------------

@@ -78,4 +78,5 @@ class InvalidDataFileError(StateStoreError):
 
 
 class DataSourceOptionError(StateStoreError, ValueError):
-    """An option given to ``spark.read/df.write.format("statestore")`` is missing, unknown or malformed."""
+    """An option given to ``spark.read/df.write.format("statestore-table")`` is missing, unknown or
+    malformed."""

@@ -21,6 +21,9 @@ file compacted away after it was added is still read, as long as garbage collect
 after the last reference went) has not deleted it. A consumer further behind than that gets
 :class:`DataFileMissingError`; one behind the log's retention gets ``TransactionNotRetainedError``. Both
 mean: start again from a full read of the table.
+
+Bounded ranges (the data source's ``startingTransaction`` ... options) are planned by
+:mod:`spark_client.changes`, which this module reads through too.
 """
 
 from __future__ import annotations
@@ -29,14 +32,14 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_client.changes import added_references, changes_between, check_files_present
 from spark_client.data_store import DataStore
-from spark_client.errors import DataFileMissingError
 from spark_client.query import read_parts
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine import TableStateStore
 from statestore.errors import TransactionNotRetainedError
-from statestore.files import FileReference
-from statestore.transactions import AddFiles, Transaction, TransactionBatch
+
+__all__ = ["IncrementalBatch", "added_references", "files_added_between", "read_added_since"]
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,6 @@ class IncrementalBatch:
     from_watermark: int
     to_watermark: int
     files: tuple[str, ...]
-
-
-def added_references(transaction: Transaction) -> list[FileReference]:
-    """The references a log entry's transaction added as new files (looking inside batches)."""
-    if isinstance(transaction, AddFiles):
-        return list(transaction.references)
-    if isinstance(transaction, TransactionBatch):
-        return [ref for item in transaction.items for ref in added_references(item.transaction)]
-    return []
 
 
 def files_added_between(store: TableStateStore, after: int, up_to: int) -> list[str]:
@@ -98,13 +92,13 @@ def read_added_since(
         raise ValueError(
             f"watermark {watermark} is ahead of table {store.table_id!r}'s latest transaction {latest}"
         )
-    files = files_added_between(store, watermark, latest) if latest > watermark else []
-    gone = [f for f in files if not data.exists(f)]
-    if gone:
-        raise DataFileMissingError(
-            f"{len(gone)} file(s) added after watermark {watermark} were already garbage-collected, e.g. "
-            f"{data.uri(gone[0])}: the consumer is further behind than the GC delay; "
-            "restart it from a full read"
-        )
-    rows = read_parts(spark, store.schema, data, [(f, None) for f in files])
-    return IncrementalBatch(rows, watermark, latest, tuple(files))
+    try:
+        changes = changes_between(store, watermark + 1, latest)
+    except TransactionNotRetainedError as e:
+        raise TransactionNotRetainedError(
+            f"{e}. The rows added after watermark {watermark} cannot all be found: restart the consumer "
+            "from a full read"
+        ) from None
+    check_files_present(data, changes.files, f"added after watermark {watermark}")
+    rows = read_parts(spark, store.schema, data, [(part.filename, part.region) for part in changes.parts])
+    return IncrementalBatch(rows, watermark, latest, changes.files)

@@ -36,6 +36,7 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.file_io import WRITE_BATCH_ROWS, DataFileWriter
 from spark_client.leaves import leaf_index_column
+from spark_client.progress import context_of, report, spark_stage
 from statestore.engine import TableStateStore
 from statestore.files import FileReference
 from statestore.schema import Schema
@@ -147,13 +148,27 @@ def ingest(
         # One JSON string per row. pyspark's stubs already type toJSON as returning a DataFrame (it is to,
         # in a later release); in this one it returns an RDD of strings.
         json_lines = cast("RDD[str]", rows.toJSON())
-    written = json_lines.mapPartitions(write).collect()
+    what = f"ingest into table {table_id!r}"
+    report(what, "writing files")
+    with spark_stage(what, context_of(df.sparkSession)):
+        written = json_lines.mapPartitions(write).collect()
     references = tuple(FileReference(filename, leaf_id, count) for filename, leaf_id, count in written)
     total = sum(r.number_of_rows for r in references)
+    report(
+        what, "wrote %d file(s), %s rows in %.1f s", len(references), f"{total:,}", time.monotonic() - started
+    )
     outcome = None
     if references:
+        committing = time.monotonic()
         outcome = commit_files(committer, table_id, references, wait=wait, request_id=request_id)
+        report(what, "%s in %.1f s", _outcome_text(outcome), time.monotonic() - committing)
     return IngestResult(references, total, time.monotonic() - started, outcome)
+
+
+def _outcome_text(outcome: CommitReport) -> str:
+    if outcome.committed:
+        return f"committed at transaction {outcome.transaction_number}"
+    return f"sent as request {outcome.request_id}, no outcome yet" if outcome.pending else "rejected"
 
 
 def commit_files(

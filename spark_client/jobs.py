@@ -2,16 +2,21 @@
 
 Jobs: ``ingest`` (Parquet files into a table), ``compact``, ``split``, ``query`` (a region's rows to Parquet
 files) and ``incremental`` (rows added after a watermark to Parquet files). Each takes the table's name and
-finds the instance from, in order: ``--resources`` (the stack's ``StatestoreResources`` output: JSON text
-or a file), ``--stack`` (read from the CloudFormation stack's outputs), or ``$STATESTORE_RESOURCES``.
-``--endpoint-url`` / ``--dynamodb-endpoint-url`` point at a local endpoint (the embedded mode); on AWS
-nothing else is needed. The driver asks S3 for the bucket's region itself, so the data files are read and
-written where they are even when the job runs in another region.
+finds the instance as the ``statestore`` CLI and the data source do, from the first of: ``--resources``
+(the stack's ``StatestoreResources`` output: JSON text or a file), ``--stack`` (read from the
+CloudFormation stack's outputs), ``--instance``, ``$STATESTORE_RESOURCES``, ``$STATESTORE_INSTANCE_ID``,
+else the instance ``local`` (an instance id's bucket is ``$STATESTORE_BUCKET`` if set).
+``--endpoint-url`` / ``--dynamodb-endpoint-url`` (``$AWS_ENDPOINT_URL`` / ``$AWS_ENDPOINT_URL_DYNAMODB``)
+point at a local endpoint (the embedded mode: the ``export`` lines ``statestore local`` prints are all a
+job needs); on AWS nothing else is needed. The driver asks S3 for the bucket's region itself, so the data
+files are read and written where they are even when the job runs in another region.
 
 Input and output locations are ``s3://bucket/prefix`` or a local directory, moved with pyarrow inside the
-tasks (no Hadoop S3 connector needed). Each job prints ONE JSON line with what it did, and exits 0 when it
-did it, 1 when it failed or its commit was rejected, 2 on a usage error, and 3 when a commit's outcome is
-not known yet (the JSON names the request id to look up with ``statestore status``).
+tasks (no Hadoop S3 connector needed). Ingest, compaction and splitting print progress lines (files, rows,
+seconds) on stderr unless ``--quiet``. Each job prints ONE JSON line with what it did, and exits 0 when it
+did it, 1 when it failed or its commit was rejected, 2 on a usage error, 3 when a commit's outcome is not
+known yet (the JSON names the request id to look up with ``statestore status``), and 4 when the instance
+cannot be reached (nothing answers at a local endpoint).
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,12 +44,13 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.incremental import read_added_since
 from spark_client.ingest import ingest
+from spark_client.progress import hide_progress, show_progress
 from spark_client.query import query
 from spark_client.splitting import split_partitions
-from statestore.errors import StateStoreError
+from statestore.errors import ResourceNotFoundError, StateStoreError, TableNotFoundError
 from statestore.resources import POSTGRES_URL_ENV, ResourceNames
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
 
 
 class JobError(Exception):
@@ -57,8 +64,16 @@ class JobError(Exception):
 # --- where things are -------------------------------------------------------------------------------
 
 
-def resolve_resources(resources: str | None, stack: str | None, region: str | None) -> ResourceNames:
-    """The instance's resource names from ``--resources``, ``--stack`` or ``$STATESTORE_RESOURCES``."""
+def resolve_resources(
+    resources: str | None,
+    stack: str | None,
+    region: str | None,
+    instance: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ResourceNames:
+    """The instance's resource names, from the first of ``--resources``, ``--stack``, ``--instance``,
+    ``$STATESTORE_RESOURCES``, ``$STATESTORE_INSTANCE_ID``, else instance ``local`` (as the CLI finds it)."""
+    env = os.environ if environ is None else environ
     if resources:
         text = Path(resources).read_text() if not resources.lstrip().startswith("{") else resources
         return _parse_resources(text, "--resources")
@@ -70,11 +85,39 @@ def resolve_resources(resources: str | None, stack: str | None, region: str | No
         if "StatestoreResources" not in outputs:
             raise JobError(f"stack {stack!r} has no StatestoreResources output: is it a statestore stack?")
         return _parse_resources(outputs["StatestoreResources"], f"stack {stack}'s StatestoreResources")
-    if os.environ.get("STATESTORE_RESOURCES"):
-        return _parse_resources(os.environ["STATESTORE_RESOURCES"], "$STATESTORE_RESOURCES")
-    raise JobError(
-        "say where the instance is: --resources JSON|FILE, --stack NAME or $STATESTORE_RESOURCES", 2
-    )
+    if not instance and env.get("STATESTORE_RESOURCES"):
+        return _parse_resources(env["STATESTORE_RESOURCES"], "$STATESTORE_RESOURCES")
+    where = "--instance" if instance else "$STATESTORE_INSTANCE_ID"
+    instance = instance or env.get("STATESTORE_INSTANCE_ID") or "local"
+    try:
+        return ResourceNames.for_instance(instance, env.get("STATESTORE_BUCKET") or None)
+    except ValueError as e:
+        raise JobError(f"{where}: {e}", EXIT_USAGE) from None
+
+
+def check_endpoint(url: str | None, option: str) -> None:
+    """Fail at once (not after minutes of retries) when nothing answers at a local endpoint, and give a
+    local endpoint fake credentials when none are configured (emulators accept any), as the CLI does."""
+    if not url:
+        return
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        raise JobError(f"{option} {url!r} is not a URL; give one like http://127.0.0.1:4566", EXIT_USAGE)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=3.0):
+            pass
+    except OSError as e:
+        raise JobError(
+            f"nothing answers at {url} ({e.strerror or e}); start the local runtime with `statestore local` "
+            f"and use the export lines it prints, or fix {option}",
+            EXIT_UNAVAILABLE,
+        ) from None
+    import boto3
+
+    if boto3.session.Session().get_credentials() is None:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 
 
 def _parse_resources(text: str, where: str) -> ResourceNames:
@@ -149,7 +192,15 @@ class Instance:
         client = StateStoreClient(
             b.table_index, b.log, b.snapshot_metadata, b.blobs, file_store=self.file_store
         )
-        return client.state_store(client.get_table(table).table_id)
+        try:
+            return client.state_store(client.get_table(table).table_id)
+        except (TableNotFoundError, ResourceNotFoundError) as e:
+            where = self.endpoint_url or "AWS"
+            raise JobError(
+                f"{e} (instance {self.resources.instance_id!r} at {where}): name the instance with "
+                "--instance or $STATESTORE_INSTANCE_ID (the export lines `statestore local` prints), or "
+                "--resources / $STATESTORE_RESOURCES"
+            ) from None
 
     def location(self, uri: str) -> tuple[DataStore, str]:
         """A data store and the prefix within it for ``s3://bucket/prefix`` or a local directory."""
@@ -344,10 +395,17 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--table", required=True, help="the table's name (or id)")
     common.add_argument("--resources", help="the stack's StatestoreResources output: JSON text or a file")
     common.add_argument("--stack", help="read the resources from this CloudFormation stack's outputs")
+    common.add_argument(
+        "--instance",
+        help="the instance id (default: $STATESTORE_RESOURCES, else $STATESTORE_INSTANCE_ID, else local)",
+    )
     common.add_argument("--region", help="the instance's AWS region (default: the usual AWS settings)")
     common.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"), help="a local endpoint")
     common.add_argument(
         "--dynamodb-endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"), help="DynamoDB's own"
+    )
+    common.add_argument(
+        "--quiet", action="store_true", help="print no progress lines on stderr (files, rows, seconds)"
     )
     common.add_argument(
         "--wait-timeout",
@@ -393,11 +451,22 @@ def _positive(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.quiet:
+        show_progress()
     try:
+        return _run(args, spark)
+    finally:
+        hide_progress()
+
+
+def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
+    try:
+        check_endpoint(args.endpoint_url, "--endpoint-url / $AWS_ENDPOINT_URL")
+        check_endpoint(args.dynamodb_endpoint_url, "--dynamodb-endpoint-url / $AWS_ENDPOINT_URL_DYNAMODB")
         instance = Instance(
-            resolve_resources(args.resources, args.stack, args.region),
-            endpoint_url=args.endpoint_url,
-            dynamodb_endpoint_url=args.dynamodb_endpoint_url,
+            resolve_resources(args.resources, args.stack, args.region, args.instance),
+            endpoint_url=args.endpoint_url or None,
+            dynamodb_endpoint_url=args.dynamodb_endpoint_url or None,
             region=args.region,
             wait_timeout=args.wait_timeout,
         )

@@ -12,7 +12,7 @@ from spark_client.datasource import FILTER_PUSHDOWN_CONF, register
 
 def local_session(app_name: str = "statestore", cores: int = 2, shuffle_partitions: int = 4) -> SparkSession:
     """A ``local[cores]`` session with the UI off and few shuffle partitions (this is a small machine), and
-    ``format("statestore")`` registered, with Python filter pushdown on (Spark 4.1+; 4.0 ignores it).
+    ``format("statestore-table")`` registered, with Python filter pushdown on (Spark 4.1+; 4.0 ignores it).
 
     Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise.
     """

@@ -20,13 +20,25 @@ option              meaning (default)
 ``region``          read only rows whose row keys lie in this region: JSON ``{"key": [min, max]}``, min
                     inclusive, max exclusive, null unbounded, bytes in base64 (the whole table)
 ``asOf``            read the table as of this transaction number (now)
+``timestampAsOf``   read the table as it was at this time: ISO 8601 with a zone, or epoch ms (now)
+``startingTransaction``  read only the rows added by transactions from this one (inclusive) ...
+``endingTransaction``    ... to this one (inclusive; the latest when the read is planned)
+``startingTimestamp``    ... or from the first transaction committed at or after this time ...
+``endingTimestamp``      ... to the last committed at or before this time
 ``rowsPerTask``     rows per read task, from the references' row counts (1000000)
+``rowKeys``         on an append to a table that does not exist yet: create it from the DataFrame's
+                    schema with these row keys (comma-separated); on one that does, they must be its own
+``sortKeys``        with ``rowKeys``: the sort keys (none)
 ``committer``       how an append commits: ``queue`` (the commit queue and the committer Lambda) or
                     ``sync`` (a conditional put from the driver) (``queue``)
 ``commitTimeout``   seconds an append waits for its commit's outcome (120)
 ==================  ==========================================================================================
 
-Option names are case-insensitive (Spark lower-cases them).
+Option names are case-insensitive (Spark lower-cases them). A write refuses the options only reads take; a
+read ignores the write's own (``committer``, ``commitTimeout``, ``rowKeys``, ``sortKeys``), so one set of
+options serves a temporary view's ``SELECT`` and ``INSERT INTO``. A read with a starting option returns the
+rows added in that range with two more columns, ``_transaction_number`` and ``_commit_timestamp`` (see
+:mod:`spark_client.changes_reader`).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from spark_client.committer import JobCommitter, QueueCommitter, SyncCommitter
 from spark_client.data_store import DataStore
 from spark_client.errors import DataSourceOptionError
+from spark_client.log_times import parse_timestamp
 from spark_client.read_plan import region_of
 from statestore.errors import StateStoreError
 from statestore.partitions import Region
@@ -52,6 +65,7 @@ if TYPE_CHECKING:
     from statestore.client import StateStoreClient
     from statestore.commit_requests import CommitSender
 
+FORMAT = "statestore-table"
 # Spark lower-cases option names; these are the lower-cased names this source knows.
 KNOWN_OPTIONS = {
     "table": "table",
@@ -64,7 +78,14 @@ KNOWN_OPTIONS = {
     "data": "data",
     "region": "region",
     "asof": "asOf",
+    "timestampasof": "timestampAsOf",
+    "startingtransaction": "startingTransaction",
+    "endingtransaction": "endingTransaction",
+    "startingtimestamp": "startingTimestamp",
+    "endingtimestamp": "endingTimestamp",
     "rowspertask": "rowsPerTask",
+    "rowkeys": "rowKeys",
+    "sortkeys": "sortKeys",
     "committer": "committer",
     "committimeout": "commitTimeout",
 }
@@ -72,6 +93,8 @@ KNOWN_OPTIONS = {
 # a trivial source too), so a task reads many rows: about what a 128 MB split of Spark's file sources holds.
 DEFAULT_ROWS_PER_TASK = 1_000_000
 DEFAULT_COMMIT_TIMEOUT_SECONDS = 120.0
+# The options of a bounded incremental read (the rows added in a range of transactions).
+RANGE_OPTIONS = ("startingtransaction", "endingtransaction", "startingtimestamp", "endingtimestamp")
 
 
 @dataclass(frozen=True)
@@ -124,9 +147,21 @@ class SourceOptions:
     data: DataStore
     region: Mapping[str, Any] | None = None  # parsed JSON, checked against the schema by :meth:`region_in`
     as_of: int | None = None
+    timestamp_as_of: int | None = None  # epoch ms
+    starting_transaction: int | None = None
+    ending_transaction: int | None = None
+    starting_time: int | None = None  # epoch ms
+    ending_time: int | None = None  # epoch ms
     rows_per_task: int = DEFAULT_ROWS_PER_TASK
+    row_keys: tuple[str, ...] | None = None
+    sort_keys: tuple[str, ...] = ()
     committer: str = "queue"
     commit_timeout: float = DEFAULT_COMMIT_TIMEOUT_SECONDS
+
+    @property
+    def is_range(self) -> bool:
+        """Whether this read is of the rows added in a range of transactions."""
+        return self.starting_transaction is not None or self.starting_time is not None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> SourceOptions:
@@ -134,42 +169,63 @@ class SourceOptions:
 
         Raises :class:`DataSourceOptionError` naming each unknown or malformed option.
         """
-        env = os.environ if environ is None else environ
-        given = {name.lower(): value for name, value in options.items()}
-        unknown = sorted(set(given) - set(KNOWN_OPTIONS))
-        if unknown:
-            raise DataSourceOptionError(
-                f"unknown option(s) {unknown} for format 'statestore'; known options: "
-                f"{sorted(KNOWN_OPTIONS.values())}"
-            )
+        given = _known(options)
         table = given.get("table") or given.get("path")
         if not table:
             raise DataSourceOptionError(
-                "format 'statestore' needs the table: .option('table', 'name or id') or .load('name')"
+                f"format {FORMAT!r} needs the table: .option('table', 'name or id') or .load('name'). In "
+                f"SQL, use CREATE TEMPORARY VIEW v USING `{FORMAT}` OPTIONS (table 'name'): Spark gives a "
+                "Python data source none of the OPTIONS of a CREATE TABLE"
             )
         if given.get("table") and given.get("path") and given["table"] != given["path"]:
             raise DataSourceOptionError(
                 f"option 'table' is {given['table']!r} but the path is {given['path']!r}: give one of them"
             )
-        connection = Connection(
-            _resources(given, env),
-            given.get("endpoint") or env.get("AWS_ENDPOINT_URL") or None,
-            given.get("dynamodbendpoint") or env.get("AWS_ENDPOINT_URL_DYNAMODB") or None,
-            given.get("awsregion") or None,
-        )
+        connection = parse_connection(given, environ)
         committer = given.get("committer", "queue").lower()
         if committer not in ("queue", "sync"):
             raise DataSourceOptionError(f"option 'committer' is 'queue' or 'sync', got {committer!r}")
-        return cls(
+        parsed = cls(
             table=table,
             connection=connection,
             data=_data_store(given.get("data"), connection),
             region=_region_json(given.get("region")),
             as_of=_integer(given, "asof", minimum=0),
+            timestamp_as_of=_timestamp(given, "timestampasof"),
+            starting_transaction=_integer(given, "startingtransaction", minimum=1),
+            ending_transaction=_integer(given, "endingtransaction", minimum=0),
+            starting_time=_timestamp(given, "startingtimestamp"),
+            ending_time=_timestamp(given, "endingtimestamp"),
             rows_per_task=_integer(given, "rowspertask", minimum=1) or DEFAULT_ROWS_PER_TASK,
+            row_keys=_names(given, "rowkeys"),
+            sort_keys=_names(given, "sortkeys") or (),
             committer=committer,
             commit_timeout=_seconds(given.get("committimeout")),
         )
+        parsed._check_combinations(given)
+        return parsed
+
+    def _check_combinations(self, given: Mapping[str, str]) -> None:
+        if self.as_of is not None and self.timestamp_as_of is not None:
+            raise DataSourceOptionError("give one of the options 'asOf' and 'timestampAsOf', not both")
+        ranged = [KNOWN_OPTIONS[name] for name in RANGE_OPTIONS if name in given]
+        if ranged and not self.is_range:
+            raise DataSourceOptionError(
+                f"option(s) {ranged} need a start: add 'startingTransaction' or 'startingTimestamp'"
+            )
+        if self.starting_transaction is not None and self.starting_time is not None:
+            raise DataSourceOptionError(
+                "give one of the options 'startingTransaction' and 'startingTimestamp', not both"
+            )
+        if self.ending_transaction is not None and self.ending_time is not None:
+            raise DataSourceOptionError("give one of the options 'endingTransaction' and 'endingTimestamp'")
+        if self.is_range and (self.as_of is not None or self.timestamp_as_of is not None):
+            raise DataSourceOptionError(
+                "a read of the rows added in a range ('startingTransaction' / 'startingTimestamp') reads no "
+                "table as of a time: drop 'asOf' / 'timestampAsOf'"
+            )
+        if self.sort_keys and self.row_keys is None:
+            raise DataSourceOptionError("option 'sortKeys' goes with 'rowKeys' (they create the table)")
 
     def region_in(self, schema: Schema) -> Region:
         """The ``region`` option as a region of ``schema`` (the whole key space if not given)."""
@@ -199,6 +255,36 @@ class SourceOptions:
         if self.committer == "sync":
             return SyncCommitter(client.state_store)
         return QueueCommitter(self.connection.commit_sender(), wait_timeout=self.commit_timeout)
+
+
+def _known(options: Mapping[str, str]) -> dict[str, str]:
+    """The options by lower-cased name; raises naming every unknown one."""
+    given = {name.lower(): value for name, value in options.items()}
+    unknown = sorted(set(given) - set(KNOWN_OPTIONS))
+    if unknown:
+        raise DataSourceOptionError(
+            f"unknown option(s) {unknown} for format {FORMAT!r}; known options: "
+            f"{sorted(KNOWN_OPTIONS.values())}"
+        )
+    return given
+
+
+def parse_connection(options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Connection:
+    """The instance the connection options (``resources``, ``instance``, ``endpoint``, ``dynamodbEndpoint``,
+    ``awsRegion``) name, filled from ``environ`` (the process environment) as the CLI does."""
+    env = os.environ if environ is None else environ
+    given = _known(options)
+    return Connection(
+        _resources(given, env),
+        given.get("endpoint") or env.get("AWS_ENDPOINT_URL") or None,
+        given.get("dynamodbendpoint") or env.get("AWS_ENDPOINT_URL_DYNAMODB") or None,
+        given.get("awsregion") or None,
+    )
+
+
+def parse_data(options: Mapping[str, str], connection: Connection) -> DataStore:
+    """Where the data files are: the ``data`` option, else the instance's bucket."""
+    return _data_store(_known(options).get("data"), connection)
 
 
 def _resources(given: Mapping[str, str], env: Mapping[str, str]) -> ResourceNames:
@@ -271,6 +357,28 @@ def _integer(given: Mapping[str, str], name: str, minimum: int) -> int | None:
             f"option {KNOWN_OPTIONS[name]!r} must be an integer >= {minimum}, got {raw!r}"
         )
     return value
+
+
+def _timestamp(given: Mapping[str, str], name: str) -> int | None:
+    raw = given.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_timestamp(raw, KNOWN_OPTIONS[name])
+    except ValueError as e:
+        raise DataSourceOptionError(str(e)) from None
+
+
+def _names(given: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    raw = given.get(name)
+    if raw is None:
+        return None
+    names = tuple(part.strip() for part in raw.split(","))
+    if not all(names):
+        raise DataSourceOptionError(
+            f"option {KNOWN_OPTIONS[name]!r} is column names separated by commas, got {raw!r}"
+        )
+    return names
 
 
 def _seconds(raw: str | None) -> float:

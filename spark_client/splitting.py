@@ -10,6 +10,7 @@ compaction.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from spark_client.committer import CommitReport, JobCommitter
 from spark_client.data_store import DataStore
 from spark_client.file_io import read_batches
 from spark_client.leaves import depth
+from spark_client.progress import context_of, report, spark_stage
 from statestore.engine import TableStateStore
 from statestore.partitions import Partition, Region, new_partition_id
 from statestore.schema import Key, Schema
@@ -239,12 +241,22 @@ def split_partitions(
         tasks.append((partition_id, partition.region, _files_covering(state, partition), rows, hint))
     if not tasks:
         return []
+    started = time.monotonic()
+    what = f"splitting of table {store.table_id!r}"
+    report(
+        what,
+        "sampling the keys of %d leaf/leaves over %s rows (%s rows in all)",
+        len(tasks),
+        f"{max_rows:,}",
+        f"{sum(t[3] for t in tasks):,}",
+    )
 
     def decide(items: Iterable[tuple[str, Region, list[str], int, int]]) -> Iterator[SplitDecision]:
         for partition_id, region, files, rows, hint in items:
             yield decide_split(schema, data, partition_id, region, files, rows, hint, strategy)
 
-    decisions = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(decide).collect()
+    with spark_stage(what, context_of(spark)):
+        decisions = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(decide).collect()
     done = []
     for decision in decisions:
         if decision.split_point is None:
@@ -258,6 +270,8 @@ def split_partitions(
                 decision.partition_id, decision.rows, decision.dimension, decision.split_point, outcome
             )
         )
+    split = sum(1 for d in done if d.outcome is not None and d.outcome.committed)
+    report(what, "split %d of %d leaf/leaves in %.1f s", split, len(done), time.monotonic() - started)
     return done
 
 

@@ -16,7 +16,10 @@ _PER_BUCKET = 8  # hashes per bucket on average: a bisect of ~3 steps
 
 
 class HashSearch:
-    """Searches ``sorted_hashes`` (uint64, ascending), which it keeps a view of and never changes."""
+    """Searches ``sorted_hashes`` (uint64, ascending), which it keeps a view of and never changes.
+
+    Pickles as its NumPy arrays and makes its ``memoryview``s again when unpickled (a ``memoryview`` does
+    not pickle; cloudpickle would turn it into ``bytes`` and every search would go wrong)."""
 
     __slots__ = ("_hashes", "_starts", "_shift")
 
@@ -29,6 +32,14 @@ class HashSearch:
         starts[:-1] = np.searchsorted(sorted_hashes, bucket_floors)
         starts[-1] = count
         self._hashes = np.ascontiguousarray(sorted_hashes, np.uint64).data
+        self._starts = starts.data
+
+    def __getstate__(self) -> tuple[np.ndarray, np.ndarray, int]:
+        return np.asarray(self._hashes), np.asarray(self._starts), self._shift
+
+    def __setstate__(self, state: tuple[np.ndarray, np.ndarray, int]) -> None:
+        hashes, starts, self._shift = state
+        self._hashes = hashes.data
         self._starts = starts.data
 
     def position(self, h: int) -> int:

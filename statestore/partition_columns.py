@@ -184,8 +184,8 @@ class _NullableColumn:
     def __init__(self, array: pa.Array) -> None:
         self._nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         if pa.types.is_integer(array.type):
-            values = array.fill_null(0).to_numpy()
-            self._at: Any = lambda row: int(values[row])
+            # A bound method, not a lambda: the column pickles (a state travels to Spark tasks).
+            self._at: Any = array.fill_null(0).to_numpy().item
         else:
             strings = StringColumn(array)
             binary = pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)

@@ -1,0 +1,120 @@
+"""A state loaded from a snapshot survives pickling, as PySpark ships it to its tasks (plain pickle and the
+cloudpickle PySpark uses), and answers every question as the state it was made from does.
+
+A loaded state reads its snapshot's columns through ``memoryview``s, which plain pickle refuses and
+cloudpickle turns into ``bytes`` (whose items are single bytes, not offsets or hashes): the data source's
+append, which ships the partition tree to its tasks, failed on any table that had a snapshot.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark import cloudpickle
+
+from statestore.client import StateStoreClient
+from statestore.file_columns import StringColumn
+from statestore.files import FileReference
+from statestore.hash_search import HashSearch
+from statestore.schema import Key, Schema
+from statestore.state import TableState
+from statestore.transactions import AddFiles, SplitPartition
+
+SCHEMA = Schema.of({"name": "string", "n": "long"}, values={"v": "bytes"})
+ROUND_TRIPS: dict[str, Callable[[Any], Any]] = {
+    "pickle": lambda value: pickle.loads(pickle.dumps(value)),
+    "cloudpickle": lambda value: pickle.loads(cloudpickle.dumps(value)),
+}
+
+
+def state_loaded_from_a_snapshot(warm: bool) -> tuple[TableState, list[str]]:
+    """A table with string and long row keys, split on both, 40 files; its state loaded from a snapshot
+    taken between commits (so the log after it is applied over the snapshot's columns), and every file's
+    name. ``warm``: look names and ids up first, so the lazily made searches are pickled too."""
+    client = StateStoreClient.in_memory()
+    table_id = client.create_table("t", SCHEMA, ["g", "p"]).table_id
+    leaves = client.state(table_id).partition_tree.leaves()
+    names = []
+    for i in range(30):
+        leaf = leaves[i % len(leaves)]
+        names.append(f"tables/{table_id}/data/{leaf.id}/file-{i}.parquet")
+        client.commit(table_id, AddFiles((FileReference(names[-1], leaf.id, 10 + i),)))
+    client.create_snapshot(table_id)
+    parent = client.state(table_id).partition_tree.leaf_for_key(["q", 0])
+    split, lower, upper = parent.split(1, 500, "q-low", "q-high")
+    client.commit(table_id, SplitPartition(split, (lower, upper)))
+    for i in range(30, 40):
+        leaf = lower if i % 2 else upper
+        names.append(f"tables/{table_id}/data/{leaf.id}/file-{i}.parquet")
+        client.commit(table_id, AddFiles((FileReference(names[-1], leaf.id, 10 + i),)))
+    state = client.state_store(table_id).load()  # a fresh load: the snapshot's columns, then the log
+    if warm:
+        assert all(state.files_present(names))
+        for partition in state.partitions():
+            assert state.has_partition(partition.id)
+    return state, names
+
+
+def answers(state: TableState, names: list[str]) -> dict[str, Any]:
+    """What a task or a commit asks of a state, as plain values."""
+    tree = state.partition_tree
+    keys: list[list[Key]] = [["", -5], ["a", 0], ["g", 7], ["h", 2**40], ["q", 499], ["q", 500], ["zz", 10]]
+    return {
+        "transaction": state.transaction_number,
+        "partitions": sorted(state.partitions(), key=lambda p: p.id),
+        "leaves": sorted(p.id for p in tree.leaves()),
+        "leaf of key": [tree.leaf_for_key(key).id for key in keys],
+        "each partition by id": [state.partition(p.id) for p in state.partitions()],
+        "files": sorted((f.filename, f.references) for f in state.files()),
+        "each file by name": [state.file(name).references for name in names],
+        "present": state.files_present([*names, "tables/none/data/x/missing.parquet"]),
+        "by partition": {k: sorted(v) for k, v in state.references_by_partition().items()},
+    }
+
+
+@pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_state_loaded_from_a_snapshot_pickles_and_answers_as_before(how: str, warm: bool) -> None:
+    state, names = state_loaded_from_a_snapshot(warm)
+    expected = answers(state, names)
+    shipped = ROUND_TRIPS[how](state)
+    assert answers(shipped, names) == expected
+    assert ROUND_TRIPS[how](shipped.partition_tree).leaf_for_key(["q", 500]).id == "q-high"
+
+
+@pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
+def test_a_state_unpickled_takes_a_commit_as_the_original_does(how: str) -> None:
+    state, names = state_loaded_from_a_snapshot(warm=True)
+    shipped = ROUND_TRIPS[how](state)
+    leaf = shipped.partition_tree.leaf_for_key(["b", 1])
+    added = AddFiles((FileReference("tables/t/data/new.parquet", leaf.id, 3),))
+    for target in (state, shipped):
+        added.validate(target)
+        added.apply(target, 1_000)
+    assert answers(shipped, [*names, "tables/t/data/new.parquet"]) == answers(
+        state, [*names, "tables/t/data/new.parquet"]
+    )
+
+
+@pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string(), pa.binary()])
+def test_a_string_column_read_through_views_pickles(how: str, kind: pa.DataType) -> None:
+    values = ["", "a", "héllo ✓", "x" * 300, "z"]
+    array = pa.array([v.encode() if kind == pa.binary() else v for v in values], kind).slice(1)
+    shipped = ROUND_TRIPS[how](StringColumn(array))
+    assert [shipped.at(row) for row in range(len(array))] == values[1:]
+
+
+@pytest.mark.parametrize("how", sorted(ROUND_TRIPS))
+def test_a_hash_search_pickles_and_finds_what_it_found(how: str) -> None:
+    hashes = np.sort(np.random.default_rng(3).integers(0, 2**63, 10_000, np.uint64))
+    search = HashSearch(hashes)
+    shipped = ROUND_TRIPS[how](search)
+    probes = [int(h) for h in hashes[::97]] + [0, 2**64 - 1, int(hashes[5]) + 1]
+    assert [shipped.position(h) for h in probes] == [search.position(h) for h in probes]
+    assert [shipped.at(p) for p in range(0, 10_000, 501)] == [int(h) for h in hashes[::501]]
