@@ -172,11 +172,15 @@ class Statestore:
         )
 
     @staticmethod
-    def add_files(names: Sequence[str]) -> Any:
+    def add_files(table_id: str, names: Sequence[str]) -> Any:
+        from statestore import layout
         from statestore.files import FileReference
         from statestore.transactions import AddFiles
 
-        return AddFiles(tuple(FileReference(name, "root", 1000) for name in names))
+        # The peers' names are relative to their table's root ("data/..."); a statestore data file's name is
+        # its key, under its table's prefix: the same name lands under the table's data prefix.
+        prefix = layout.table_prefix(table_id)
+        return AddFiles(tuple(FileReference(f"{prefix}{name}", "root", 1000) for name in names))
 
     def create(self, initial: int) -> str:
         from statestore.schema import Schema
@@ -184,13 +188,13 @@ class Statestore:
         client = self.client()
         schema = Schema.of({"key": "long"}, values={"value": "string"})
         table = client.create_table(f"peers-{uuid.uuid4().hex[:8]}", schema)
-        client.commit(table.table_id, self.add_files(batch_names("initial", initial)))
+        client.commit(table.table_id, self.add_files(table.table_id, batch_names("initial", initial)))
         return str(table.table_id)
 
     def open_writer(self, table: str) -> tuple[Callable[[list[str]], None], Callable[[], int]]:
         store = self.client().state_store(table)
         store.state()  # loaded before the clock starts, as each peer's writer opens its table
-        return lambda names: store.commit(self.add_files(names)), lambda: int(store.retries)
+        return lambda names: store.commit(self.add_files(table, names)), lambda: int(store.retries)
 
     def count(self, table: str) -> int:
         return int(self.client().state(table).reference_count())

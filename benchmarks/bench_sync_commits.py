@@ -25,6 +25,7 @@ from typing import Any
 
 from moto.server import ThreadedMotoServer
 
+from statestore import layout
 from statestore.aws.backend import AwsBackend
 from statestore.aws.clients import make_client
 from statestore.client import StateStoreClient
@@ -87,20 +88,29 @@ class RunResult:
         return self.commits / self.seconds if self.seconds else 0.0
 
 
-def new_files(writer: str, i: int) -> AddFiles:
+def new_files(table_id: str, writer: str, i: int) -> AddFiles:
+    """A writer's next files: keys under the table's data prefix, as a store takes them."""
+    prefix = layout.data_prefix(table_id)
     return AddFiles(
-        tuple(FileReference(f"{writer}/{i}/{j}.parquet", "root", 1000) for j in range(FILES_PER_COMMIT))
+        tuple(
+            FileReference(f"{prefix}{writer}/{i}/{j}.parquet", "root", 1000) for j in range(FILES_PER_COMMIT)
+        )
     )
 
 
-def initial_files() -> AddFiles:
+def initial_files(table_id: str) -> AddFiles:
+    prefix = layout.data_prefix(table_id)
     return AddFiles(
-        tuple(FileReference(f"initial/{uuid.uuid4()}.parquet", "root", 1000) for _ in range(INITIAL_FILES))
+        tuple(
+            FileReference(f"{prefix}initial/{uuid.uuid4()}.parquet", "root", 1000)
+            for _ in range(INITIAL_FILES)
+        )
     )
 
 
 def race(
     design: str,
+    table_id: str,
     writers: int,
     commits: int,
     open_writer: Callable[[Meter], tuple[Callable[[Transaction], Any], Any]],
@@ -123,7 +133,7 @@ def race(
         done = failed = 0
         for i in range(commits):
             try:
-                commit(new_files(name, i))
+                commit(new_files(table_id, name, i))
                 done += 1
             except CommitConflictError:
                 failed += 1
@@ -162,7 +172,7 @@ def race(
 def bench_log(resources: ResourceNames, endpoint: str, writers: int, commits: int) -> RunResult:
     admin = StateStoreClient.for_aws(resources, endpoint, region="eu-west-2")
     table = admin.create_table(f"log-{writers}-{uuid.uuid4().hex[:6]}", SCHEMA)
-    admin.commit(table.table_id, initial_files())
+    admin.commit(table.table_id, initial_files(table.table_id))
 
     def open_writer(meter: Meter) -> tuple[Callable[[Transaction], Any], Any]:
         backend = AwsBackend.connect(resources, endpoint, region="eu-west-2")
@@ -175,7 +185,7 @@ def bench_log(resources: ResourceNames, endpoint: str, writers: int, commits: in
         store.state()
         return store.commit, store
 
-    return race("log", writers, commits, open_writer)
+    return race("log", table.table_id, writers, commits, open_writer)
 
 
 def bench_baseline(resources: ResourceNames, endpoint: str, writers: int, commits: int) -> RunResult:
@@ -187,7 +197,7 @@ def bench_baseline(resources: ResourceNames, endpoint: str, writers: int, commit
         create_revision_table(dynamodb, revision_table)
     state = TableState(SCHEMA)
     InitialisePartitions((root_partition(SCHEMA),)).apply(state, 0)
-    initial_files().apply(state, 0)
+    initial_files(table_id).apply(state, 0)
     S3StateStore(table_id, SCHEMA, dynamodb, s3, revision_table, resources.bucket, RETRY).initialise(state)
 
     def open_writer(meter: Meter) -> tuple[Callable[[Transaction], Any], Any]:
@@ -203,7 +213,7 @@ def bench_baseline(resources: ResourceNames, endpoint: str, writers: int, commit
         store.state()
         return store.commit, store
 
-    return race("baseline", writers, commits, open_writer)
+    return race("baseline", table_id, writers, commits, open_writer)
 
 
 def free_port() -> int:

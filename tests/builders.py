@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
+from statestore import layout
+from statestore.codec.transaction_json import encode_transaction
 from statestore.file_columns import FileColumns
 from statestore.files import FileReference, TableFile
 from statestore.partitions import Partition, partitions_from_split_points
+from statestore.ports import LogEntry, TransactionLogStore
 from statestore.schema import Key, Schema
 from statestore.state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
+
+if TYPE_CHECKING:
+    from statestore.client import StateStoreClient
 
 INT_SCHEMA = Schema.of({"key": "int"}, values={"value": "string"})
 LONG_SCHEMA = Schema.of({"key": "long"})
 STRING_SCHEMA = Schema.of({"key": "string"}, sort_keys={"ts": "long"}, values={"value": "double"})
 BYTES_SCHEMA = Schema.of({"key": "bytes"})
 TWO_KEY_SCHEMA = Schema.of({"a": "string", "b": "long"})
+
+
+def data_key(table_id: str, name: str) -> str:
+    """The key of data file ``name`` under the table's data prefix: what a store takes as a new file's
+    name (a state built by hand, with no data prefix, takes any name)."""
+    return f"{layout.data_prefix(table_id)}{name}"
+
+
+def table_data_key(client: StateStoreClient, table: str, name: str) -> str:
+    """:func:`data_key` of the table ``client`` knows by ``table`` (its name or id)."""
+    return data_key(client.get_table(table).table_id, name)
+
+
+def data_keys(table_id: str, *names: str) -> list[str]:
+    """The keys of data files ``names`` under the table's data prefix, in the order given."""
+    return [data_key(table_id, name) for name in names]
 
 
 def ref(
@@ -65,6 +88,18 @@ def new_state(
     if references:
         commit(state, AddFiles(tuple(references)), update_time)
     return state
+
+
+def append_unchecked(
+    log: TransactionLogStore, table_id: str, transaction: Transaction, update_time: int
+) -> int:
+    """Append ``transaction`` as the table's next log entry without validating it, as an entry written
+    before a rule it breaks existed (a data file named outside the table's data prefix): a table keeps
+    loading such entries. Returns its number."""
+    number = log.latest_number(table_id) + 1
+    body, compressed = encode_transaction(transaction)
+    log.append(table_id, LogEntry(number, update_time, transaction.TYPE, body, compressed))
+    return number
 
 
 def leaf_ids_in_key_order(state: TableState) -> list[str]:

@@ -22,6 +22,7 @@ from statestore.ports import CommitOutcome, LogEntry
 from statestore.resources import MAX_INLINE_BODY_BYTES
 from statestore.schema import Schema
 from statestore.transactions import AddFiles, InitialisePartitions
+from tests.builders import data_key
 
 SCHEMA = Schema.of({"key": "long"})
 
@@ -202,7 +203,9 @@ def test_a_group_commit_whose_response_was_lost_is_committed_once_with_its_statu
     store = TransactionLogStateStore("t1", SCHEMA, log, sleep=lambda _: None)
     store.commit(InitialisePartitions((root_partition(SCHEMA),)))
 
-    outcome = store.commit_group([GroupMember("r1", AddFiles((FileReference("a", "root", 1),)))])
+    outcome = store.commit_group(
+        [GroupMember("r1", AddFiles((FileReference(data_key("t1", "a"), "root", 1),)))]
+    )
 
     # The retry is the same transaction (its client request token): it succeeds or finds its own entry.
     assert outcome.committed == ("r1",) and outcome.transaction_number == 2

@@ -20,6 +20,7 @@ from statestore.files import FileReference
 from statestore.schema import Schema
 from statestore.transactions import AddFiles
 from tests.aws.backends import Ports
+from tests.builders import data_key, data_keys
 
 SCHEMA = Schema.of({"key": "long"}, values={"value": "string"})
 
@@ -29,8 +30,9 @@ def client(ports: Ports) -> StateStoreClient:
     return StateStoreClient(ports.table_index, ports.log, ports.snapshot_metadata, ports.blobs)
 
 
-def add_files(*names: str, partition_id: str = "root") -> AddFiles:
-    return AddFiles(tuple(FileReference(name, partition_id, 10) for name in names))
+def add_files(table_id: str, *names: str, partition_id: str = "root") -> AddFiles:
+    """Add the data files ``names``: their keys under the table's data prefix."""
+    return AddFiles(tuple(FileReference(data_key(table_id, name), partition_id, 10) for name in names))
 
 
 def test_a_new_table_has_partitions_cut_at_its_split_points(client: StateStoreClient) -> None:
@@ -63,13 +65,13 @@ def test_bad_split_points_create_nothing(client: StateStoreClient) -> None:
 
 def test_a_duplicate_name_is_refused_and_the_first_table_kept(client: StateStoreClient) -> None:
     first = client.create_table("orders", SCHEMA)
-    client.commit("orders", add_files("a.parquet"))
+    client.commit("orders", add_files(first.table_id, "a.parquet"))
 
     with pytest.raises(TableAlreadyExistsError):
         client.create_table("orders", SCHEMA, split_points=[5])
 
     assert client.list_tables() == [first]
-    assert [f.filename for f in client.files("orders")] == ["a.parquet"]
+    assert [f.filename for f in client.files("orders")] == [data_key(first.table_id, "a.parquet")]
 
 
 def test_a_missing_table_is_reported_by_name(client: StateStoreClient) -> None:
@@ -80,12 +82,12 @@ def test_a_missing_table_is_reported_by_name(client: StateStoreClient) -> None:
 
 def test_a_renamed_table_keeps_its_state(client: StateStoreClient) -> None:
     table = client.create_table("orders", SCHEMA)
-    client.commit("orders", add_files("a.parquet"))
+    client.commit("orders", add_files(table.table_id, "a.parquet"))
 
     client.rename_table("orders", "orders-2024")
 
     assert client.get_table("orders-2024").table_id == table.table_id
-    assert [f.filename for f in client.files("orders-2024")] == ["a.parquet"]
+    assert [f.filename for f in client.files("orders-2024")] == [data_key(table.table_id, "a.parquet")]
     with pytest.raises(TableNotFoundError):
         client.get_table("orders")
 
@@ -96,7 +98,8 @@ def test_deleting_a_table_removes_its_log_snapshots_and_objects_but_no_other_tab
     doomed = client.create_table("doomed", SCHEMA)
     kept = client.create_table("kept", SCHEMA)
     for table in (doomed, kept):
-        client.commit(table.table_name, add_files(*(f"{uuid.uuid4()}.parquet" for _ in range(16_000))))
+        names = (f"{uuid.uuid4()}.parquet" for _ in range(16_000))
+        client.commit(table.table_name, add_files(table.table_id, *names))
         assert client.create_snapshot(table.table_name) is not None
         ports.blobs.put(layout.data_prefix(table.table_id) + "part-0.parquet", b"rows")
     kept_state = client.state("kept")
@@ -118,23 +121,23 @@ def test_deleting_a_table_removes_its_log_snapshots_and_objects_but_no_other_tab
 
 
 def test_a_snapshot_without_its_pointer_is_ignored(client: StateStoreClient, ports: Ports) -> None:
-    client.create_table("t", SCHEMA, split_points=[0])
+    table_id = client.create_table("t", SCHEMA, split_points=[0]).table_id
     leaf = client.leaf_partitions("t")[0].id
-    client.commit("t", add_files("a", partition_id=leaf))
+    client.commit("t", add_files(table_id, "a", partition_id=leaf))
     recorded = client.create_snapshot("t")
-    client.commit("t", add_files("b", partition_id=leaf))
+    client.commit("t", add_files(table_id, "b", partition_id=leaf))
     # The snapshot job wrote its Parquet files for transaction 3, then died before recording them.
     crashed_state = client.state("t")
     partitions_key, files_key = layout.snapshot_keys(recorded.table_id, 3)  # type: ignore[union-attr]
     for key, data in zip((partitions_key, files_key), state_to_parquet(crashed_state), strict=True):
         ports.blobs.put(key, data)
-    client.commit("t", add_files("c", partition_id=leaf))
+    client.commit("t", add_files(table_id, "c", partition_id=leaf))
 
     table = client.get_table("t")
     replayed = TransactionLogStateStore(table.table_id, SCHEMA, ports.log).load()  # log only, no snapshots
     assert ports.snapshot_metadata.latest(table.table_id) == recorded
     assert client.state("t") == replayed
-    assert sorted(f.filename for f in replayed.files()) == ["a", "b", "c"]
+    assert sorted(f.filename for f in replayed.files()) == data_keys(table_id, "a", "b", "c")
     assert client.state("t", as_of=3) == crashed_state
 
 
@@ -143,7 +146,7 @@ def test_50000_files_commit_through_the_bucket_and_reload_identically(
 ) -> None:
     table = client.create_table("big", SCHEMA)
     writer = client.state_store("big")
-    names = [f"data/{uuid.uuid4()}.parquet" for _ in range(50_000)]
+    names = [data_key(table.table_id, f"{uuid.uuid4()}.parquet") for _ in range(50_000)]
 
     result = writer.commit(AddFiles(tuple(FileReference(name, "root", i) for i, name in enumerate(names))))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from statestore import layout
 from statestore.aws.backend import AwsBackend
 from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.files import FileReference
@@ -47,7 +48,9 @@ def write(
     store = TransactionLogStateStore(table_id, SCHEMA, backend.log, retry=RETRY)
     acknowledged: dict[int, tuple[str, ...]] = {}
     for i in range(commits):
-        names = tuple(f"{writer}/{i}/{j}.parquet" for j in range(files_per_commit))
+        names = tuple(
+            f"{layout.data_prefix(table_id)}{writer}/{i}/{j}.parquet" for j in range(files_per_commit)
+        )
         result = store.commit(AddFiles(tuple(FileReference(name, "root", 1) for name in names)))
         acknowledged[result.transaction_number] = names
     final = store.state()

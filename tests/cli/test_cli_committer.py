@@ -12,7 +12,7 @@ from statestore.cli import EXIT_OK
 from statestore.local.event_sources import PAUSED_CHECK_SECONDS
 from statestore.ports import CommitOutcome
 from statestore.transactions import AddFiles
-from tests.builders import INT_SCHEMA, ref
+from tests.builders import INT_SCHEMA, data_key, ref
 from tests.cli.conftest import Cli
 from tests.cli.test_cli_ops import ours
 
@@ -35,7 +35,7 @@ def test_a_paused_committer_leaves_requests_on_the_queue_until_resumed(paused_th
     assert paused.code == EXIT_OK and ours(paused.out)["paused"] is True
     # A receive the poller started before the pause may still take a message: let it end.
     time.sleep(rt.poll_wait_seconds + PAUSED_CHECK_SECONDS)
-    request_id = rt.sender().send(table, AddFiles((ref("while-paused"),)))
+    request_id = rt.sender().send(table, AddFiles((ref(data_key(table, "while-paused")),)))
     time.sleep(2 * PAUSED_CHECK_SECONDS)
 
     status = cli("committer", "status")

@@ -16,7 +16,7 @@ from statestore.commit_requests import CommitRequest, encode_request
 from statestore.ports import QueueMessage
 from statestore.transactions import AddFiles
 from statestore.upkeep import UpkeepKind, UpkeepWork
-from tests.builders import INT_SCHEMA, ref
+from tests.builders import INT_SCHEMA, data_keys, ref
 from tests.cli.conftest import Cli
 
 
@@ -154,9 +154,10 @@ def test_files_orphans_lists_data_objects_nothing_names_older_than_the_gc_delay(
 def test_a_damaged_snapshot_is_skipped_and_one_nothing_intact_covers_exits_4_naming_it(cli: Cli) -> None:
     client = cli.runtime.client()
     table = client.create_table("damaged", INT_SCHEMA)
-    client.commit(table.table_id, AddFiles((ref("a.parquet"),)))
+    a, b, c = data_keys(table.table_id, "a.parquet", "b.parquet", "c.parquet")
+    client.commit(table.table_id, AddFiles((ref(a),)))
     assert cli("snapshot", "damaged").code == EXIT_OK
-    client.commit(table.table_id, AddFiles((ref("b.parquet"),)))
+    client.commit(table.table_id, AddFiles((ref(b),)))
     assert cli("snapshot", "damaged").code == EXIT_OK
     latest = client.snapshots.metadata.latest(table.table_id)
     assert latest is not None
@@ -165,10 +166,10 @@ def test_a_damaged_snapshot_is_skipped_and_one_nothing_intact_covers_exits_4_nam
 
     listed = cli("files", "damaged", "--json")  # falls back to the first snapshot and the log after it
     assert listed.code == EXIT_OK, listed.err
-    assert sorted(f["filename"] for f in ours(listed.out)) == ["a.parquet", "b.parquet"]
+    assert sorted(f["filename"] for f in ours(listed.out)) == [a, b]
     assert cli("snapshot", "damaged").code == EXIT_OK  # nothing new to snapshot, and no failure either
 
-    client.commit(table.table_id, AddFiles((ref("c.parquet"),)))
+    client.commit(table.table_id, AddFiles((ref(c),)))
     client.log.delete_up_to(table.table_id, latest.transaction_number)  # what the fallback needs is gone
     failed = cli("files", "damaged")
 

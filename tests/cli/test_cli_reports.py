@@ -20,7 +20,7 @@ from statestore.transactions import (
     ExtendPartitionTree,
     InitialisePartitions,
 )
-from tests.builders import ref, tree
+from tests.builders import ref, table_data_key, tree
 from tests.cli.conftest import Cli
 
 SCHEMA = Schema.of({"key": "long"})
@@ -37,8 +37,9 @@ def reported_table(client: StateStoreClient) -> str:
     name = f"report-{uuid.uuid4().hex[:8]}"
     client.create_table(name, SCHEMA)
     client.commit(name, InitialisePartitions(tuple(tree(SCHEMA, [0]))))
-    client.commit(name, AddFiles((ref("a", "p1", 10), ref("b", "p1", 20), ref("c", "p2", 250)), ("x", "y")))
-    client.commit(name, AssignJobIds((AssignJobIdRequest("job1", "p1", ("b",)),)))
+    a, b, c, x, y = (table_data_key(client, name, n) for n in ("a", "b", "c", "x", "y"))
+    client.commit(name, AddFiles((ref(a, "p1", 10), ref(b, "p1", 20), ref(c, "p2", 250)), (x, y)))
+    client.commit(name, AssignJobIds((AssignJobIdRequest("job1", "p1", (b,)),)))
     return name
 
 
@@ -47,7 +48,8 @@ def test_tables_show_counts_files_references_and_rows_of_a_table_with_references
 ) -> None:
     name = reported_table(client)
     # A file spanning both leaves, one of its counts approximate: two references, 30 + 40 rows.
-    client.commit(name, AddFiles((ref("d", "p1", 30), ref("d", "p2", 40, approximate=True))))
+    d = table_data_key(client, name, "d")
+    client.commit(name, AddFiles((ref(d, "p1", 30), ref(d, "p2", 40, approximate=True))))
 
     shown = cli("tables", "show", name, "--json")
 
@@ -67,12 +69,13 @@ def test_report_gc_lists_files_ready_before_a_time_with_a_limit(cli: Cli, client
     limited = cli("report", "gc", name, "--limit", "1", "--json")
     human = cli("report", "gc", name, "--limit", "1")
     none_yet = cli("report", "gc", name, "--before", "2000-01-01T00:00:00Z")
+    x, y = table_data_key(client, name, "x"), table_data_key(client, name, "y")
 
     assert everything.code == EXIT_OK, everything.err
-    assert [f["filename"] for f in everything.json()["files"]] == ["x", "y"]
+    assert [f["filename"] for f in everything.json()["files"]] == [x, y]
     assert (everything.json()["total"], everything.json()["more"]) == (2, False)
-    assert [f["filename"] for f in limited.json()["files"]] == ["x"] and limited.json()["more"]
-    assert "x" in human.out and "1 more files" in human.out
+    assert [f["filename"] for f in limited.json()["files"]] == [x] and limited.json()["more"]
+    assert x in human.out and "1 more files" in human.out
     assert none_yet.code == EXIT_OK and "no files ready for garbage collection" in none_yet.out
 
 
@@ -83,9 +86,10 @@ def test_report_files_lists_referenced_and_unreferenced_files_capped(
 
     report = cli("report", "files", name, "--limit", "2", "--json").json()
     human = cli("report", "files", name).out
+    a, b, x, y = (table_data_key(client, name, n) for n in ("a", "b", "x", "y"))
 
-    assert [f["filename"] for f in report["referenced"]] == ["a", "b"]
-    assert [f["filename"] for f in report["unreferenced"]] == ["x", "y"]
+    assert [f["filename"] for f in report["referenced"]] == [a, b]
+    assert [f["filename"] for f in report["unreferenced"]] == [x, y]
     assert (report["referenced_total"], report["unreferenced_total"], report["more"]) == (3, 2, True)
     assert "3 referenced files (3 references), 2 unreferenced files" in human
     assert "job1" in human and "UNREFERENCED FILE" in human
@@ -117,19 +121,20 @@ def test_report_claim_exits_0_when_the_job_holds_its_files_and_1_when_not(
     cli: Cli, client: StateStoreClient
 ) -> None:
     name = reported_table(client)
+    a, b = table_data_key(client, name, "a"), table_data_key(client, name, "b")
 
-    held = cli("report", "claim", name, "job1", "p1", "b", "--json")
-    not_held = cli("report", "claim", name, "job1", "p1", "a", "b")
-    other_job = cli("report", "claim", name, "job2", "p1", "b")
-    missing = cli("report", "claim", name, "job1", "p2", "b")
+    held = cli("report", "claim", name, "job1", "p1", b, "--json")
+    not_held = cli("report", "claim", name, "job1", "p1", a, b)
+    other_job = cli("report", "claim", name, "job2", "p1", b)
+    missing = cli("report", "claim", name, "job1", "p2", b)
 
     assert held.code == EXIT_OK and held.json()["held"] is True
     assert not_held.code == EXIT_FAILED and "does not hold its 2 files" in not_held.out
     assert (
         other_job.code == EXIT_FAILED
-        and "'b' in partition 'p1' is already assigned to job 'job1'" in other_job.err
+        and f"'{b}' in partition 'p1' is already assigned to job 'job1'" in other_job.err
     )
-    assert missing.code == EXIT_FAILED and "file reference not found: 'b' in partition 'p2'" in missing.err
+    assert missing.code == EXIT_FAILED and f"file reference not found: '{b}' in partition 'p2'" in missing.err
 
 
 def test_a_cleared_table_reports_nothing_and_can_be_initialised_again(

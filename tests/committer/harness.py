@@ -21,7 +21,7 @@ from statestore.ports import BlobStore, CommitQueue, TransactionLogStore
 from statestore.snapshots import SnapshotStore
 from statestore.state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, ref, tree
 
 
 class FakeClock:
@@ -123,7 +123,9 @@ class Harness:
 def add_files(
     table_id: str, *names: str, partition_id: str = "root", request_id: str | None = None
 ) -> CommitRequest:
-    transaction: Transaction = AddFiles(tuple(ref(n, partition_id) for n in names))
+    """A request adding the data files ``names``: their keys under the table's data prefix
+    (:func:`tests.builders.data_key`)."""
+    transaction: Transaction = AddFiles(tuple(ref(data_key(table_id, n), partition_id) for n in names))
     if request_id is None:
         return CommitRequest.new(table_id, transaction)
     return CommitRequest(request_id, table_id, transaction)

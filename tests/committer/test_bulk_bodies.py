@@ -18,7 +18,7 @@ from statestore.committer import ReceivedMessage
 from statestore.memory import InMemoryBlobStore, InMemoryTransactionLog
 from statestore.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import AddFiles, TransactionBatch
-from tests.builders import ref
+from tests.builders import data_key, ref
 from tests.committer.harness import FakeClock, Harness, add_files, message, outcomes, redelivered
 from tests.invariants import check_exactly_once, replay_checking_each_entry
 
@@ -48,9 +48,7 @@ def harness(log_class: type[InMemoryTransactionLog] = InMemoryTransactionLog) ->
 
 
 def big_request(table_id: str, *names: str) -> CommitRequest:
-    return CommitRequest.new(
-        table_id, AddFiles(tuple(ref(f"tables/{table_id}/data/{n}", "root") for n in names))
-    )
+    return CommitRequest.new(table_id, AddFiles(tuple(ref(data_key(table_id, n), "root") for n in names)))
 
 
 def stored_aside(h: Harness, request: CommitRequest) -> tuple[ReceivedMessage, str]:
@@ -151,7 +149,7 @@ def test_a_redelivered_request_whose_entry_points_at_its_body_is_a_duplicate() -
 def test_a_rejected_request_leaves_no_copy_of_its_body() -> None:
     h = harness()
     table = h.create_table("t")
-    request = CommitRequest.new(table, AddFiles((ref("a", "no-such-partition"),)))
+    request = CommitRequest.new(table, AddFiles((ref(data_key(table, "a"), "no-such-partition"),)))
     m, _ = stored_aside(h, request)
 
     results = h.committer().process([m])

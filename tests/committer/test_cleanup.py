@@ -24,7 +24,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
     Transaction,
 )
-from tests.builders import INT_SCHEMA, ref
+from tests.builders import INT_SCHEMA, append_unchecked, ref
 from tests.committer.harness import Harness
 
 
@@ -93,7 +93,11 @@ def test_cleanup_keeps_everything_a_retained_point_needs(
                 )
                 h.blobs.put(name, b"rows")
                 refs.append(ref(name, "p1" if number % 2 else "p2"))
-            commit(AddFiles(tuple(refs)))
+            if foreign:  # no longer accepted: added before a new file had to be a key under the data prefix
+                append_unchecked(log, table_id, AddFiles(tuple(refs)), h.clock())
+                store.state()  # caught up: its next commit does not first lose a race to this entry
+            else:
+                commit(AddFiles(tuple(refs)))
         elif op == "compact":
             free = [r.filename for r in store.state().references_in_partition(n) if r.job_id is None][:2]
             if not free:
@@ -160,7 +164,8 @@ def test_unreferenced_files_outside_the_table_are_refused_and_stay_in_the_state(
     output = f"{layout.data_prefix(table_id)}out.parquet"
     for name in (inside, outside, own, output):
         h.blobs.put(name, b"x")
-    store.commit(AddFiles((ref(inside), ref(outside), ref(own))))
+    # Files outside the table's data prefix are no longer accepted: these were added before that rule.
+    append_unchecked(h.log, table_id, AddFiles((ref(inside), ref(outside), ref(own))), h.clock())
     store.commit(AssignJobIds((AssignJobIdRequest("j", "root", (inside, outside, own)),)))
     store.commit(
         ReplaceFileReferences((ReplaceFileReferencesJob("j", "root", (inside, outside, own), ref(output)),))
@@ -182,7 +187,8 @@ def test_garbage_collection_waits_for_the_tables_delay_and_commits_in_batches() 
     inputs = tuple(f"{layout.data_prefix(table_id)}{i}.parquet" for i in range(5))
     store.commit(AddFiles(tuple(ref(f) for f in inputs)))
     store.commit(AssignJobIds((AssignJobIdRequest("j", "root", inputs),)))
-    store.commit(ReplaceFileReferences((ReplaceFileReferencesJob("j", "root", inputs, ref("tables/x/out")),)))
+    output = f"{layout.data_prefix(table_id)}out.parquet"
+    store.commit(ReplaceFileReferences((ReplaceFileReferencesJob("j", "root", inputs, ref(output)),)))
     policy = CleanupPolicy(delete_files_batch_size=2)
     table = h.tables.get(table_id)
 

@@ -35,7 +35,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import ref
+from tests.builders import data_key, data_keys, ref
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 from tests.invariants import check_exactly_once, replay_checking_each_entry
 
@@ -70,7 +70,7 @@ def stored_aside(h: Harness, request: CommitRequest) -> ReceivedMessage:
 
 def while_fetching_the_body_another_writer_adds_x_and_time_passes(h: Harness, table: str) -> None:
     def meanwhile() -> None:
-        h.store(table).commit(AddFiles((ref("x", "root"),)))
+        h.store(table).commit(AddFiles((ref(data_key(table, "x"), "root"),)))
         h.clock.advance(6 * 60_000)  # past the engine's 5-minute unread limit
 
     assert isinstance(h.blobs, SlowBlobStore)
@@ -104,7 +104,7 @@ def test_the_warm_state_after_a_lost_race_equals_a_fresh_load() -> None:
 
     assert outcomes(results) == ["rejected", "committed"]
     state = replay_checking_each_entry(h.log, table, h.tables.get(table).schema)
-    assert sorted(state.files_by_name) == ["warm", "x", "y", "z"]
+    assert sorted(state.files_by_name) == data_keys(table, "warm", "x", "y", "z")
 
 
 def test_a_rejection_made_on_a_cached_state_is_checked_against_the_log_before_it_is_final() -> None:
@@ -114,14 +114,15 @@ def test_a_rejection_made_on_a_cached_state_is_checked_against_the_log_before_it
     committer.process([message(add_files(table, "warm"))])
     # Another writer adds the file the request claims: the warm state lacks it, and rejecting the claim as
     # "file not found" on that stale state would be a false rejection.
-    h.store(table).commit(AddFiles((ref("late", "root"),)))
-    claim = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", ("late",)),)))
+    late = data_key(table, "late")
+    h.store(table).commit(AddFiles((ref(late, "root"),)))
+    claim = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", (late,)),)))
 
     results = committer.process([message(claim)])
 
     assert outcomes(results) == ["committed"]
     state = h.state(table)
-    assert state.files_by_name["late"].references[0].job_id == "job"
+    assert state.files_by_name[late].references[0].job_id == "job"
 
 
 # --- a final status never changes, and a decided request is never applied again -----------------------
@@ -149,7 +150,9 @@ def test_a_stray_copy_of_a_committed_request_changes_nothing_even_after_a_restar
     assert outcomes(stray) == ["duplicate"] and outcomes(resent) == ["duplicate"]
     assert h.statuses.get(table, clear.request_id) == committed
     assert dead_letter_count(h) == 0
-    assert sorted(h.state(table).files_by_name) == ["newer"]  # ClearFiles was not applied a second time
+    assert sorted(h.state(table).files_by_name) == [
+        data_key(table, "newer")
+    ]  # ClearFiles was not applied a second time
     check_exactly_once(h.log, table, {clear.request_id: committed})
 
 
@@ -188,13 +191,13 @@ def test_a_redelivered_request_is_found_after_the_warm_state_jumped_to_a_newer_s
     warm.process([message(add_files(table, "warm-up"))])  # warm at transaction 2
     writer = h.store(table)
     for name in ("b", "c", "d"):
-        writer.commit(AddFiles((ref(name, "root"),)))
+        writer.commit(AddFiles((ref(data_key(table, name), "root"),)))
     h.snapshots.write(table, writer.state(), h.clock.now)  # snapshot at 5 ...
     h.log.delete_up_to(table, 5)  # ... and cleanup deleted the entries the warm committer has not read
     request = add_files(table, "a")
     sent = message(request, sent=h.clock.now)
     assert outcomes(h.committer().process([sent])) == ["committed"]  # at 6, then died before acknowledging
-    writer.commit(AddFiles((ref("e", "root"),)))
+    writer.commit(AddFiles((ref(data_key(table, "e"), "root"),)))
     h.snapshots.write(table, writer.state(), h.clock.now)  # the warm committer will reload from 7
 
     results = warm.process([redelivered(sent)])
@@ -212,9 +215,10 @@ def test_a_request_redelivered_or_resent_after_cleanup_deleted_its_entry_is_neve
     assert outcomes(h.committer().process([sent])) == ["committed"]  # at 2, then died before acknowledging
     # "a" is compacted into "b" and collected: a second AddFiles of "a" would now be valid.
     writer = h.store(table)
-    writer.commit(AssignJobIds((AssignJobIdRequest("job", "root", ("a",)),)))
-    writer.commit(ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("a",), ref("b", "root")),)))
-    writer.commit(DeleteFiles(("a",)))
+    a, b = data_keys(table, "a", "b")
+    writer.commit(AssignJobIds((AssignJobIdRequest("job", "root", (a,)),)))
+    writer.commit(ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", (a,), ref(b, "root")),)))
+    writer.commit(DeleteFiles((a,)))
     h.snapshots.write(table, writer.state(), h.clock.now)
     h.log.delete_up_to(table, 5)  # cleanup: the entry holding the request is gone
     h.clock.advance(10 * 60_000)
@@ -227,7 +231,7 @@ def test_a_request_redelivered_or_resent_after_cleanup_deleted_its_entry_is_neve
     assert [r.transaction_number for r in results + resent] == [2, 2]
     status = h.statuses.get(table, request.request_id)
     assert status is not None and (status.outcome, status.transaction_number) == (CommitOutcome.COMMITTED, 2)
-    assert sorted(h.state(table).files_by_name) == ["b"]  # not applied a second time
+    assert sorted(h.state(table).files_by_name) == [b]  # not applied a second time
     assert dead_letter_count(h) == 0
 
 
@@ -275,11 +279,11 @@ def test_a_synchronous_commit_whose_response_was_lost_is_reported_committed(
     assert isinstance(h.log, LostResponseLog)
     h.log.failure = lost
 
-    result = store.commit(AddFiles((ref("a", "root"),)))
+    result = store.commit(AddFiles((ref(data_key(table, "a"), "root"),)))
 
     assert result.transaction_number == 2
     assert h.log.latest_number(table) == 2
-    assert "a" in store.state().files_by_name
+    assert data_key(table, "a") in store.state().files_by_name
     replay(h, table)
 
 
@@ -311,9 +315,9 @@ def test_a_cold_committer_commits_to_a_table_whose_latest_snapshot_is_damaged() 
     h = Harness()
     table = h.create_table("t")
     writer = h.store(table)
-    writer.commit(AddFiles((ref("a", "root"),)))
+    writer.commit(AddFiles((ref(data_key(table, "a"), "root"),)))
     writer.create_snapshot()
-    writer.commit(AddFiles((ref("b", "root"),)))
+    writer.commit(AddFiles((ref(data_key(table, "b"), "root"),)))
     latest = writer.create_snapshot()
     assert latest is not None
     h.blobs.put(latest.files_key, h.blobs.get(latest.files_key)[:100])  # truncated
@@ -321,4 +325,4 @@ def test_a_cold_committer_commits_to_a_table_whose_latest_snapshot_is_damaged() 
     results = h.committer().process([message(add_files(table, "c")), message(add_files(table, "a"))])
 
     assert outcomes(results) == ["committed", "rejected"]  # decided against the state the log holds
-    assert sorted(h.state(table).files_by_name) == ["a", "b", "c"]
+    assert sorted(h.state(table).files_by_name) == data_keys(table, "a", "b", "c")

@@ -23,7 +23,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
     request_ids_of,
 )
-from tests.builders import INT_SCHEMA, ref
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 
 
@@ -64,7 +64,7 @@ def test_ten_valid_requests_for_one_table_become_one_log_entry(h: Harness) -> No
     assert h.log_length(table) == 2
     batch = decode_entry(entries(h, table)[-1])
     assert list(request_ids_of(batch)) == [r.request_id for r in requests]
-    assert sorted(h.state(table).files_by_name) == sorted(f"f{i}" for i in range(10))
+    assert sorted(h.state(table).files_by_name) == sorted(data_key(table, f"f{i}") for i in range(10))
     for r in requests:
         assert_status(h, table, r.request_id, CommitOutcome.COMMITTED, 2)
 
@@ -80,28 +80,35 @@ def test_mixed_valid_and_invalid_requests_commit_the_valid_ones_as_one_entry(h: 
     assert list(request_ids_of(decode_entry(entries(h, table)[-1]))) == [good1.request_id, good2.request_id]
     rejected = h.statuses.get(table, bad.request_id)
     assert rejected is not None and rejected.outcome is CommitOutcome.REJECTED
-    assert rejected.reason == "file already exists: 'a'"
-    assert results[1].reason == "file already exists: 'a'"
+    assert rejected.reason == f"file already exists: '{data_key(table, 'a')}'"
+    assert results[1].reason == f"file already exists: '{data_key(table, 'a')}'"
 
 
 def test_each_request_is_validated_against_the_state_changed_by_those_before_it(h: Harness) -> None:
     table = h.create_table("t")
     h.store(table).commit(add_files(table, "in1", "in2").transaction)
-    assign = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", ("in1", "in2")),)))
+    inputs = tuple(data_keys(table, "in1", "in2"))
+    assign = CommitRequest.new(table, AssignJobIds((AssignJobIdRequest("job", "root", inputs),)))
     compact = CommitRequest.new(
-        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("in1", "in2"), ref("out")),))
+        table,
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job", "root", inputs, ref(data_key(table, "out"))),)
+        ),
     )
 
     results = h.committer().process([message(assign), message(compact)])
 
     assert outcomes(results) == ["committed", "committed"]
-    assert sorted(f.filename for f in h.state(table).files() if f.references) == ["out"]
+    assert sorted(f.filename for f in h.state(table).files() if f.references) == [data_key(table, "out")]
 
 
 def test_a_table_with_only_rejected_requests_writes_nothing(h: Harness) -> None:
     table = h.create_table("t")
     compact = CommitRequest.new(
-        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("nope",), ref("out")),))
+        table,
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job", "root", ("nope",), ref(data_key(table, "out"))),)
+        ),
     )
 
     results = h.committer().process([message(compact)])
@@ -215,7 +222,7 @@ def test_a_redelivered_request_is_found_by_its_status_behind_a_newer_snapshot_an
     assert outcomes(again) == ["duplicate"]
     assert again[0].transaction_number == 2
     assert h.log_length(table) == 42
-    assert sorted(h.state(table).files_by_name)[0] == "a"
+    assert sorted(h.state(table).files_by_name)[0] == data_key(table, "a")
 
 
 def test_a_redelivered_request_that_never_reached_the_log_is_committed(h: Harness) -> None:
@@ -258,7 +265,7 @@ def test_a_committer_that_lost_the_race_recognises_requests_another_one_committe
     assert [r.transaction_number for r in results] == [3, 3, 4]
     assert slow.stats.log_append_conflicts == 1
     assert h.log_length(table) == 4
-    assert sorted(h.state(table).files_by_name) == ["a", "b", "c", "warm-up"]
+    assert sorted(h.state(table).files_by_name) == data_keys(table, "a", "b", "c", "warm-up")
 
 
 def test_a_group_whose_requests_another_committer_wrote_meanwhile_writes_only_the_others() -> None:
@@ -278,7 +285,7 @@ def test_a_group_whose_requests_another_committer_wrote_meanwhile_writes_only_th
     assert outcomes(results) == ["duplicate", "committed"]
     assert results[0].transaction_number == 3
     assert h.log_length(table) == 4
-    assert sorted(h.state(table).files_by_name) == ["after"]
+    assert sorted(h.state(table).files_by_name) == [data_key(table, "after")]
 
 
 def test_a_stale_warm_state_catches_up_and_validates_again(h: Harness) -> None:
@@ -328,8 +335,8 @@ def test_malformed_messages_are_dead_lettered_with_their_reason_and_others_commi
     assert "unknown transaction type 'Frobnicate'" in reasons[1]
     assert "unknown commit request version 7" in reasons[2]
     assert "table not found: 'no-such-table'" in reasons[3]
-    assert h.state(t1).files_by_name.keys() == {"a"}
-    assert h.state(t2).files_by_name.keys() == {"b"}
+    assert h.state(t1).files_by_name.keys() == {data_key(t1, "a")}
+    assert h.state(t2).files_by_name.keys() == {data_key(t2, "b")}
 
 
 def test_a_request_sent_in_the_wrong_message_group_is_dead_lettered(h: Harness) -> None:
@@ -347,7 +354,10 @@ def test_an_invalid_compaction_is_rejected_not_dead_lettered_and_changes_nothing
     h.store(table).commit(add_files(table, "in1").transaction)
     before = h.state(table)
     compact = CommitRequest.new(
-        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("in1",), ref("out")),))
+        table,
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job", "root", (data_key(table, "in1"),), ref(data_key(table, "out"))),)
+        ),
     )
 
     results = h.committer().process([message(compact)])

@@ -20,6 +20,7 @@ from statestore.errors import DeadLetterNotFoundError, UnredrivableDeadLetterErr
 from statestore.memory import InMemoryCommitQueue, InMemoryDeadLetterQueue
 from statestore.ports import CommitQueue, DeadLetterQueue, QueueMessage
 from statestore.upkeep import UpkeepKind, UpkeepWork
+from tests.builders import data_key
 from tests.committer.harness import Harness, add_files, message
 from tests.fixtures.aws_servers import unique_resources
 
@@ -157,11 +158,11 @@ def test_a_redriven_request_for_a_table_created_since_is_committed() -> None:
 
     table_id = h.create_table("late")
     [redriven] = commit_queue.take()
-    body = redriven.body.replace("placeholder", table_id)
+    body = redriven.body.replace("placeholder", table_id)  # the table id, and its data files' keys
     [result] = h.committer().process([message(body, group_id=table_id)])
 
     assert result.outcome.value == "committed"
-    assert "a.parquet" in h.state(table_id).files_by_name
+    assert data_key(table_id, "a.parquet") in h.state(table_id).files_by_name
 
 
 # --- the upkeep dead-letter queue --------------------------------------------------------------------

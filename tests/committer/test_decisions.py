@@ -25,6 +25,7 @@ from statestore.committer.decisions import (
 from statestore.committer.sorting import parse_message, sort_batch, split_copies
 from statestore.memory import InMemoryCommitQueue
 from statestore.ports import CommitOutcome, CommitStatus
+from tests.builders import data_keys
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 
 TABLE = "t-1"
@@ -333,8 +334,8 @@ def test_one_batch_of_every_kind_of_message_gives_each_its_own_result() -> None:
         "nowhere": (CommitOutcome.DEAD_LETTERED, None),
         "again": (CommitOutcome.COMMITTED, 2),
     }
-    assert sorted(h.state(t1).files_by_name) == ["a", "e"]
-    assert sorted(h.state(t2).files_by_name) == ["b"]
+    assert sorted(h.state(t1).files_by_name) == data_keys(t1, "a", "e")
+    assert sorted(h.state(t2).files_by_name) == data_keys(t2, "b")
     assert h.log_length(t1) == 3 and h.log_length(t2) == 2
 
 
@@ -360,6 +361,6 @@ def test_a_redelivered_request_whose_log_entry_cleanup_deleted_is_found_by_its_s
 
     assert outcomes(results) == ["duplicate", "duplicate", "duplicate", "committed"]
     assert [r.transaction_number for r in results] == [2, 2, 2, 4]
-    assert sorted(h.state(table).files_by_name) == ["x", "y", "z"]
+    assert sorted(h.state(table).files_by_name) == data_keys(table, "x", "y", "z")
     assert isinstance(h.dead_letters, InMemoryCommitQueue)
     assert h.dead_letters.messages == []  # a copy of a decided request is a duplicate wherever it turns up

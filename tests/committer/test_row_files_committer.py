@@ -14,7 +14,7 @@ from statestore.memory import InMemoryCommitStatusStore
 from statestore.ports import CommitOutcome, CommitStatus, FileReferenceStore
 from statestore.row_files import RowFilesStateStore
 from statestore.transactions import InitialisePartitions, SplitPartition
-from tests.builders import INT_SCHEMA, tree
+from tests.builders import INT_SCHEMA, data_keys, tree
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 from tests.file_stores import file_store  # noqa: F401  (the fixture)
 
@@ -68,7 +68,7 @@ def test_a_mixed_group_commits_in_order_with_each_request_s_own_number(
         status = h.statuses.get(table, request.request_id)
         assert status is not None and status.outcome is CommitOutcome.COMMITTED
         assert status.transaction_number == result.transaction_number
-    assert sorted(file_store.files(table)) == ["a", "b"]
+    assert sorted(file_store.files(table)) == data_keys(table, "a", "b")
     assert file_store.committed_requests(table, [r.request_id for r in requests]) == {
         requests[0].request_id: results[0].transaction_number,
         requests[2].request_id: results[2].transaction_number,
@@ -112,7 +112,7 @@ def test_a_batch_redelivered_after_its_commits_is_applied_once(
     assert outcomes(again) == ["duplicate"] * 3
     assert [r.transaction_number for r in again] == [numbers[r.request_id] for r in requests]
     assert h.log_length(table) == 2
-    assert sorted(file_store.files(table)) == ["a", "b"]
+    assert sorted(file_store.files(table)) == data_keys(table, "a", "b")
     for r in requests:
         status = h.statuses.get(table, r.request_id)
         assert status is not None and status.transaction_number == numbers[r.request_id]
@@ -137,7 +137,7 @@ def test_a_redelivered_file_request_is_found_even_when_the_log_was_cleaned_up(
     again = h.committer(file_store=file_store).process([redelivered(m)])
 
     assert outcomes(again) == ["duplicate"]
-    assert sorted(file_store.files(table)) == ["a"]
+    assert sorted(file_store.files(table)) == data_keys(table, "a")
     status = h.statuses.get(table, request.request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 

@@ -9,6 +9,7 @@ import pytest
 from aws_cdk import assertions
 
 from infra.data_bucket import check_bucket_name_length
+from statestore import resources
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match
@@ -45,7 +46,7 @@ def test_data_bucket_is_versioned_and_keeps_deleted_objects_as_long_as_the_table
 
 def test_the_existing_expiry_rules_are_kept_alongside_versioning(template: Any) -> None:
     rules = {r["Id"]: r for r in data_bucket(template)["LifecycleConfiguration"]["Rules"]}
-    assert rules["expire-commit-request-bodies"]["ExpirationInDays"] == 15
+    assert rules["expire-commit-request-bodies"]["ExpirationInDays"] == resources.REQUEST_BODY_EXPIRY_DAYS
     assert rules["expire-spark-job-logs"]["ExpirationInDays"] == 30
     assert rules["abort-incomplete-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
 

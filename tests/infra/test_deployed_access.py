@@ -36,7 +36,7 @@ from statestore.resources import ResourceNames
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import AddFiles, InitialisePartitions
 from statestore.upkeep import UpkeepKind, UpkeepWork
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.infra.deployed_iam import (
     REGION,
     attached_statements,
@@ -50,7 +50,7 @@ from tests.infra.deployed_iam import (
 pytestmark = pytest.mark.infra
 
 EMR = "emr-serverless.amazonaws.com"
-# Enough files that a request's body goes through the bucket.
+# Enough files that a request's body goes through the bucket (their names under a table's data prefix).
 LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
 CODE = layout.SPARK_ARTIFACTS_PREFIX + layout.SPARK_CODE_ARCHIVE
 ENVIRONMENT = layout.SPARK_ARTIFACTS_PREFIX + layout.SPARK_ENVIRONMENT_ARCHIVE
@@ -160,14 +160,14 @@ def table_with_history(instance: Instance) -> TransactionLogStateStore:
     """A table with a snapshot, and after it a log entry whose body is in the bucket: loading its state
     reads every kind of state object."""
     store = instance.create_table("orders")
-    store.commit(AddFiles((ref("early.parquet"),)))
+    store.commit(AddFiles((ref(data_key(store.table_id, "early.parquet")),)))
     store.create_snapshot()
     names, backend = instance.names, instance.backend
     log_via_bucket = DynamoDBTransactionLog(
         backend.dynamodb, names.transaction_log_table, backend.blobs, max_inline_body_bytes=0
     )
     TransactionLogStateStore(store.table_id, INT_SCHEMA, log_via_bucket, instance.admin.snapshots).commit(
-        AddFiles((ref("late.parquet"),))
+        AddFiles((ref(data_key(store.table_id, "late.parquet")),))
     )
     assert backend.blobs.list(layout.log_body_prefix(store.table_id))
     for key, content in ((CODE, b"code"), (ENVIRONMENT, b"environment"), (INPUT, b"rows")):
@@ -193,14 +193,16 @@ def test_a_spark_job_reads_state_writes_data_and_commits_through_the_queue_as_th
     with iam_enforced():
         client = spark.client()
         assert client.get_table("orders").table_id == table_id
-        assert set(client.state("orders").files_by_name) == {"early.parquet", "late.parquet"}
+        assert set(client.state("orders").files_by_name) == set(
+            data_keys(table_id, "early.parquet", "late.parquet")
+        )
         assert [blobs.get(key) for key in (CODE, ENVIRONMENT, INPUT)] == [b"code", b"environment", b"rows"]
         blobs.put(data_file, b"parquet")
         assert blobs.get(data_file) == b"parquet"
         assert blobs.list(layout.data_prefix(table_id)) == [data_file]
         blobs.put(log_file, b"driver log")
         sender = spark.backend.commit_sender(spark.sqs)
-        request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+        request_id = sender.send(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in LARGE_BATCH)))
 
     assert instance.backend.blobs.list(layout.request_body_prefix(table_id)), "the body went to the bucket"
     instance.apply_commits()
@@ -216,7 +218,9 @@ def test_a_spark_job_reads_state_writes_data_and_commits_through_the_queue_as_th
 
 
 JOB_MAY_NOT: dict[str, Callable[[Caller, str], object]] = {
-    "append to the log": lambda job, table_id: job.store(table_id).commit(AddFiles((ref("direct.parquet"),))),
+    "append to the log": lambda job, table_id: job.store(table_id).commit(
+        AddFiles((ref(data_key(table_id, "direct.parquet")),))
+    ),
     "delete a table": lambda job, table_id: job.client().delete_table(table_id),
     "rename a table": lambda job, table_id: job.client().rename_table(table_id, "renamed"),
     "write a snapshot object": lambda job, table_id: job.backend.blobs.put(
@@ -259,7 +263,7 @@ def test_the_commit_policy_sends_a_large_request_and_reads_its_outcome_and_nothi
 
     with iam_enforced():
         sender = committer.backend.commit_sender(committer.sqs)
-        request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+        request_id = sender.send(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in LARGE_BATCH)))
     instance.apply_commits()
 
     with iam_enforced():
@@ -286,9 +290,10 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(INT_SCHEMA.to_json()))
 
-    def add_files(*names: str) -> str:
+    def add_files(table_id: str, *names: str) -> str:
         path = tmp_path / f"{names[0]}.json"
-        path.write_text(json.dumps(transaction_to_json(AddFiles(tuple(ref(n) for n in names)))))
+        transaction = AddFiles(tuple(ref(data_key(table_id, n)) for n in names))
+        path.write_text(json.dumps(transaction_to_json(transaction)))
         return str(path)
 
     def cli(*args: str) -> Any:
@@ -301,13 +306,15 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
 
     cli("tables", "create", "orders", "--schema", str(schema))
     assert [t["table_name"] for t in cli("tables", "list")] == ["orders"]
-    cli("tables", "show", "orders")
+    created_id = cli("tables", "show", "orders")["table_id"]
     for batch in (("a.parquet",), ("b.parquet", "c.parquet")):
-        request_id = cli("commit", "orders", add_files(*batch))["request_id"]
+        request_id = cli("commit", "orders", add_files(created_id, *batch))["request_id"]
         instance.apply_commits()
-        assert cli("status", request_id)["outcome"] == "committed"
+        assert cli("status", "orders", request_id)["outcome"] == "committed"
         assert cli("snapshot", "orders")["written"] is True
-    assert {f["filename"] for f in cli("files", "orders")} == {"a.parquet", "b.parquet", "c.parquet"}
+    assert {f["filename"] for f in cli("files", "orders")} == set(
+        data_keys(created_id, "a.parquet", "b.parquet", "c.parquet")
+    )
     assert [p["leaf"] for p in cli("partitions", "orders", "--leaves")] == [True]
     assert cli("log", "orders")
     # The reports, the job model and the orphan listing read state, log, snapshots and the data prefix.

@@ -43,7 +43,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.infra.deployed_iam import (
     REGION,
     create_user,
@@ -204,7 +204,8 @@ def statement(template: dict[str, Any], handler: str, action: str, resource_part
 # --- the committer ----------------------------------------------------------------------------------------
 
 
-# Enough files that the request's body goes through the bucket, which the committer then reads.
+# Enough files that the request's body goes through the bucket, which the committer then reads (their names
+# under a table's data prefix).
 LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
 
 
@@ -212,7 +213,7 @@ def committer_event(deployed: Deployed) -> tuple[dict[str, Any], str, str]:
     """A real (large) request for an existing table and a malformed one, as the queue hands them over."""
     table_id = deployed.create_table("orders").table_id
     sender = CommitSender(deployed.commit_queue, deployed.admin.statuses, deployed.admin.blobs)
-    request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+    request_id = sender.send(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in LARGE_BATCH)))
     assert deployed.admin.blobs.list(layout.request_body_prefix(table_id))
     deployed.commit_queue.send([QueueMessage("{not json", table_id, "junk-1")])
     event = deployed.commit_queue.receive_event()
@@ -226,7 +227,7 @@ def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed
     response = deployed.invoke(COMMITTER, event)
 
     assert response == {"batchItemFailures": []}
-    assert set(deployed.store(table_id).load().files_by_name) == set(LARGE_BATCH)
+    assert set(deployed.store(table_id).load().files_by_name) == set(data_keys(table_id, *LARGE_BATCH))
     status = deployed.admin.statuses.get(table_id, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     [letter] = deployed.dead_letter_queue.receive_event()["Records"]
@@ -238,7 +239,7 @@ def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed
 
 def test_the_snapshot_lambda_snapshots_a_table_whose_log_moved_with_its_role(deployed: Deployed) -> None:
     store = deployed.create_table("orders")
-    store.commit(AddFiles((ref("a.parquet"),)))
+    store.commit(AddFiles((ref(data_key(store.table_id, "a.parquet")),)))
 
     plan = deployed.invoke(SNAPSHOT, SCHEDULED_EVENT)
     event, source = deployed.work_event(SNAPSHOT, "snapshot")

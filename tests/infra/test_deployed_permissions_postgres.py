@@ -37,7 +37,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.fixtures.postgres import SUPERUSER, PostgresServer
 from tests.infra.conftest import SynthStack
 from tests.infra.deployed_iam import REGION
@@ -113,13 +113,13 @@ def test_the_committer_reads_the_secret_and_commits_to_the_database_with_its_rol
 ) -> None:
     table_id = db.create_postgres_table("orders").table_id
     sender = CommitSender(db.deployed.commit_queue, db.deployed.admin.statuses, db.deployed.admin.blobs)
-    request_id = sender.send(table_id, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+    request_id = sender.send(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in LARGE_BATCH)))
     event = db.deployed.commit_queue.receive_event()
 
     response = db.deployed.invoke(COMMITTER, event)
 
     assert response == {"batchItemFailures": []}
-    assert set(db.files.files(table_id)) == set(LARGE_BATCH)
+    assert set(db.files.files(table_id)) == set(data_keys(table_id, *LARGE_BATCH))
     status = db.deployed.admin.statuses.get(table_id, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 
@@ -153,7 +153,7 @@ def test_without_its_grant_on_the_secret_a_function_cannot_reach_the_database(
     secret = statement(db.deployed.template, handler, "secretsmanager:GetSecretValue", ":secret:")
     if handler == COMMITTER:
         sender = CommitSender(db.deployed.commit_queue, db.deployed.admin.statuses, db.deployed.admin.blobs)
-        sender.send(table_id, AddFiles((ref("a.parquet"),)))
+        sender.send(table_id, AddFiles((ref(data_key(table_id, "a.parquet")),)))
         event = db.deployed.commit_queue.receive_event()
     else:
         db.deployed.invoke(CLEANUP, SCHEDULED_EVENT)  # planning reads no database

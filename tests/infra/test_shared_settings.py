@@ -118,7 +118,11 @@ def test_request_bodies_outlive_the_dead_letter_queue_in_the_bucket_and_in_clean
     }
     days = resources.REQUEST_BODY_EXPIRY_DAYS
     assert rules["expire-commit-request-bodies"]["ExpirationInDays"] == days
-    assert days * 24 * 3600 > resources.DEAD_LETTER_RETENTION_SECONDS
+    # Longer than a request can be in flight: on the queue, then its dead-letter queue, then redriven.
+    assert days * 24 * 3600 > resources.REQUEST_MAX_LIFETIME_SECONDS
+    assert resources.REQUEST_MAX_LIFETIME_SECONDS == (
+        2 * resources.COMMIT_QUEUE_RETENTION_SECONDS + resources.DEAD_LETTER_RETENTION_SECONDS
+    )
     assert CleanupPolicy().request_body_max_age_ms == days * 24 * 3600 * 1000
 
 
@@ -130,7 +134,8 @@ def test_the_cleanup_functions_delays_are_the_librarys_defaults(template: Any) -
 
 def test_commit_statuses_and_reasons_use_the_definitions() -> None:
     assert DEFAULT_RETENTION_SECONDS == resources.COMMIT_STATUS_RETENTION_SECONDS
-    assert resources.COMMIT_STATUS_RETENTION_SECONDS == resources.DEAD_LETTER_RETENTION_SECONDS
+    # A status outlives every message that can carry its request (so a resend or redrive finds it).
+    assert resources.COMMIT_STATUS_RETENTION_SECONDS > resources.REQUEST_MAX_LIFETIME_SECONDS
     assert MAX_REASON_CHARS == resources.MAX_STATUS_REASON_CHARS
 
 

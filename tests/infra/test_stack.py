@@ -12,6 +12,7 @@ from aws_cdk import assertions
 from infra.asset import AssetError
 from infra.committer import COMMITTER_TIMEOUT
 from infra.data_bucket import REQUEST_BODY_TAG_KEY, REQUEST_BODY_TAG_VALUE
+from statestore import resources
 from statestore.cleanup import CLAIM_EXPIRY_ENV, GC_DELAY_ENV, CleanupPolicy, policy_from_environment
 from statestore.resources import ResourceNames
 from tests.infra.conftest import SynthStack
@@ -481,7 +482,7 @@ def test_request_bodies_expire_by_tag_under_tables(template: Any) -> None:
                                 "TagFilters": [
                                     {"Key": REQUEST_BODY_TAG_KEY, "Value": REQUEST_BODY_TAG_VALUE}
                                 ],
-                                "ExpirationInDays": 15,
+                                "ExpirationInDays": resources.REQUEST_BODY_EXPIRY_DAYS,
                                 "Status": "Enabled",
                             }
                         )

@@ -27,7 +27,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.lambdas.events import LambdaContext, failures, redelivered, sqs_event, sqs_record
 
 
@@ -46,7 +46,8 @@ def files_of(rt: Runtime, table_id: str) -> set[str]:
 
 
 def add(table_id: str, *names: str) -> CommitRequest:
-    return CommitRequest.new(table_id, AddFiles(tuple(ref(n) for n in names)))
+    """A request adding the data files ``names``: their keys under the table's data prefix."""
+    return CommitRequest.new(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in names)))
 
 
 class FlakyLog(InMemoryTransactionLog):
@@ -77,7 +78,7 @@ def test_a_batch_of_valid_requests_reports_no_failures_and_commits_one_entry(rt:
 
     assert response == {"batchItemFailures": []}
     assert rt.log.latest_number(table) == 2
-    assert files_of(rt, table) == {f"f{i}" for i in range(10)}
+    assert files_of(rt, table) == {data_key(table, f"f{i}") for i in range(10)}
     assert all(rt.statuses.get(r.table_id, r.request_id).outcome is CommitOutcome.COMMITTED for r in requests)  # type: ignore[union-attr]
 
 
@@ -95,7 +96,7 @@ def test_a_throttled_table_fails_only_its_own_messages(rt: Runtime) -> None:
     response = committer_lambda.handler(sqs_event(*records), LambdaContext())
 
     assert failures(response) == [records[0]["messageId"], records[2]["messageId"]]
-    assert files_of(rt, t2) == {"b", "d"}
+    assert files_of(rt, t2) == set(data_keys(t2, "b", "d"))
     assert files_of(rt, t1) == set()
 
 
@@ -113,7 +114,8 @@ def test_every_message_failing_is_reported_not_raised(rt: Runtime) -> None:
 def test_bad_input_is_rejected_or_dead_lettered_and_acknowledged(rt: Runtime) -> None:
     t1, t2 = create_table(rt, "t1"), create_table(rt, "t2")
     compaction = CommitRequest.new(
-        t1, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("x",), ref("out")),))
+        t1,
+        ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("x",), ref(data_key(t1, "out"))),)),
     )
     records = [
         sqs_record("not json", t1),
@@ -125,7 +127,7 @@ def test_bad_input_is_rejected_or_dead_lettered_and_acknowledged(rt: Runtime) ->
     response = committer_lambda.handler(sqs_event(*records), LambdaContext())
 
     assert response == {"batchItemFailures": []}
-    assert files_of(rt, t2) == {"b"}
+    assert files_of(rt, t2) == {data_key(t2, "b")}
     rejected = rt.statuses.get(compaction.table_id, compaction.request_id)
     assert rejected is not None and rejected.outcome is CommitOutcome.REJECTED
     assert "file not found: 'x'" in (rejected.reason or "")
@@ -169,11 +171,11 @@ def test_on_moto_requests_sent_to_the_queue_are_committed_and_bad_ones_dead_lett
     rt, queue, dlq = aws_rt
     t1, t2 = create_table(rt, "t1"), create_table(rt, "t2")
     sender = CommitSender(queue, rt.statuses, rt.blobs, max_inline_bytes=2_000)
-    big = AddFiles(tuple(ref(f"big-{i}") for i in range(100)))  # its body goes to the bucket
+    big = AddFiles(tuple(ref(data_key(t2, f"big-{i}")) for i in range(100)))  # its body goes to the bucket
     ids = [
-        sender.send(t1, AddFiles((ref("a"),))),
+        sender.send(t1, AddFiles((ref(data_key(t1, "a")),))),
         sender.send(t2, big),
-        sender.send(t1, AddFiles((ref("a"),))),
+        sender.send(t1, AddFiles((ref(data_key(t1, "a")),))),
     ]
     queue.send(
         [__import__("statestore.ports", fromlist=["QueueMessage"]).QueueMessage("{oops", t2, "junk-1")]
@@ -185,7 +187,7 @@ def test_on_moto_requests_sent_to_the_queue_are_committed_and_bad_ones_dead_lett
     queue.delete([r["receiptHandle"] for r in event["Records"] if r["messageId"] not in failures(response)])
 
     assert response == {"batchItemFailures": []}
-    assert files_of(rt, t1) == {"a"}
+    assert files_of(rt, t1) == {data_key(t1, "a")}
     assert len(files_of(rt, t2)) == 100
     outcomes = [sender.wait(t, i, timeout=1) for t, i in zip((t1, t2, t1), ids, strict=True)]
     assert [o.outcome for o in outcomes if o] == [

@@ -31,7 +31,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
 )
 from statestore.upkeep import UpkeepKind
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, ref, tree
 from tests.lambdas.events import LambdaContext, sqs_event, sqs_record, upkeep_records
 from tests.lambdas.test_committer_handler import FlakyLog
 
@@ -113,7 +113,8 @@ def create_table(rt: Runtime, name: str) -> TransactionLogStateStore:
 
 
 def add(table_id: str, *names: str) -> CommitRequest:
-    return CommitRequest.new(table_id, AddFiles(tuple(ref(n) for n in names)))
+    """A request adding the data files ``names``: their keys under the table's data prefix."""
+    return CommitRequest.new(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in names)))
 
 
 def commit(*records: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +127,10 @@ def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
     table = create_table(rt, "t").table_id
     duplicated = add(table, "a", "b")
     compaction = CommitRequest.new(
-        table, ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("x",), ref("out")),))
+        table,
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job", "root", ("x",), ref(data_key(table, "out"))),)
+        ),
     )
     capsys.readouterr()
 
@@ -189,7 +193,9 @@ def test_a_lost_race_for_the_next_log_number_is_counted_as_a_conflict(
     other_writer = create_table(rt, "t")
     table = other_writer.table_id
     commit(sqs_record(add(table, "a")))  # the committer now holds the table warm
-    other_writer.commit(AddFiles((ref("elsewhere"),)))  # and its cached state is one entry behind
+    other_writer.commit(
+        AddFiles((ref(data_key(table, "elsewhere")),))
+    )  # and its cached state is one entry behind
     capsys.readouterr()
 
     commit(sqs_record(add(table, "b")))
@@ -219,7 +225,7 @@ def test_the_snapshot_function_counts_tables_written_and_tables_that_did_not_mov
     moved, still = create_table(rt, "moved"), create_table(rt, "still")
     moved.create_snapshot()
     still.create_snapshot()
-    moved.commit(AddFiles((ref("new"),)))
+    moved.commit(AddFiles((ref(data_key(moved.table_id, "new")),)))
     capsys.readouterr()
 
     snapshot_lambda.handler(SCHEDULED_EVENT, LambdaContext())
@@ -238,7 +244,7 @@ def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
 ) -> None:
     store = create_table(rt, "t")
     for i in range(3):
-        store.commit(AddFiles((ref(f"f{i}"),)))
+        store.commit(AddFiles((ref(data_key(store.table_id, f"f{i}")),)))
     store.create_snapshot()
     assert isinstance(rt.blobs, InMemoryBlobStore)
     monkeypatch.setattr(rt.blobs, "_clock", lambda: 0)  # written long ago, named by nothing

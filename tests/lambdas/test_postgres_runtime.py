@@ -24,7 +24,7 @@ from statestore.resources import (
     POSTGRES_SSLMODE_ENV,
 )
 from statestore.transactions import AddFiles
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.postgres import SUPERUSER, PostgresServer
 
 REGION = "eu-west-2"
@@ -88,10 +88,10 @@ def test_the_store_connects_to_the_host_given_as_the_app_role_the_migration_made
     assert store is not None
     try:
         partitions = {p.id: p for p in tree(STRING_SCHEMA)}
-        members = [FileCommitMember(AddFiles((ref("a"),)), "request-1")]
+        members = [FileCommitMember(AddFiles((ref(data_key("table-1", "a")),)), "request-1")]
         outcome = store.commit("table-1", STRING_SCHEMA, partitions, members, 1_000)
         assert outcome.committed == (0,)
-        assert set(store.files("table-1")) == {"a"}
+        assert set(store.files("table-1")) == {data_key("table-1", "a")}
     finally:
         store.close()  # type: ignore[attr-defined]
     with psycopg.connect(postgres_server.conninfo(dbname)) as conn:

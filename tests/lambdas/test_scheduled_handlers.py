@@ -29,7 +29,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
 )
 from statestore.upkeep import UpkeepKind
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.lambdas.events import LambdaContext, sqs_event, upkeep_records
 
 SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -75,7 +75,7 @@ def create_table(
     store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots, clock=clock)
     store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
     for i in range(commits):
-        store.commit(AddFiles((ref(f"{name}-{i}"),)))
+        store.commit(AddFiles((ref(data_key(info.table_id, f"{name}-{i}")),)))
     return store
 
 
@@ -147,11 +147,11 @@ def test_a_table_must_move_the_configured_number_of_transactions(
 ) -> None:
     store = create_table(rt, "t", 1)
     store.create_snapshot()
-    store.commit(AddFiles((ref("late"),)))
+    store.commit(AddFiles((ref(data_key(store.table_id, "late")),)))
     monkeypatch.setenv("STATESTORE_SNAPSHOT_MIN_TRANSACTIONS", "2")
 
     assert written(run_schedule(rt, snapshot_lambda)) == {}
-    store.commit(AddFiles((ref("later"),)))
+    store.commit(AddFiles((ref(data_key(store.table_id, "later")),)))
     assert written(run_schedule(rt, snapshot_lambda)) == {store.table_id: 4}
 
 
@@ -167,7 +167,7 @@ def test_cleanup_reports_what_it_deleted(rt: Runtime, monkeypatch: pytest.Monkey
     assert work["tables"] == 1 and work["errors"] == {}
     # Entries 1-3 of 4 are covered by the snapshot at 4; the latest entry is always kept.
     assert work["log_entries_deleted"] == 3
-    assert store.load().files_by_name.keys() == {"t-0", "t-1", "t-2"}
+    assert store.load().files_by_name.keys() == set(data_keys(store.table_id, "t-0", "t-1", "t-2"))
 
 
 def test_cleanup_takes_the_instances_gc_delay_and_claim_expiry_from_its_environment(

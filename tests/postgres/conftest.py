@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from statestore.memory import InMemoryFileReferenceStore
 from statestore.ports import FileReferenceStore
+from tests.builders import data_key
+
+DataKey = Callable[[str], str]
 
 
 class Clock:
@@ -46,3 +50,9 @@ def file_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[FileRef
 def table_id() -> str:
     """A table id no other test uses (the PostgreSQL database is shared by the session)."""
     return f"table-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def key(table_id: str) -> DataKey:
+    """``key(name)``: the key of data file ``name`` under ``table_id``'s data prefix, as a store takes it."""
+    return functools.partial(data_key, table_id)

@@ -47,7 +47,7 @@ def _apply_to_state(state: TableState, transaction: Transaction, update_time: in
 def run_history(data: st.DataObject, store: FileReferenceStore) -> None:
     table_id = f"table-{uuid.uuid4().hex[:12]}"
     clock = itertools.count(1_000, 7)
-    names = Names()
+    names = Names(table_id)
     state = TableState(STRING_SCHEMA)
     _apply_to_state(
         state,

@@ -32,7 +32,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
     Transaction,
 )
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 T = TypeVar("T")
 THREADS = 16
@@ -85,7 +85,7 @@ def test_compactions_of_the_same_files_on_every_leaf_commit_at_once_without_cont
     points = [f"k{i:03}" for i in range(1, 64)]
     partitions = {p.id: p for p in tree(STRING_SCHEMA, points)}
     leaves = sorted(p.id for p in partitions.values() if p.leaf)
-    inputs = tuple(f"ingest-{i:02}.parquet" for i in range(11))
+    inputs = tuple(data_key(table_id, f"ingest-{i:02}.parquet") for i in range(11))
     assert len(leaves) == 64
     for filename in inputs:
         add = AddFiles(tuple(ref(filename, leaf, 10, whole_file=False) for leaf in leaves))
@@ -95,7 +95,8 @@ def test_compactions_of_the_same_files_on_every_leaf_commit_at_once_without_cont
     redone_before = store.redo_count
 
     def compact(leaf: str) -> Callable[[], FileCommitOutcome]:
-        job = ReplaceFileReferencesJob(f"job-{leaf}", leaf, inputs, ref(f"out-{leaf}.parquet", leaf, 110))
+        output = ref(data_key(table_id, f"out-{leaf}.parquet"), leaf, 110)
+        job = ReplaceFileReferencesJob(f"job-{leaf}", leaf, inputs, output)
         return lambda: commit(store, table_id, partitions, ReplaceFileReferences((job,)), time=3_000)
 
     started = time.perf_counter()
@@ -110,7 +111,7 @@ def test_compactions_of_the_same_files_on_every_leaf_commit_at_once_without_cont
     assert all(files[name].references == () for name in inputs)  # every input lost every reference
     outputs = [r for name, f in files.items() if name not in inputs for r in f.references]
     assert sorted((r.filename, r.partition_id) for r in outputs) == [
-        (f"out-{leaf}.parquet", leaf) for leaf in leaves
+        (data_key(table_id, f"out-{leaf}.parquet"), leaf) for leaf in leaves
     ]
     assert redone == 0  # disjoint reference rows: no commit lost a race
 
@@ -121,7 +122,7 @@ def test_two_jobs_claiming_the_same_references_at_once_exactly_one_wins(
     table_id = table()
     partitions = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
     for round_number in range(20):
-        files = [f"r{round_number}-{i}" for i in range(3)]
+        files = [data_key(table_id, f"r{round_number}-{i}") for i in range(3)]
         commit(store, table_id, partitions, AddFiles(tuple(ref(f, "p1") for f in files)))
 
         def claim(job: str, files: list[str] = files) -> Callable[[], FileCommitOutcome]:
@@ -151,7 +152,7 @@ def test_an_ingest_racing_a_gc_delete_of_the_same_name_ends_in_one_serial_order(
     partitions = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
     seen = set()
     for round_number in range(30):
-        name = f"gc-{round_number}"
+        name = data_key(table_id, f"gc-{round_number}")
         commit(store, table_id, partitions, AddFiles((), unreferenced_files=(name,)), time=1_000)
         delete, add = all_at_once(
             [
@@ -180,12 +181,11 @@ def test_ingests_racing_garbage_collection_never_lose_a_referenced_file(
 
     def ingest_and_compact(worker: int) -> None:
         for i in range(15):
-            name = f"w{worker}-{i}"
+            name = data_key(table_id, f"w{worker}-{i}")
+            job_id = f"j-w{worker}-{i}"
             commit(store, table_id, partitions, AddFiles((ref(name, "p1"),)))
-            commit(
-                store, table_id, partitions, AssignJobIds((AssignJobIdRequest(f"j-{name}", "p1", (name,)),))
-            )
-            job = ReplaceFileReferencesJob(f"j-{name}", "p1", (name,), ref(f"{name}-out", "p1"))
+            commit(store, table_id, partitions, AssignJobIds((AssignJobIdRequest(job_id, "p1", (name,)),)))
+            job = ReplaceFileReferencesJob(job_id, "p1", (name,), ref(f"{name}-out", "p1"))
             assert commit(store, table_id, partitions, ReplaceFileReferences((job,))).committed == (0,)
 
     def collect() -> None:
@@ -206,11 +206,11 @@ def test_ingests_racing_garbage_collection_never_lose_a_referenced_file(
         collector.join(timeout=60)
     collect_once_more = store.files_ready_for_gc(table_id, before=10**12)
     files = store.files(table_id)
-    outputs = {f"w{w}-{i}-out" for w in range(6) for i in range(15)}
+    outputs = {data_key(table_id, f"w{w}-{i}-out") for w in range(6) for i in range(15)}
     assert outputs <= set(files) and all(len(files[o].references) == 1 for o in outputs)
     assert not set(deleted) & outputs  # GC deleted only compacted inputs
     assert set(deleted) | {n for n in files if not files[n].references} | set(collect_once_more) == {
-        f"w{w}-{i}" for w in range(6) for i in range(15)
+        data_key(table_id, f"w{w}-{i}") for w in range(6) for i in range(15)
     }
 
 
@@ -222,7 +222,7 @@ def test_the_same_request_committed_from_two_threads_at_once_is_applied_once(
     for round_number in range(20):
         # A file insert (its key collides) and a release of nothing (only the request rows collide).
         for transaction in (
-            AddFiles((ref(f"once-{round_number}", "p1"),)),
+            AddFiles((ref(data_key(table_id, f"once-{round_number}"), "p1"),)),
             ReleaseClaims((f"none-{round_number}",)),
         ):
             request_id = f"req-{uuid.uuid4().hex}"
@@ -246,7 +246,7 @@ def test_a_split_racing_a_claim_of_the_reference_it_moves_serialises(
     table_id = table()
     partitions = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
     for round_number in range(20):
-        name = f"s-{round_number}"
+        name = data_key(table_id, f"s-{round_number}")
         commit(store, table_id, partitions, AddFiles((ref(name, "root"),)))
         halves = (ref(name, "p1", 50, whole_file=False), ref(name, "p2", 50, whole_file=False))
         split = SplitFileReferences((SplitFileReferenceRequest(name, "root", halves),))
@@ -273,9 +273,10 @@ def test_a_file_deleted_and_added_again_with_references_while_gc_marks_is_not_ma
     # file is deleted and added again with a reference. The new row must not be marked.
     table_id = table()
     partitions = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
-    commit(store, table_id, partitions, AddFiles((ref("a", "p1"), ref("b", "p1"))), time=1_000)
-    commit(store, table_id, partitions, AssignJobIds((AssignJobIdRequest("j", "p1", ("a", "b")),)))
-    job = ReplaceFileReferencesJob("j", "p1", ("a", "b"), ref("c", "p1"))
+    a, b, c = (data_key(table_id, name) for name in ("a", "b", "c"))
+    commit(store, table_id, partitions, AddFiles((ref(a, "p1"), ref(b, "p1"))), time=1_000)
+    commit(store, table_id, partitions, AssignJobIds((AssignJobIdRequest("j", "p1", (a, b)),)))
+    job = ReplaceFileReferencesJob("j", "p1", (a, b), ref(c, "p1"))
     assert commit(store, table_id, partitions, ReplaceFileReferences((job,))).committed == (0,)
     run = store._run
     opened: list[str] = []
@@ -283,15 +284,15 @@ def test_a_file_deleted_and_added_again_with_references_while_gc_marks_is_not_ma
     def racing_run(what: str, *args: Any) -> Any:
         opened.append(what)
         if opened[:2] == ["finding unreferenced files", "marking unreferenced files"] and len(opened) == 2:
-            assert commit(store, table_id, partitions, DeleteFiles(("a",))).committed == (0,)
-            assert commit(store, table_id, partitions, AddFiles((ref("a", "p1"),))).committed == (0,)
+            assert commit(store, table_id, partitions, DeleteFiles((a,))).committed == (0,)
+            assert commit(store, table_id, partitions, AddFiles((ref(a, "p1"),))).committed == (0,)
         return run(what, *args)
 
     monkeypatch.setattr(store, "_run", racing_run)
     assert store.mark_unreferenced(table_id, now=5_000) == 1
     monkeypatch.undo()
 
-    assert store.files_ready_for_gc(table_id, before=10**12) == ["b"]
+    assert store.files_ready_for_gc(table_id, before=10**12) == [b]
     files = store.files(table_id)
-    assert len(files["a"].references) == 1 and files["a"].last_update_time == 2_000
-    assert files["b"].last_update_time == 5_000
+    assert len(files[a].references) == 1 and files[a].last_update_time == 2_000
+    assert files[b].last_update_time == 5_000

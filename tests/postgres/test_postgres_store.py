@@ -23,7 +23,7 @@ from statestore.ports import FileCommitMember, FileCommitOutcome
 from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
 from statestore.postgres.tls import bundled_ca_file
 from statestore.transactions import AddFiles, Transaction
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.aws_servers import free_port
 
 PARTITIONS = {p.id: p for p in tree(STRING_SCHEMA, ["m"])}
@@ -62,7 +62,7 @@ def test_the_schema_is_created_once_even_by_several_processes_at_once(fresh_post
 
     assert errors == []
     with PostgresFileReferenceStore.connect(fresh_postgres_conninfo) as store:  # and again: nothing to do
-        assert commit(store, "t", AddFiles((ref("a", "p1"),))).committed == (0,)
+        assert commit(store, "t", AddFiles((ref(data_key("t", "a"), "p1"),))).committed == (0,)
 
 
 def test_the_shared_tables_are_analysed_after_ten_thousand_changed_rows_with_room_for_many_table_ids(
@@ -88,7 +88,7 @@ def test_a_commit_finds_its_files_by_name_not_by_reading_the_whole_table(
     # settings: the lookup of 1,000 of 20,000 files descends the primary key by name. With the planner's
     # default random_page_cost it read every file row of every table (a sequential scan).
     with PostgresFileReferenceStore.connect(fresh_postgres_conninfo, max_connections=1) as store:
-        names = [f"f{i:06d}" for i in range(20_000)]
+        names = [data_key("t", f"f{i:06d}") for i in range(20_000)]
         for start in range(0, len(names), 5_000):
             commit(
                 store, "t", AddFiles(tuple(ref(n, "p1") for n in names[start : start + 5_000])), f"r{start}"
@@ -112,7 +112,7 @@ def test_a_database_without_the_schema_says_how_to_create_it(fresh_postgres_conn
         with pytest.raises(ResourceNotFoundError, match="ensure_schema=True"):
             store.files("t")
         with pytest.raises(ResourceNotFoundError):
-            commit(store, "t", AddFiles((ref("a", "p1"),)))
+            commit(store, "t", AddFiles((ref(data_key("t", "a"), "p1"),)))
 
 
 # --- connections and errors -----------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def test_an_unreachable_database_is_store_unavailable_and_no_psycopg_error_leaks
         for call in (
             lambda: store.files("t"),
             lambda: store.has_files("t"),
-            lambda: commit(store, "t", AddFiles((ref("a", "p1"),))),
+            lambda: commit(store, "t", AddFiles((ref(data_key("t", "a"), "p1"),))),
         ):
             with pytest.raises(StoreUnavailableError) as raised:
                 call()
@@ -183,11 +183,11 @@ def test_a_commit_whose_commit_landed_before_the_connection_dropped_reports_its_
 ) -> None:
     store = lost_commit_store(pooled, landed=True)
 
-    outcome = commit(store, table_id, AddFiles((ref("a", "p1"),)), "req-lost")
+    outcome = commit(store, table_id, AddFiles((ref(data_key(table_id, "a"), "p1"),)), "req-lost")
 
     assert outcome.committed == (0,) and store.redo_count == 0
     assert pooled.committed_requests(table_id, ["req-lost"]) == {"req-lost": outcome.commit_number}
-    assert set(pooled.files(table_id)) == {"a"}
+    assert set(pooled.files(table_id)) == {data_key(table_id, "a")}
 
 
 def test_a_commit_whose_commit_did_not_land_is_redone_once(
@@ -195,7 +195,7 @@ def test_a_commit_whose_commit_did_not_land_is_redone_once(
 ) -> None:
     store = lost_commit_store(pooled, landed=False)
 
-    outcome = commit(store, table_id, AddFiles((ref("a", "p1"),)), "req-lost")
+    outcome = commit(store, table_id, AddFiles((ref(data_key(table_id, "a"), "p1"),)), "req-lost")
 
     assert outcome.committed == (0,) and store.redo_count == 1
     assert pooled.committed_requests(table_id, ["req-lost"]) == {"req-lost": outcome.commit_number}
@@ -208,7 +208,7 @@ def test_a_commit_whose_fate_cannot_be_told_raises_outcome_unknown(
         store = lost_commit_store(own, landed=True, pool_dies=True)
 
         with pytest.raises(CommitOutcomeUnknownError, match="req-lost"):
-            commit(store, table_id, AddFiles((ref("a", "p1"),)), "req-lost")
+            commit(store, table_id, AddFiles((ref(data_key(table_id, "a"), "p1"),)), "req-lost")
 
     with PostgresFileReferenceStore.connect(postgres_conninfo, ensure_schema=False) as reader:
         assert set(reader.committed_requests(table_id, ["req-lost"])) == {"req-lost"}  # it had landed
@@ -268,7 +268,9 @@ def test_a_conninfo_from_a_secret_connects(postgres_server: object, postgres_con
 def test_an_add_of_a_hundred_thousand_references_is_written_and_read_back_in_bulk(
     pooled: PostgresFileReferenceStore, table_id: str
 ) -> None:
-    references = tuple(ref(f"file-{i:06}", "p1" if i % 2 else "p2", i) for i in range(100_000))
+    references = tuple(
+        ref(data_key(table_id, f"file-{i:06}"), "p1" if i % 2 else "p2", i) for i in range(100_000)
+    )
 
     started = time.perf_counter()
     outcome = commit(pooled, table_id, AddFiles(references))
@@ -279,4 +281,6 @@ def test_an_add_of_a_hundred_thousand_references_is_written_and_read_back_in_bul
 
     print(f"\nAddFiles of 100,000 references: {written:.2f}s; files() of them: {read:.2f}s")
     assert outcome.committed == (0,) and len(files) == 100_000
-    assert files["file-012345"].references == (references[12345]._replace(last_update_time=2_000),)
+    assert files[data_key(table_id, "file-012345")].references == (
+        references[12345]._replace(last_update_time=2_000),
+    )

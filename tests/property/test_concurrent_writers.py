@@ -15,7 +15,7 @@ from statestore.engine import RetryPolicy, TransactionLogStateStore
 from statestore.errors import CommitConflictError
 from statestore.memory import InMemoryTransactionLog
 from statestore.transactions import AddFiles, InitialisePartitions
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 TABLE = "table-1"
 
@@ -42,7 +42,7 @@ def test_racing_writers_each_acknowledged_commit_lands_exactly_once_with_no_gaps
     def write(index: int, store: TransactionLogStateStore, count: int) -> None:
         start.wait()
         for n in range(count):
-            filename = f"w{index}-f{n}"
+            filename = data_key(TABLE, f"w{index}-f{n}")
             partition_id = "p1" if n % 2 else "p2"
             try:
                 result = store.commit(AddFiles((ref(filename, partition_id),)))

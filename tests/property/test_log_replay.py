@@ -31,7 +31,7 @@ from statestore.transactions import (
     SplitPartition,
     Transaction,
 )
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 TABLE = "table-1"
 Draw = Callable[..., object]
@@ -40,13 +40,18 @@ SPLIT_POINTS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_si
 
 
 class Names:
-    """Fresh file, partition and job names for one history."""
+    """Fresh file, partition and job names for one history of table ``table_id``."""
 
-    def __init__(self) -> None:
+    def __init__(self, table_id: str = TABLE) -> None:
         self._counter = itertools.count(1)
+        self.table_id = table_id
 
     def __call__(self, prefix: str) -> str:
         return f"{prefix}{next(self._counter)}"
+
+    def file(self, prefix: str) -> str:
+        """A fresh data file name: a key under the table's data prefix, as a store takes."""
+        return data_key(self.table_id, self(prefix))
 
 
 def sample(data: st.DataObject, items: list[str], min_size: int = 1) -> list[str]:
@@ -59,11 +64,11 @@ def add_files(data: st.DataObject, state: TableState, names: Names) -> Transacti
     leaves = [p.id for p in state.leaf_partitions()]
     refs = []
     for _ in range(data.draw(st.integers(1, 3))):
-        filename = names("file")
+        filename = names.file("file")
         for partition_id in sample(data, leaves, 1)[:2]:
             refs.append(ref(filename, partition_id, data.draw(st.integers(0, 1000))))
     # Sometimes files written but referenced nowhere yet.
-    unreferenced = tuple(names("unreferenced") for _ in range(data.draw(st.integers(0, 2))))
+    unreferenced = tuple(names.file("unreferenced") for _ in range(data.draw(st.integers(0, 2))))
     return AddFiles(tuple(refs), unreferenced)
 
 
@@ -159,13 +164,15 @@ def replace_references(data: st.DataObject, state: TableState, names: Names) -> 
         return None
     chosen = data.draw(st.lists(st.sampled_from(sorted(owned)), min_size=1, max_size=3, unique=True))
     jobs = [
-        ReplaceFileReferencesJob(job_id, pid, tuple(sorted(owned[(job_id, pid)])), ref(names("out"), pid, 7))
+        ReplaceFileReferencesJob(
+            job_id, pid, tuple(sorted(owned[(job_id, pid)])), ref(names.file("out"), pid, 7)
+        )
         for job_id, pid in chosen
     ]
     if data.draw(st.booleans()):  # a job nobody assigned: reported and skipped, the others applied
         jobs.append(
             ReplaceFileReferencesJob(
-                "stranger", chosen[0][1], jobs[0].input_files, ref(names("out"), chosen[0][1], 1)
+                "stranger", chosen[0][1], jobs[0].input_files, ref(names.file("out"), chosen[0][1], 1)
             )
         )
     return ReplaceFileReferences(tuple(jobs))
@@ -204,14 +211,16 @@ def invalid(data: st.DataObject, state: TableState, names: Names) -> Transaction
     if choice == 1 and referenced:
         return DeleteFiles((data.draw(st.sampled_from(sorted(referenced))),))
     if choice == 2:
-        return AssignJobIds((AssignJobIdRequest("j", state.leaf_partitions()[0].id, (names("missing"),)),))
+        return AssignJobIds(
+            (AssignJobIdRequest("j", state.leaf_partitions()[0].id, (names.file("missing"),)),)
+        )
     claimed = [r for r in state.file_references() if r.job_id is not None]
     if choice == 3 and claimed:  # a take-over of a claim made at the limit, not before it
         r = data.draw(st.sampled_from(sorted(claimed)))
         return AssignJobIds(
             (AssignJobIdRequest(names("job"), r.partition_id, (r.filename,)),), r.last_update_time
         )
-    return AddFiles((ref(names("file"), "no-such-partition"),))
+    return AddFiles((ref(names.file("file"), "no-such-partition"),))
 
 
 Operation = Callable[[st.DataObject, TableState, Names], Transaction | None]

@@ -47,10 +47,11 @@ def later(hours: float) -> Callable[[], int]:
     return lambda: now_millis() + int(hours * HOUR)
 
 
-def claimed_hours_ago(table: SparkTable, hours: float, jobs: list[CompactionJob]) -> list[CompactionJob]:
-    """Claim ``jobs`` through a writer whose clock is ``hours`` behind (a job that started that long ago)."""
+def claimed_in_hours(table: SparkTable, hours: float, jobs: list[CompactionJob]) -> list[CompactionJob]:
+    """Claim ``jobs`` through a writer whose clock says ``hours`` from now (log times never run backwards, so
+    a claim "hours ago" is one made now and looked at hours later)."""
     store = TransactionLogStateStore(
-        table.table_id, KEY_SCHEMA, table.client.log, table.client.snapshots, clock=later(-hours)
+        table.table_id, KEY_SCHEMA, table.client.log, table.client.snapshots, clock=later(hours)
     )
     claimed, lost = claim_jobs(table.table_id, SyncCommitter.for_store(store), jobs)
     assert lost == []
@@ -180,12 +181,13 @@ def test_resume_takes_over_expired_claims_only_and_the_dead_jobs_late_replace_is
     table = make_table(KEY_SCHEMA, SPLITS)
     expected = ingest_batches(spark, table, [46, 47])
     jobs = plan_compaction_jobs(table.store().state(), table.data, table.table_id)
-    dead_jobs = claimed_hours_ago(table, 14, jobs[:2])
-    running_jobs = claimed_hours_ago(table, 1, jobs[2:])
+    dead_jobs = claimed_in_hours(table, 0, jobs[:2])
+    running_jobs = claimed_in_hours(table, 13, jobs[2:])
     dead_outputs = run_jobs(spark, KEY_SCHEMA, table.data, dead_jobs)  # ...and its driver dies here
 
-    plain = compact(spark, table.store(), table.data, table.committer)
-    resumed = compact(spark, table.store(), table.data, table.committer, resume=True)
+    # 14 hours after the dead job claimed, one after the running one did (the expiry is 13 hours).
+    plain = compact(spark, table.store(), table.data, table.committer, clock=later(14))
+    resumed = compact(spark, table.store(), table.data, table.committer, resume=True, clock=later(14))
 
     assert plain.committed == ()
     assert {f.job.partition_id for f in resumed.committed} == {j.partition_id for j in dead_jobs}
@@ -208,7 +210,7 @@ def test_concurrent_resumed_compactions_never_claim_a_file_twice_nor_lose_a_row(
     expected = ingest_batches(spark, table, [48, 49, 50])
     state = table.store().state()
     dead_jobs = plan_compaction_jobs(state, table.data, table.table_id, max_files=2)[:2]
-    claimed_hours_ago(table, 14, dead_jobs)  # two leaves hold claims of a job that died
+    claimed_in_hours(table, 0, dead_jobs)  # two leaves hold claims of a job that died
 
     def resumed_compaction() -> CompactionResult:
         store = table.store()  # each its own store and committer: they meet only in the log
@@ -219,6 +221,7 @@ def test_concurrent_resumed_compactions_never_claim_a_file_twice_nor_lose_a_row(
             SyncCommitter.for_store(store),
             min_files=1,
             resume=True,
+            clock=later(14),  # 14 hours later: the dead job's claims have expired
         )
 
     results = run_in_threads([resumed_compaction, resumed_compaction])

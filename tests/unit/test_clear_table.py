@@ -13,7 +13,7 @@ from statestore.transactions import (
     ClearTable,
     InitialisePartitions,
 )
-from tests.builders import STRING_SCHEMA, commit, new_state, ref, tree
+from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref, tree
 
 
 def test_clear_table_forgets_files_and_partitions() -> None:
@@ -30,9 +30,9 @@ def test_clear_table_forgets_files_and_partitions() -> None:
 
 def test_a_cleared_table_can_be_initialised_again_with_another_tree() -> None:
     client = StateStoreClient.in_memory()
-    client.create_table("t", STRING_SCHEMA, ["m"])
+    table_id = client.create_table("t", STRING_SCHEMA, ["m"]).table_id
     leaf = client.leaf_partitions("t")[0].id
-    client.commit("t", AddFiles((ref("a", leaf),), ("b",)))
+    client.commit("t", AddFiles((ref(data_key(table_id, "a"), leaf),), (data_key(table_id, "b"),)))
 
     client.commit("t", ClearTable())
     client.commit("t", InitialisePartitions(tuple(tree(STRING_SCHEMA, ["d", "t"]))))

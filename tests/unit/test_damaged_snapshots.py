@@ -23,7 +23,7 @@ from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, 
 from statestore.ports import LogEntry, SnapshotInfo
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import AddFiles, ClearFiles, InitialisePartitions
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, data_keys, ref, tree
 
 TABLE = "table-1"
 DAY = 24 * 3600_000
@@ -60,7 +60,11 @@ class Table:
         return TransactionLogStateStore(TABLE, STRING_SCHEMA, self.log, self.snapshots, clock=self.clock)
 
     def add(self, *names: str) -> None:
-        self.writer.commit(AddFiles(tuple(ref(n) for n in names)))
+        self.writer.commit(AddFiles(tuple(ref(data_key(TABLE, n)) for n in names)))
+
+    def files(self) -> list[str]:
+        """The names of the table's files as loaded, without the table's data prefix."""
+        return sorted(name.removeprefix(data_key(TABLE, "")) for name in self.store().load().files_by_name)
 
     def snapshot(self) -> SnapshotInfo:
         info = self.writer.create_snapshot()
@@ -101,12 +105,12 @@ def test_a_table_with_a_damaged_snapshot_still_commits_and_snapshots() -> None:
     t.damage(latest.partitions_key, truncated)
     cold = t.store()
 
-    result = cold.commit(AddFiles((ref("c"),)))
+    result = cold.commit(AddFiles((ref(data_key(TABLE, "c")),)))
     written = cold.create_snapshot()
 
     assert result.transaction_number == latest.transaction_number + 1
     assert written is not None and written.transaction_number == result.transaction_number
-    assert sorted(t.store().load().files_by_name) == ["a", "b", "c"]  # from the new, intact snapshot
+    assert t.files() == ["a", "b", "c"]  # from the new, intact snapshot
 
 
 def test_a_snapshot_recorded_without_checksums_that_does_not_decode_is_skipped_too() -> None:
@@ -123,7 +127,7 @@ def test_a_snapshot_recorded_without_checksums_that_does_not_decode_is_skipped_t
     )
     t.damage(latest.files_key, truncated)
 
-    assert sorted(t.store().load().files_by_name) == ["a", "b"]
+    assert t.files() == ["a", "b"]
 
 
 def test_time_travel_falls_back_past_a_damaged_snapshot_too() -> None:
@@ -136,7 +140,7 @@ def test_time_travel_falls_back_past_a_damaged_snapshot_too() -> None:
     t.snapshot()
     t.damage(middle.files_key, flipped)
 
-    assert sorted(t.store().load(as_of=middle.transaction_number).files_by_name) == ["a", "b"]
+    assert sorted(t.store().load(as_of=middle.transaction_number).files_by_name) == data_keys(TABLE, "a", "b")
 
 
 def test_when_nothing_intact_covers_the_state_the_error_names_every_snapshot_tried() -> None:
@@ -194,7 +198,7 @@ def test_cleanup_keeps_the_last_intact_snapshot_and_the_log_after_it() -> None:
     t.now += 2 * DAY
     damaged = t.snapshot()
     t.writer.commit(ClearFiles())
-    t.writer.commit(AddFiles((ref("c"),)))
+    t.writer.commit(AddFiles((ref(data_key(TABLE, "c")),)))
     t.now += 3 * DAY  # both snapshots are old enough to be cleanup's base, and past their retention
     latest = t.snapshot()
     t.damage(damaged.files_key, truncated)
@@ -211,7 +215,7 @@ def test_cleanup_keeps_the_last_intact_snapshot_and_the_log_after_it() -> None:
         intact.transaction_number,
         latest.transaction_number,
     ]
-    assert sorted(t.store().load().files_by_name) == ["c"]
+    assert t.files() == ["c"]
 
 
 def test_a_damaged_snapshot_is_reported_as_unreadable_not_as_bad_input() -> None:

@@ -33,9 +33,14 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 TABLE = "table-1"
+
+
+def key(name: str) -> str:
+    """A data file's key under the table's data prefix."""
+    return data_key(TABLE, name)
 
 
 def ticking_clock(start: int = 1_000) -> Iterator[int]:
@@ -73,8 +78,9 @@ def initialise(store: TransactionLogStateStore) -> None:
     store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, ["m"]))))
 
 
-def add(filename: str, partition_id: str = "p1") -> AddFiles:
-    return AddFiles((ref(filename, partition_id),))
+def add(name: str, partition_id: str = "p1") -> AddFiles:
+    """Add the data file ``name`` (its key under the table's data prefix)."""
+    return AddFiles((ref(key(name), partition_id),))
 
 
 class RacingLog(InMemoryTransactionLog):
@@ -138,7 +144,7 @@ def test_commit_appends_the_next_number_and_applies_with_the_entry_update_time()
     assert entries[1].update_time == second.update_time
     state = store.state()
     assert state.transaction_number == 2
-    assert state.file("a").last_update_time == second.update_time
+    assert state.file(key("a")).last_update_time == second.update_time
     assert second.attempts == 1 and store.retries == 0
 
 
@@ -147,7 +153,7 @@ def test_a_second_store_replays_the_same_state_including_update_times() -> None:
     writer = make_store(log)
     initialise(writer)
     writer.commit(add("a"))
-    writer.commit(AssignJobIds((AssignJobIdRequest("job", "p1", ("a",)),)))
+    writer.commit(AssignJobIds((AssignJobIdRequest("job", "p1", (key("a"),)),)))
 
     reader = make_store(log, clock_start=99_999_999)
 
@@ -179,7 +185,7 @@ def test_a_commit_whose_append_fails_is_not_applied_locally() -> None:
         store.commit(add("a"))
 
     assert store.cached_state() == before
-    assert "a" not in store.state().files_by_name
+    assert key("a") not in store.state().files_by_name
 
 
 def test_a_collision_makes_the_commit_catch_up_and_land_after_the_other_writer() -> None:
@@ -195,7 +201,7 @@ def test_a_collision_makes_the_commit_catch_up_and_land_after_the_other_writer()
     assert len(sleeps) == 1
     assert [e.transaction_type for e in log.read(TABLE, 2)] == ["AddFiles", "AddFiles"]
     state = store.state()
-    assert {"mine", "rival-0"} <= set(state.files_by_name)
+    assert {key("mine"), key("rival-0")} <= set(state.files_by_name)
     assert make_store(log).state() == state
 
 
@@ -209,7 +215,7 @@ def test_a_collision_revalidates_and_rejects_a_file_the_other_writer_already_add
         store.commit(add("same", "p2"))
 
     assert log.latest_number(TABLE) == 2  # only the rival's entry was written
-    assert [r.partition_id for r in store.state().file("same").references] == ["p1"]
+    assert [r.partition_id for r in store.state().file(key("same")).references] == ["p1"]
 
 
 def test_retries_back_off_with_full_jitter_capped_exponential_delays() -> None:
@@ -244,31 +250,33 @@ def test_a_commit_gives_up_with_commit_conflict_after_its_attempts_and_writes_no
 
     assert log.rival_files == ["rival-0", "rival-1", "rival-2"]
     assert log.latest_number(TABLE) == 4
-    assert "mine" not in make_store(log).state().files_by_name
-    assert "mine" not in store.state().files_by_name
+    assert key("mine") not in make_store(log).state().files_by_name
+    assert key("mine") not in store.state().files_by_name
 
 
 def test_commit_reports_the_jobs_it_skipped() -> None:
     log = InMemoryTransactionLog()
     store = make_store(log)
     initialise(store)
-    store.commit(AddFiles((ref("a", "p1"), ref("b", "p2"))))
+    store.commit(AddFiles((ref(key("a"), "p1"), ref(key("b"), "p2"))))
     store.commit(
-        AssignJobIds((AssignJobIdRequest("j1", "p1", ("a",)), AssignJobIdRequest("j2", "p2", ("b",))))
+        AssignJobIds(
+            (AssignJobIdRequest("j1", "p1", (key("a"),)), AssignJobIdRequest("j2", "p2", (key("b"),)))
+        )
     )
 
     result = store.commit(
         ReplaceFileReferences(
             (
-                ReplaceFileReferencesJob("j1", "p1", ("a",), ref("out-a", "p1")),
-                ReplaceFileReferencesJob("j9", "p2", ("b",), ref("out-b", "p2")),
+                ReplaceFileReferencesJob("j1", "p1", (key("a"),), ref(key("out-a"), "p1")),
+                ReplaceFileReferencesJob("j9", "p2", (key("b"),), ref(key("out-b"), "p2")),
             )
         )
     )
 
     assert [job_id for job_id, _ in result.rejected_parts] == ["j9"]
     assert "not assigned to job 'j9'" in result.rejected_parts[0][1]
-    assert "out-a" in store.state().files_by_name and "out-b" not in store.state().files_by_name
+    assert key("out-a") in store.state().files_by_name and key("out-b") not in store.state().files_by_name
     assert make_store(log).state() == store.state()
 
 
@@ -278,11 +286,13 @@ def test_commit_reports_the_jobs_it_skipped() -> None:
 def history() -> list[Transaction]:
     return [
         InitialisePartitions(tuple(tree(STRING_SCHEMA, ["m"]))),
-        AddFiles((ref("a", "p1"), ref("b", "p1"), ref("b", "p2"))),
-        AssignJobIds((AssignJobIdRequest("j1", "p1", ("a", "b")),)),
-        AddFiles((ref("c", "p2"),)),
-        ReplaceFileReferences((ReplaceFileReferencesJob("j1", "p1", ("a", "b"), ref("ab", "p1")),)),
-        AddFiles((ref("d", "p1"),)),
+        AddFiles((ref(key("a"), "p1"), ref(key("b"), "p1"), ref(key("b"), "p2"))),
+        AssignJobIds((AssignJobIdRequest("j1", "p1", (key("a"), key("b"))),)),
+        AddFiles((ref(key("c"), "p2"),)),
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("j1", "p1", (key("a"), key("b")), ref(key("ab"), "p1")),)
+        ),
+        AddFiles((ref(key("d"), "p1"),)),
     ]
 
 
@@ -445,9 +455,9 @@ def test_a_cached_state_is_used_as_is_while_fresh_and_caught_up_once_unread_for_
     make_store(log).commit(add("by-another-writer"))
 
     now[0] += 30_000
-    assert "by-another-writer" not in store.cached_state().files_by_name  # fresh enough: no log read
+    assert key("by-another-writer") not in store.cached_state().files_by_name  # fresh enough: no log read
     now[0] += 31_000
-    assert "by-another-writer" in store.cached_state().files_by_name  # unread for > 60 s: caught up
+    assert key("by-another-writer") in store.cached_state().files_by_name  # unread for > 60 s: caught up
 
 
 def test_a_stale_writer_cannot_reuse_a_number_cleanup_deleted() -> None:
@@ -492,15 +502,15 @@ def test_a_writer_whose_clock_is_behind_never_writes_an_entry_older_than_the_one
     on_time = make_store(log, clock_start=1_000_000)
     slow = make_store(log, clock_start=1_000_000 - 10 * 60_000)  # ten minutes behind
     on_time.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
-    on_time.commit(AddFiles((ref("a"),)))
+    on_time.commit(AddFiles((ref(key("a")),)))
 
-    slow.commit(AddFiles((ref("b"),)))
-    on_time.commit(AddFiles((ref("c"),)))
+    slow.commit(AddFiles((ref(key("b")),)))
+    on_time.commit(AddFiles((ref(key("c")),)))
 
     times = update_times(log)
     assert times == sorted(times)
     assert times[2] == times[1]  # the slow writer's entry takes the time of the one before it
-    assert slow.state().files_by_name["b"].last_update_time == times[1]
+    assert slow.state().files_by_name[key("b")].last_update_time == times[1]
 
 
 @pytest.mark.parametrize("kept_in_snapshot", [True, False], ids=["snapshot-keeps-it", "older-snapshot"])
@@ -511,13 +521,13 @@ def test_a_state_loaded_from_a_snapshot_knows_the_time_its_next_entry_starts_fro
     snapshots = SnapshotStore(InMemorySnapshotMetadataStore(), blobs)
     fast = make_store(log, snapshots, clock_start=5_000_000)
     fast.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
-    fast.commit(AddFiles((ref("a"),)))
+    fast.commit(AddFiles((ref(key("a")),)))
     if not kept_in_snapshot:  # a snapshot written before it kept the time: the log's latest entry tells
         fast.state().last_update_time = 0
     fast.create_snapshot()
     slow = make_store(log, snapshots, clock_start=1_000)  # cold, and its clock far behind
 
-    slow.commit(AddFiles((ref("b"),)))
+    slow.commit(AddFiles((ref(key("b")),)))
 
     times = update_times(log)
     assert times == sorted(times) and times[-1] == times[-2]

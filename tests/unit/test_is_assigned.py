@@ -20,7 +20,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import STRING_SCHEMA, commit, new_state, ref
+from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref
 
 
 def claimed_state() -> TableState:
@@ -75,10 +75,10 @@ def test_is_assigned_needs_at_least_one_file() -> None:
 
 def test_the_client_answers_is_assigned_from_the_tables_latest_state() -> None:
     client = StateStoreClient.in_memory()
-    client.create_table("t", STRING_SCHEMA)
-    client.commit("t", AddFiles((ref("a", "root"),)))
-    assert not client.is_assigned("t", "job1", "root", ["a"])
+    a = data_key(client.create_table("t", STRING_SCHEMA).table_id, "a")
+    client.commit("t", AddFiles((ref(a, "root"),)))
+    assert not client.is_assigned("t", "job1", "root", [a])
 
-    client.commit("t", AssignJobIds((AssignJobIdRequest("job1", "root", ("a",)),)))
+    client.commit("t", AssignJobIds((AssignJobIdRequest("job1", "root", (a,)),)))
 
-    assert client.is_assigned("t", "job1", "root", ["a"])
+    assert client.is_assigned("t", "job1", "root", [a])

@@ -14,7 +14,7 @@ from statestore.jobs_reader import JobStatusReader
 from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.snapshots import SnapshotStore
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, InitialisePartitions
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 TABLE = "t"
 
@@ -25,12 +25,13 @@ def table() -> tuple[TransactionLogStateStore, InMemoryTransactionLog, SnapshotS
     clock = itertools.count(1_000, 10)
     store = TransactionLogStateStore(TABLE, STRING_SCHEMA, log, snapshots, clock=lambda: next(clock))
     store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
-    store.commit(AddFiles(tuple(ref(f"f{i}") for i in range(6))))
+    store.commit(AddFiles(tuple(ref(data_key(TABLE, f"f{i}")) for i in range(6))))
     return store, log, snapshots
 
 
-def claim(store: TransactionLogStateStore, job_id: str, filename: str) -> None:
-    store.commit(AssignJobIds((AssignJobIdRequest(job_id, "root", (filename,)),)))
+def claim(store: TransactionLogStateStore, job_id: str, name: str) -> None:
+    """Assign the data file ``name`` (its key under the table's data prefix) to ``job_id``."""
+    store.commit(AssignJobIds((AssignJobIdRequest(job_id, "root", (data_key(TABLE, name),)),)))
 
 
 def reader(log: InMemoryTransactionLog, snapshots: SnapshotStore) -> JobStatusReader:
@@ -98,12 +99,13 @@ def test_the_scheduled_snapshot_saves_the_job_model_at_the_snapshot_number() -> 
 def test_the_client_lists_a_tables_jobs_and_snapshots_their_model() -> None:
     client = StateStoreClient.in_memory()
     info = client.create_table("events", STRING_SCHEMA)
-    client.commit("events", AddFiles((ref("f0"), ref("f1"))))
-    client.commit("events", AssignJobIds((AssignJobIdRequest("job-1", "root", ("f0",)),)))
+    f0, f1 = data_key(info.table_id, "f0"), data_key(info.table_id, "f1")
+    client.commit("events", AddFiles((ref(f0), ref(f1))))
+    client.commit("events", AssignJobIds((AssignJobIdRequest("job-1", "root", (f0,)),)))
     written = client.create_snapshot("events")
 
     assert [r.job_id for r in client.jobs("events", states=[JobState.CLAIMED])] == ["job-1"]
-    assert client.job("events", "job-1")[-1].input_files == ("f0",)
+    assert client.job("events", "job-1")[-1].input_files == (f0,)
     assert written is not None
     keys = client.blobs.list(layout.jobs_model_prefix(info.table_id))
     assert keys == [layout.jobs_model_key(info.table_id, written.transaction_number)]

@@ -50,6 +50,7 @@ from tests.builders import (
     STRING_SCHEMA,
     TWO_KEY_SCHEMA,
     commit,
+    data_key,
     new_state,
     ref,
     tree,
@@ -85,15 +86,16 @@ def assert_stored_exactly(state: TableState) -> None:
 
 def test_a_row_count_beyond_int64_is_rejected_nothing_is_logged_and_the_table_still_snapshots() -> None:
     store = store_with_snapshots()
-    store.commit(AddFiles((ref("ok.parquet", "root", 5),)))
+    store.commit(AddFiles((ref(data_key(TABLE, "ok.parquet"), "root", 5),)))
+    huge = data_key(TABLE, "huge.parquet")
 
     with pytest.raises(InvalidTransactionError) as caught:
-        store.commit(AddFiles((ref("huge.parquet", "root", 2**70),)))
+        store.commit(AddFiles((ref(huge, "root", 2**70),)))
 
     message = str(caught.value)
-    assert "'huge.parquet'" in message and "number_of_rows" in message and str(INT64_MAX) in message
+    assert f"'{huge}'" in message and "number_of_rows" in message and str(INT64_MAX) in message
     assert store.log.latest_number(TABLE) == 2
-    assert "huge.parquet" not in store.state().files_by_name
+    assert huge not in store.state().files_by_name
     snapshot = store.create_snapshot()
     assert snapshot is not None and snapshot.transaction_number == 2
 
@@ -101,7 +103,7 @@ def test_a_row_count_beyond_int64_is_rejected_nothing_is_logged_and_the_table_st
 def test_the_largest_int64_row_count_is_accepted_and_snapshotted_exactly() -> None:
     store = store_with_snapshots()
 
-    store.commit(AddFiles((ref("big.parquet", "root", INT64_MAX),)))
+    store.commit(AddFiles((ref(data_key(TABLE, "big.parquet"), "root", INT64_MAX),)))
 
     assert store.create_snapshot() is not None
     assert_stored_exactly(store.state())

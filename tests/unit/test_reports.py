@@ -15,7 +15,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import STRING_SCHEMA, commit, new_state, ref
+from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref
 
 
 def reported_state() -> TableState:
@@ -114,10 +114,11 @@ def test_a_report_with_a_limit_that_is_not_a_count_is_refused_naming_it(bad: obj
 
 def test_the_client_reports_from_the_tables_latest_state() -> None:
     client = StateStoreClient.in_memory()
-    client.create_table("t", STRING_SCHEMA)
-    client.commit("t", AddFiles((ref("a", "root", 50),), ("gone",)))
+    table_id = client.create_table("t", STRING_SCHEMA).table_id
+    gone = data_key(table_id, "gone")
+    client.commit("t", AddFiles((ref(data_key(table_id, "a"), "root", 50),), (gone,)))
 
-    assert [f.filename for f in client.files_ready_for_gc("t", before=2**62, limit=10).files] == ["gone"]
+    assert [f.filename for f in client.files_ready_for_gc("t", before=2**62, limit=10).files] == [gone]
     assert client.files_report("t").unreferenced_total == 1
     assert [(p.partition_id, p.rows) for p in client.references_per_partition("t")] == [("root", 50)]
     assert [leaf.partition.id for leaf in client.partition_report("t", 49).leaves_to_split] == ["root"]

@@ -37,10 +37,15 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, ref, tree
 from tests.file_stores import file_store  # noqa: F401  (the fixture)
 
 TABLE = "table-1"
+
+
+def key(name: str) -> str:
+    """A data file's key under the table's data prefix."""
+    return data_key(TABLE, name)
 
 
 class Clock:
@@ -90,31 +95,39 @@ def test_every_transaction_type_goes_where_it_belongs(
     log: InMemoryTransactionLog,
     file_store: FileReferenceStore,  # noqa: F811
 ) -> None:
-    store.commit(AddFiles((ref("a"), ref("b"))))
+    store.commit(AddFiles((ref(key("a")), ref(key("b")))))
     store.commit(split_root(store))
     store.commit(
         SplitFileReferences(
-            (SplitFileReferenceRequest("a", "root", (ref("a", "left", 50), ref("a", "right", 50))),)
+            (
+                SplitFileReferenceRequest(
+                    key("a"), "root", (ref(key("a"), "left", 50), ref(key("a"), "right", 50))
+                ),
+            )
         )
     )
-    store.commit(AssignJobIds((AssignJobIdRequest("job-1", "left", ("a",)),)))
-    store.commit(AssignJobIds((AssignJobIdRequest("job-2", "right", ("a",)),)))
+    store.commit(AssignJobIds((AssignJobIdRequest("job-1", "left", (key("a"),)),)))
+    store.commit(AssignJobIds((AssignJobIdRequest("job-2", "right", (key("a"),)),)))
     store.commit(ReleaseClaims(("job-2",)))
     store.commit(
-        ReplaceFileReferences((ReplaceFileReferencesJob("job-1", "left", ("a",), ref("c", "left")),))
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job-1", "left", (key("a"),), ref(key("c"), "left")),)
+        )
     )
-    store.commit(AssignJobIds((AssignJobIdRequest("job-3", "right", ("a",)),)))
+    store.commit(AssignJobIds((AssignJobIdRequest("job-3", "right", (key("a"),)),)))
     store.commit(
-        ReplaceFileReferences((ReplaceFileReferencesJob("job-3", "right", ("a",), ref("d", "right")),))
+        ReplaceFileReferences(
+            (ReplaceFileReferencesJob("job-3", "right", (key("a"),), ref(key("d"), "right")),)
+        )
     )
-    store.commit(DeleteFiles(("a",)))
+    store.commit(DeleteFiles((key("a"),)))
 
     state = store.state()
-    assert sorted(state.files_by_name) == ["b", "c", "d"]
+    assert sorted(state.files_by_name) == [key("b"), key("c"), key("d")]
     assert {(r.filename, r.partition_id) for r in state.file_references()} == {
-        ("b", "root"),
-        ("c", "left"),
-        ("d", "right"),
+        (key("b"), "root"),
+        (key("c"), "left"),
+        (key("d"), "right"),
     }
     assert sorted(p.id for p in state.leaf_partitions()) == ["left", "right"]
     # The log holds the partitions only; its number numbers the state.
@@ -124,7 +137,7 @@ def test_every_transaction_type_goes_where_it_belongs(
     store.commit(ClearFiles())
     assert store.state().files_by_name == {}
     assert not file_store.has_files(TABLE)
-    store.commit(AddFiles((ref("e", "left"),)))
+    store.commit(AddFiles((ref(key("e"), "left"),)))
     store.commit(ClearTable())
     cleared = store.state()
     assert cleared.files_by_name == {} and cleared.partitions_by_id == {}
@@ -133,18 +146,18 @@ def test_every_transaction_type_goes_where_it_belongs(
 
 
 def test_a_rejected_row_transaction_raises_its_error_and_writes_nothing(store: RowFilesStateStore) -> None:
-    store.commit(AddFiles((ref("a"),)))
+    store.commit(AddFiles((ref(key("a")),)))
     with pytest.raises(FileAlreadyExistsError):
-        store.commit(AddFiles((ref("a"),)))
+        store.commit(AddFiles((ref(key("a")),)))
     with pytest.raises(PartitionNotFoundError):
-        store.commit(AddFiles((ref("b", "no-such-partition"),)))
-    assert sorted(store.state().files_by_name) == ["a"]
+        store.commit(AddFiles((ref(key("b"), "no-such-partition"),)))
+    assert sorted(store.state().files_by_name) == [key("a")]
 
 
 def test_initialising_partitions_with_files_present_is_refused_as_on_the_log(
     store: RowFilesStateStore,
 ) -> None:
-    store.commit(AddFiles((ref("a"),)))
+    store.commit(AddFiles((ref(key("a")),)))
     with pytest.raises(FilesPresentError):
         store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA, [5]))))
     outcome = store.commit_group([GroupMember("init", InitialisePartitions(tuple(tree(INT_SCHEMA, [5]))))])
@@ -154,16 +167,16 @@ def test_initialising_partitions_with_files_present_is_refused_as_on_the_log(
 
 def test_a_transaction_batch_is_refused_with_a_pointer_to_commit_group(store: RowFilesStateStore) -> None:
     with pytest.raises(StateStoreError, match="commit_group"):
-        store.commit(TransactionBatch((BatchItem("r1", AddFiles((ref("a"),))),)))
+        store.commit(TransactionBatch((BatchItem("r1", AddFiles((ref(key("a")),))),)))
 
 
 def test_time_travel_needs_a_log_backed_table(store: RowFilesStateStore) -> None:
-    store.commit(AddFiles((ref("a"),)))
+    store.commit(AddFiles((ref(key("a")),)))
     with pytest.raises(UnsupportedByFileStoreError, match="PostgreSQL.*time travel"):
         store.load(as_of=1)
     with pytest.raises(UnsupportedByFileStoreError):
         store.require_file_log("an incremental read")
-    assert sorted(store.load().files_by_name) == ["a"]
+    assert sorted(store.load().files_by_name) == [key("a")]
 
 
 def test_a_group_keeps_its_order_across_runs_of_rows_and_log(
@@ -171,12 +184,12 @@ def test_a_group_keeps_its_order_across_runs_of_rows_and_log(
 ) -> None:
     split = split_root(store)
     members = [
-        GroupMember("add-root", AddFiles((ref("a"),))),
+        GroupMember("add-root", AddFiles((ref(key("a")),))),
         GroupMember("split", split),
         # Valid only after the split before it: the runs must go in order.
-        GroupMember("add-left", AddFiles((ref("b", "left"),))),
-        GroupMember("add-twice", AddFiles((ref("a", "right"),))),
-        GroupMember("add-right", AddFiles((ref("c", "right"),))),
+        GroupMember("add-left", AddFiles((ref(key("b"), "left"),))),
+        GroupMember("add-twice", AddFiles((ref(key("a"), "right"),))),
+        GroupMember("add-right", AddFiles((ref(key("c"), "right"),))),
     ]
     outcome = store.commit_group(members)
 
@@ -188,16 +201,16 @@ def test_a_group_keeps_its_order_across_runs_of_rows_and_log(
     assert [entry[0] for entry in outcome.written_log_entries()] == [2]
     assert outcome.written_log_entries()[0][2] == ("split",)
     assert log_types(log) == ["InitialisePartitions", "SplitPartition"]
-    assert sorted(store.state().files_by_name) == ["a", "b", "c"]
+    assert sorted(store.state().files_by_name) == [key("a"), key("b"), key("c")]
 
 
 def test_members_committed_before_are_found_not_applied_again(store: RowFilesStateStore) -> None:
     split = split_root(store)
     members = [
-        GroupMember("add", AddFiles((ref("a"),))),
+        GroupMember("add", AddFiles((ref(key("a")),))),
         GroupMember("split", split),
         GroupMember("clear", ClearFiles()),
-        GroupMember("add-after", AddFiles((ref("b", "left"),))),
+        GroupMember("add-after", AddFiles((ref(key("b"), "left"),))),
     ]
     first = store.commit_group(members)
     assert first.committed == ("add", "split", "clear", "add-after")
@@ -209,25 +222,25 @@ def test_members_committed_before_are_found_not_applied_again(store: RowFilesSta
     assert again.found == {key: first.number_of(key) for key in ("add", "add-after")}
     assert again.decided == ("split", "clear")
     assert again.transaction_number is None
-    assert sorted(store.state().files_by_name) == ["b"]  # the clear was not run again
+    assert sorted(store.state().files_by_name) == [key("b")]  # the clear was not run again
 
 
 def test_skipped_parts_of_committed_members_are_reported(store: RowFilesStateStore) -> None:
-    store.commit(AddFiles((ref("a"), ref("b"))))
-    store.commit(AssignJobIds((AssignJobIdRequest("job-1", "root", ("a",)),)))
-    store.commit(AssignJobIds((AssignJobIdRequest("job-2", "root", ("b",)),)))
+    store.commit(AddFiles((ref(key("a")), ref(key("b")))))
+    store.commit(AssignJobIds((AssignJobIdRequest("job-1", "root", (key("a"),)),)))
+    store.commit(AssignJobIds((AssignJobIdRequest("job-2", "root", (key("b"),)),)))
     both = ReplaceFileReferences(
         (
-            ReplaceFileReferencesJob("job-1", "root", ("a",), ref("c")),
-            ReplaceFileReferencesJob("job-9", "root", ("b",), ref("d")),  # b is not job-9's
+            ReplaceFileReferencesJob("job-1", "root", (key("a"),), ref(key("c"))),
+            ReplaceFileReferencesJob("job-9", "root", (key("b"),), ref(key("d"))),  # b is not job-9's
         )
     )
     outcome = store.commit_group([GroupMember("compact", both)])
     assert outcome.committed == ("compact",)
     assert [part for part, _ in outcome.skipped_parts["compact"]] == ["job-9"]
     files = store.state().files_by_name
-    assert sorted(files) == ["a", "b", "c"]
-    assert files["a"].references == () and [r.job_id for r in files["b"].references] == ["job-2"]
+    assert sorted(files) == [key("a"), key("b"), key("c")]
+    assert files[key("a")].references == () and [r.job_id for r in files[key("b")].references] == ["job-2"]
 
 
 def test_a_rejection_on_a_stale_cached_partition_tree_is_decided_again(
@@ -240,17 +253,17 @@ def test_a_rejection_on_a_stale_cached_partition_tree_is_decided_again(
     other.commit(split_root(other))
 
     # "left" is not in the cached tree: the store reads the log to the end and decides again.
-    result = store.commit(AddFiles((ref("a", "left"),)))
+    result = store.commit(AddFiles((ref(key("a"), "left"),)))
     assert result.transaction_number >= 1
     outcome = store.commit_group(
         [
-            GroupMember("ok", AddFiles((ref("b", "right"),))),
-            GroupMember("bad", AddFiles((ref("c", "nowhere"),))),
+            GroupMember("ok", AddFiles((ref(key("b"), "right"),))),
+            GroupMember("bad", AddFiles((ref(key("c"), "nowhere"),))),
         ]
     )
     assert outcome.committed == ("ok",)
     assert isinstance(outcome.rejected["bad"], PartitionNotFoundError)
-    assert sorted(store.state().files_by_name) == ["a", "b"]
+    assert sorted(store.state().files_by_name) == [key("a"), key("b")]
 
 
 def test_a_partition_tree_read_to_the_end_is_not_read_again_for_a_rejection(
@@ -266,11 +279,11 @@ def test_a_partition_tree_read_to_the_end_is_not_read_again_for_a_rejection(
     store.state()
     log.read = counting_read  # type: ignore[method-assign]
     with pytest.raises(TransactionValidationError):
-        store.commit(AddFiles((ref("a", "nowhere"),)))
+        store.commit(AddFiles((ref(key("a"), "nowhere"),)))
     assert len(reads) == 1  # one catch-up read to check the tree, then the rejection stands
 
 
-@pytest.mark.parametrize("transaction", [AddFiles((ref("a"),)), ClearFiles()])
+@pytest.mark.parametrize("transaction", [AddFiles((ref(key("a")),)), ClearFiles()])
 def test_row_and_clear_commits_leave_the_log_alone_but_for_clears(
     store: RowFilesStateStore, log: InMemoryTransactionLog, transaction: Transaction
 ) -> None:

@@ -18,7 +18,7 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from tests.builders import INT_SCHEMA, ref
+from tests.builders import INT_SCHEMA, data_key, ref
 from tests.file_stores import file_store  # noqa: F401  (the fixture)
 
 
@@ -34,10 +34,11 @@ def test_each_table_opens_the_store_its_record_names(client: StateStoreClient) -
     assert (on_log.file_store, in_rows.file_store) == ("log", "postgres")
     assert isinstance(client.state_store("on-log"), TransactionLogStateStore)
     assert isinstance(client.state_store("in-rows"), RowFilesStateStore)
-    for name in ("on-log", "in-rows"):
+    for name, info in (("on-log", on_log), ("in-rows", in_rows)):
         leaf = client.leaf_partitions(name)[0].id
-        client.commit(name, AddFiles((ref("a", leaf),)))
-        assert [f.filename for f in client.files(name)] == ["a"]
+        a = data_key(info.table_id, "a")
+        client.commit(name, AddFiles((ref(a, leaf),)))
+        assert [f.filename for f in client.files(name)] == [a]
         assert len(client.partitions(name)) == 3
 
 
@@ -46,8 +47,9 @@ def test_files_of_a_postgres_table_are_rows_of_the_file_store(
     file_store: FileReferenceStore,  # noqa: F811
 ) -> None:
     table = client.create_table("t", INT_SCHEMA, file_store="postgres")
-    client.commit("t", AddFiles((ref("a"),)))
-    assert sorted(file_store.files(table.table_id)) == ["a"]
+    a = data_key(table.table_id, "a")
+    client.commit("t", AddFiles((ref(a),)))
+    assert sorted(file_store.files(table.table_id)) == [a]
     assert client.log.latest_number(table.table_id) == 1  # only the partitions
 
 
@@ -84,7 +86,7 @@ def test_deleting_a_postgres_table_deletes_its_file_rows(
     file_store: FileReferenceStore,  # noqa: F811
 ) -> None:
     table = client.create_table("t", INT_SCHEMA, file_store="postgres")
-    client.commit("t", AddFiles((ref("a"),)))
+    client.commit("t", AddFiles((ref(data_key(table.table_id, "a")),)))
     client.delete_table("t")
     assert not file_store.has_files(table.table_id)
     assert client.list_tables() == []
@@ -92,8 +94,8 @@ def test_deleting_a_postgres_table_deletes_its_file_rows(
 
 
 def test_what_needs_file_history_is_refused_for_a_postgres_table(client: StateStoreClient) -> None:
-    client.create_table("t", INT_SCHEMA, file_store="postgres")
-    client.commit("t", AddFiles((ref("a"),)))
+    table = client.create_table("t", INT_SCHEMA, file_store="postgres")
+    client.commit("t", AddFiles((ref(data_key(table.table_id, "a")),)))
     with pytest.raises(UnsupportedByFileStoreError, match="time travel"):
         client.state("t", as_of=1)
     with pytest.raises(UnsupportedByFileStoreError, match="job history"):
@@ -108,22 +110,23 @@ def test_an_incremental_read_is_refused_for_a_postgres_table(client: StateStoreC
     pytest.importorskip("pyspark")
     from spark_client.incremental import files_added_between
 
-    client.create_table("t", INT_SCHEMA, file_store="postgres")
-    client.commit("t", AddFiles((ref("a"),)))
+    table = client.create_table("t", INT_SCHEMA, file_store="postgres")
+    client.commit("t", AddFiles((ref(data_key(table.table_id, "a")),)))
     with pytest.raises(UnsupportedByFileStoreError, match="incremental read"):
         files_added_between(client.state_store("t"), 0, 1)
 
 
 def test_a_snapshot_of_a_postgres_table_holds_its_partitions_only(client: StateStoreClient) -> None:
     table = client.create_table("t", INT_SCHEMA, [10], file_store="postgres")
-    client.commit("t", AddFiles((ref("a"),)))
+    a, b = data_key(table.table_id, "a"), data_key(table.table_id, "b")
+    client.commit("t", AddFiles((ref(a),)))
     written = client.create_snapshot("t")
     assert written is not None and written.transaction_number == 1
     state = client.snapshots.read(written, INT_SCHEMA)
     assert len(state.partitions_by_id) == 3 and state.files_by_name == {}
-    client.commit("t", AddFiles((ref("b"),)))
+    client.commit("t", AddFiles((ref(b),)))
     assert client.create_snapshot("t") is None  # files moved, the log did not: nothing to snapshot
-    assert sorted(f.filename for f in client.files(table.table_id)) == ["a", "b"]
+    assert sorted(f.filename for f in client.files(table.table_id)) == [a, b]
 
 
 def test_gc_candidates_of_a_postgres_table_count_from_when_cleanup_marked_them(
@@ -131,13 +134,14 @@ def test_gc_candidates_of_a_postgres_table_count_from_when_cleanup_marked_them(
     file_store: FileReferenceStore,  # noqa: F811
 ) -> None:
     table = client.create_table("t", INT_SCHEMA, file_store="postgres")
-    client.commit("t", AddFiles((ref("a"), ref("b"))))
-    client.commit("t", AssignJobIds((AssignJobIdRequest("job", "root", ("a",)),)))
-    client.commit("t", ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", ("a",), ref("c")),)))
+    a, b, c = (data_key(table.table_id, name) for name in ("a", "b", "c"))
+    client.commit("t", AddFiles((ref(a), ref(b))))
+    client.commit("t", AssignJobIds((AssignJobIdRequest("job", "root", (a,)),)))
+    client.commit("t", ReplaceFileReferences((ReplaceFileReferencesJob("job", "root", (a,), ref(c)),)))
     far_future = 2**62
 
     assert client.files_ready_for_gc("t", far_future).files == ()  # unreferenced, not marked yet
     file_store.mark_unreferenced(table.table_id, now=5_000)
     ready = client.files_ready_for_gc("t", far_future)
-    assert [f.filename for f in ready.files] == ["a"] and ready.files[0].last_update_time == 5_000
+    assert [f.filename for f in ready.files] == [a] and ready.files[0].last_update_time == 5_000
     assert client.files_ready_for_gc("t", 5_000).files == ()

@@ -22,7 +22,7 @@ from statestore.transactions import (
     TransactionBatch,
 )
 from tests.builders import new_state, ref
-from tests.unit.test_engine import TABLE, FailingLog, RacingLog, add, initialise, make_store
+from tests.unit.test_engine import TABLE, FailingLog, RacingLog, add, initialise, key, make_store
 
 
 def two_leaf_state() -> TableState:
@@ -170,7 +170,7 @@ def test_a_group_validates_each_member_after_the_ones_before_it_and_a_rejected_o
         [
             GroupMember("m1", add("x")),
             GroupMember("m2", add("x", "p2")),  # x exists after m1
-            GroupMember("m3", AddFiles((ref("y", "p1"), ref("nowhere", "p9")))),  # no partition p9
+            GroupMember("m3", AddFiles((ref(key("y"), "p1"), ref(key("nowhere"), "p9")))),  # no partition p9
             GroupMember("m4", add("z", "p2")),
         ]
     )
@@ -178,7 +178,7 @@ def test_a_group_validates_each_member_after_the_ones_before_it_and_a_rejected_o
     assert result.committed == ("m1", "m4")
     assert isinstance(result.rejected["m2"], FileAlreadyExistsError)
     state = store.state()
-    assert set(state.files_by_name) == {"x", "z"} and state.reference_count() == 2
+    assert set(state.files_by_name) == {key("x"), key("z")} and state.reference_count() == 2
     assert make_store(log).state() == state
 
 
@@ -193,7 +193,7 @@ def test_a_group_that_loses_the_race_is_undone_and_redone_on_the_caught_up_state
     # Redone after the rival's "b": only "a" is written, at the number after the rival's entry.
     assert result.committed == ("m1",) and result.transaction_number == 3 and result.attempts == 2
     state = store.state()
-    assert [r.partition_id for r in state.file("b").references] == ["p1"]
+    assert [r.partition_id for r in state.file(key("b")).references] == ["p1"]
     assert make_store(log).state() == state
 
 
@@ -223,7 +223,9 @@ def test_a_group_member_that_raises_unexpectedly_leaves_the_state_as_it_was() ->
     before = store.state().copy()
 
     with pytest.raises(ZeroDivisionError):
-        store.commit_group([GroupMember("m1", add("b")), GroupMember("m2", Exploding((ref("c", "p2"),)))])
+        store.commit_group(
+            [GroupMember("m1", add("b")), GroupMember("m2", Exploding((ref(key("c"), "p2"),)))]
+        )
 
     assert store.cached_state() == before and store.cached_state().reference_count() == 1
     assert log.latest_number(TABLE) == 2

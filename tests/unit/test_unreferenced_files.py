@@ -3,6 +3,8 @@ stay in the state, counted ready for garbage collection, until DeleteFiles forge
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from statestore.client import StateStoreClient
@@ -15,7 +17,7 @@ from statestore.errors import (
 from statestore.files import TableFile
 from statestore.state import TableState
 from statestore.transactions import AddFiles, ClearFiles, DeleteFiles, InitialisePartitions
-from tests.builders import STRING_SCHEMA, commit, new_state, ref, tree
+from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref, tree
 
 
 def state_with_an_unreferenced_file() -> TableState:
@@ -97,27 +99,28 @@ def test_initialising_partitions_is_allowed_after_clearing_unreferenced_files() 
 
 def test_delete_files_of_a_referenced_file_among_unreferenced_ones_deletes_nothing() -> None:
     client = StateStoreClient.in_memory()
-    client.create_table("t", STRING_SCHEMA, ["m"])
-    client.commit("t", AddFiles((ref("kept.parquet", client.leaf_partitions("t")[0].id),), ("x", "y")))
+    table_id = client.create_table("t", STRING_SCHEMA, ["m"]).table_id
+    kept, x, y = (data_key(table_id, name) for name in ("kept.parquet", "x", "y"))
+    client.commit("t", AddFiles((ref(kept, client.leaf_partitions("t")[0].id),), (x, y)))
     number = client.state("t").transaction_number
 
-    with pytest.raises(FileHasReferencesError, match="'kept.parquet' still has 1 reference"):
-        client.commit("t", DeleteFiles(("x", "kept.parquet", "y")))
+    with pytest.raises(FileHasReferencesError, match=re.escape(f"'{kept}' still has 1 reference")):
+        client.commit("t", DeleteFiles((x, kept, y)))
 
     state = client.state("t")
-    assert sorted(state.files_by_name) == ["kept.parquet", "x", "y"]
+    assert sorted(state.files_by_name) == [kept, x, y]
     assert state.transaction_number == number  # nothing reached the log
-    client.commit("t", DeleteFiles(("x", "y")))
-    assert sorted(client.state("t").files_by_name) == ["kept.parquet"]
+    client.commit("t", DeleteFiles((x, y)))
+    assert sorted(client.state("t").files_by_name) == [kept]
 
 
 def test_an_unreferenced_file_survives_a_snapshot_and_a_fresh_load() -> None:
     client = StateStoreClient.in_memory()
-    client.create_table("t", STRING_SCHEMA)
-    client.commit("t", AddFiles((), ("written.parquet",)))
+    written = data_key(client.create_table("t", STRING_SCHEMA).table_id, "written.parquet")
+    client.commit("t", AddFiles((), (written,)))
     expected = client.state("t")
 
     client.create_snapshot("t")
 
     assert client.state("t") == expected
-    assert client.state("t").file("written.parquet").references == ()
+    assert client.state("t").file(written).references == ()

@@ -26,7 +26,7 @@ from statestore.upkeep import (
     run_cleanup_work,
     run_snapshot_work,
 )
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, ref, tree
 
 PERIOD = 15 * 60_000
 NOW = 1_700_000_000_000
@@ -46,7 +46,7 @@ class Instance:
         store = TransactionLogStateStore(info.table_id, INT_SCHEMA, self.log, self.snapshots)
         store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
         for i in range(commits):
-            store.commit(AddFiles((ref(f"{name}-{i}"),)))
+            store.commit(AddFiles((ref(data_key(info.table_id, f"{name}-{i}")),)))
         return store
 
     def work(self) -> list[UpkeepWork]:
