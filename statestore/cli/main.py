@@ -105,6 +105,7 @@ _NUMERIC_OPTIONS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("snapshot_retention", "--snapshot-retention", 0, None, " minutes"),
     ("gc_delay", "--gc-delay", 0, 30 * 24 * 60, " minutes"),
     ("claim_expiry", "--claim-expiry", 0, 30 * 24 * 60, " minutes"),
+    ("max_clock_skew", "--max-clock-skew", 0, 24 * 60, " minutes"),
     ("port", "--port", 0, 65535, ""),
     ("poll_interval", "--poll-interval", 0, 20, " seconds (SQS's long-poll limit)"),
     ("snapshot_interval", "--snapshot-interval", 0, None, " seconds"),
