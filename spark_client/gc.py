@@ -4,8 +4,9 @@ The store's own garbage collection (``statestore.cleanup``) deletes files that a
 references. A file the state never learnt of is different: an ingest or compaction wrote it, then its
 commit was rejected, or the job died (or did not wait for an outcome) before it could clean up. Such a
 file is found by listing the data prefix and subtracting every filename the state holds; only files older
-than ``min_age_ms`` are candidates, because a running job's files are legitimately not in the state yet.
-Choose an age longer than any job runs plus the commit queue's delay (the default is a day).
+than ``min_age_ms`` are candidates, because a running job's files are legitimately not in the state yet, and
+a commit request naming them may still be in flight: the default is the longest one can be (the commit
+queue, its dead-letter queue and a redrive keep it that long), plus the clock skew assumed.
 
 The scheduled cleanup sweeps the orphans of the instance's bucket by itself, after the GC delay
 (:mod:`statestore.orphans`). These functions are for data stores the cleanup does not see (a local
@@ -15,10 +16,11 @@ directory, another bucket) and for sweeping by hand.
 from __future__ import annotations
 
 from spark_client.data_store import DataStore
+from statestore import resources
 from statestore.clock import now_millis
 from statestore.engine import TableStateStore
 
-DEFAULT_MIN_AGE_MS = 24 * 60 * 60 * 1000
+DEFAULT_MIN_AGE_MS = (resources.REQUEST_MAX_LIFETIME_SECONDS + resources.MAX_CLOCK_SKEW_SECONDS) * 1000
 
 
 def find_orphan_files(

@@ -15,8 +15,10 @@ What cleanup may delete, per table:
   ``DeleteFiles`` commit per batch. Only objects under the table's own prefix, and never the store's own
   objects, are deleted; any other filename is refused and reported, and stays in the state.
 - **orphan data files**: objects under the table's data prefix that neither the state nor the log since the
-  latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified more than
-  the garbage collection delay ago (see :mod:`statestore.orphans`). Only their objects are deleted.
+  latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified longer ago
+  than the garbage collection delay and than a commit request naming them can be in flight (the queue, its
+  dead-letter queue and a redrive: :meth:`CleanupPolicy.orphan_delay_ms`; see :mod:`statestore.orphans`).
+  Only their objects are deleted.
 - **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
   A committed one lives on as a copy under the log prefix (its log entry points at it), deleted with the
   entry.
@@ -28,7 +30,9 @@ What cleanup may delete, per table:
 The delay and the expiry are per instance (``gc_delay_minutes`` and ``claim_expiry_minutes`` in the CDK
 config, which reach the cleanup Lambda as :data:`GC_DELAY_ENV` and :data:`CLAIM_EXPIRY_ENV`). Both default to
 hours, not minutes: a query reads the file list it planned with, so a file that leaves the state must outlive
-the longest query; a claim must outlive the longest compaction, or a slow job's work is thrown away.
+the longest query; a claim must outlive the longest compaction, or a slow job's work is thrown away. Both
+must exceed the clock skew assumed between any two clocks (``resources.MAX_CLOCK_SKEW_SECONDS``): cleanup
+judges the log's times and the objects' ages by its own clock.
 """
 
 from __future__ import annotations
@@ -84,8 +88,15 @@ class CleanupPolicy:
     """What cleanup keeps, and for how long (all ages in milliseconds).
 
     ``gc_delay_ms``: how long a data file with no references stays before it is deleted. ``claim_expiry_ms``:
-    how old a claim must be before it is released. Both from 0 (tests, a manual clean-up) to
-    :data:`MAX_DELAY_MS`; see the module docstring for their defaults.
+    how old a claim must be before it is released. Both at least ``max_clock_skew_ms`` (the skew assumed
+    between any two clocks: a clock that far ahead sees a file or claim made now as that old already), and
+    at most :data:`MAX_DELAY_MS`; see the module docstring for their defaults. ``max_clock_skew_ms=0`` says
+    every clock is the same one (a test, a manual clean-up on one machine), and allows delays down to 0.
+
+    ``max_request_age_ms``: how long after a job writes a data file its commit request may still reach the
+    log (a queue, its dead-letter queue and a redrive can hold it that long). An object nothing names is an
+    orphan only once older than that and the skew (:meth:`orphan_delay_ms`): before, a request still in
+    flight may be about to name it.
     """
 
     log_min_snapshot_age_ms: int = _DAY_MS
@@ -98,6 +109,8 @@ class CleanupPolicy:
     # A commit holds an uploaded body or a request body's copy for seconds before its entry is put; a day is
     # far beyond the longest commit (a Lambda runs 15 minutes at most).
     orphan_log_body_age_ms: int = _DAY_MS
+    max_clock_skew_ms: int = resources.MAX_CLOCK_SKEW_SECONDS * 1000
+    max_request_age_ms: int = resources.REQUEST_MAX_LIFETIME_SECONDS * 1000
 
     def __post_init__(self) -> None:
         ages = (
@@ -105,6 +118,8 @@ class CleanupPolicy:
             self.snapshot_retention_ms,
             self.request_body_max_age_ms,
             self.orphan_log_body_age_ms,
+            self.max_clock_skew_ms,
+            self.max_request_age_ms,
         )
         if min(ages) < 0:
             raise ValueError(f"cleanup ages must not be negative: {self}")
@@ -116,6 +131,23 @@ class CleanupPolicy:
                 raise ValueError(
                     f"{name} must be from 0 to {MAX_DELAY_MS} ({MAX_DELAY_MS // _DAY_MS} days), got {value}"
                 )
+            check_against_skew(name, value, self.max_clock_skew_ms)
+
+    def orphan_delay_ms(self, gc_delay_ms: int) -> int:
+        """How old an object nothing names must be to be deleted as an orphan: older than the table's GC
+        delay ``gc_delay_ms``, and than any commit request naming it could still be in flight, give or take
+        the clock skew."""
+        return max(gc_delay_ms, self.max_request_age_ms + self.max_clock_skew_ms)
+
+
+def check_against_skew(name: str, value_ms: int, max_clock_skew_ms: int) -> None:
+    """Refuse a delay or expiry ``name`` shorter than the clock skew assumed (ValueError, saying why)."""
+    if value_ms < max_clock_skew_ms:
+        raise ValueError(
+            f"{name} ({value_ms:,} ms) is shorter than the clock skew cleanup assumes ({max_clock_skew_ms:,} "
+            "ms): a clock that far ahead would see a file or claim made now as that old already. Use a "
+            "longer one, or a max_clock_skew of 0 where every clock is the same one"
+        )
 
 
 # Each setting of the policy that an environment variable (in minutes) may set: the cleanup Lambda's, where
@@ -125,6 +157,9 @@ POLICY_ENVIRONMENT = {
     "snapshot_retention_ms": "STATESTORE_SNAPSHOT_RETENTION_MINUTES",
     "gc_delay_ms": GC_DELAY_ENV,
     "claim_expiry_ms": CLAIM_EXPIRY_ENV,
+    "max_clock_skew_ms": "STATESTORE_MAX_CLOCK_SKEW_MINUTES",
+    # Only for queues that keep messages for less than the stack's (resources.REQUEST_MAX_LIFETIME_SECONDS).
+    "max_request_age_ms": "STATESTORE_MAX_REQUEST_AGE_MINUTES",
 }
 
 
@@ -247,7 +282,14 @@ def cleanup_table(
     # Data files. A table whose files are rows collects them in two phases: files that lost their last
     # reference are marked now, and those marked before the delay are deleted (the rows keep no history
     # of when a reference went, so the mark stands in for the log's update time).
-    gc_before = now - gc_delay_ms(table, policy.gc_delay_ms)
+    delay = gc_delay_ms(table, policy.gc_delay_ms)
+    try:
+        check_against_skew(
+            f"table {table.table_name!r}'s {GC_DELAY_PROPERTY}", delay, policy.max_clock_skew_ms
+        )
+    except ValueError as e:
+        raise StateStoreError(str(e)) from None
+    gc_before = now - delay
     marked = forgotten = 0
     if isinstance(store, RowFilesStateStore):
         marked = store.file_store.mark_unreferenced(table_id, now)
@@ -272,7 +314,9 @@ def cleanup_table(
 
     orphans = [
         o.filename
-        for o in find_orphan_files(store, snapshots.metadata, blobs, before=gc_before)
+        for o in find_orphan_files(
+            store, snapshots.metadata, blobs, before=now - policy.orphan_delay_ms(delay)
+        )
         if may_delete_data_file(table_id, o.filename)
     ]
     blobs.delete(orphans)

@@ -6,9 +6,10 @@ collection of unreferenced files (which works from the state) never sees them. T
 the data prefix and subtracting every filename the state holds and every filename a log entry since the
 latest snapshot names (a file added then removed again since, whose object a cleanup is still deleting).
 
-A file whose commit request still waits in the queue is not named anywhere yet either: only its age
-protects it. So a file is an orphan only once its object's last write is older than the garbage collection
-delay, measured from the store's last-modified time, never from when the sweep first saw it.
+A file whose commit request still waits in the queue (or its dead-letter queue, to be redriven) is not named
+anywhere yet either: only its age protects it. So a file is an orphan only once its object's last write is
+older than any commit request can be in flight (:meth:`statestore.cleanup.CleanupPolicy.orphan_delay_ms`),
+measured from the store's last-modified time, never from when the sweep first saw it.
 """
 
 from __future__ import annotations

@@ -92,6 +92,18 @@ def register_upkeep(commands: Any, command: Command) -> None:
         help="release compaction claims older than this: their jobs are presumed dead (default "
         "$STATESTORE_CLAIM_EXPIRY_MINUTES, else 13 hours)",
     )
+    add_number(
+        p,
+        "--max-clock-skew",
+        float,
+        0,
+        24 * 60,
+        " minutes",
+        metavar="MINUTES",
+        help="the most any two clocks writing or judging the log's times may differ by; --gc-delay and "
+        "--claim-expiry must exceed it (default $STATESTORE_MAX_CLOCK_SKEW_MINUTES, else 10; 0 only where "
+        "every clock is the same one)",
+    )
 
 
 def cmd_snapshot(s: Session) -> int:
@@ -127,6 +139,7 @@ def cmd_cleanup(s: Session) -> int:
         "snapshot_retention_ms": s.args.snapshot_retention,
         "gc_delay_ms": s.args.gc_delay,
         "claim_expiry_ms": s.args.claim_expiry,
+        "max_clock_skew_ms": s.args.max_clock_skew,
     }
     try:
         policy = policy_from_environment(
@@ -452,14 +465,19 @@ def cmd_purge(s: Session) -> int:
 
 
 def cmd_orphan_files(s: Session) -> int:
-    """``files TABLE --orphans``: data objects nothing names, older than the table's GC delay."""
+    """``files TABLE --orphans``: data objects nothing names, old enough for cleanup to delete (older than the
+    table's GC delay and than a commit request naming them can be in flight)."""
     from statestore.cleanup import gc_delay_ms, policy_from_environment
     from statestore.clock import now_millis
     from statestore.orphans import find_orphan_files
 
     table = s.table(s.args.table)
     client = s.client
-    delay = gc_delay_ms(table, policy_from_environment().gc_delay_ms)
+    try:
+        policy = policy_from_environment()
+    except ValueError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    delay = policy.orphan_delay_ms(gc_delay_ms(table, policy.gc_delay_ms))
     orphans = find_orphan_files(
         client.state_store(table.table_id),
         client.snapshots.metadata,
@@ -467,7 +485,8 @@ def cmd_orphan_files(s: Session) -> int:
         before=now_millis() - delay,
     )
     s.out.progress(
-        f"orphan data files of table {table.table_name!r} older than the GC delay ({delay // 60_000} min)"
+        f"orphan data files of table {table.table_name!r} older than {delay // 60_000:,} min (the GC delay, "
+        "and the longest a commit request naming them can be in flight)"
     )
     s.out.result(
         [{"filename": o.filename, "last_modified": fmt.iso_time(o.last_modified)} for o in orphans],

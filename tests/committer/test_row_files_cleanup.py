@@ -23,7 +23,8 @@ from tests.committer.harness import Harness
 from tests.file_stores import file_store  # noqa: F401  (the fixture)
 
 DELAY = 60_000
-POLICY = CleanupPolicy(gc_delay_ms=DELAY, claim_expiry_ms=10 * DELAY)
+# One fake clock for everything: no skew between clocks to allow for.
+POLICY = CleanupPolicy(gc_delay_ms=DELAY, claim_expiry_ms=10 * DELAY, max_clock_skew_ms=0)
 
 
 def postgres_table(h: Harness, files: FileReferenceStore) -> tuple[TableInfo, RowFilesStateStore]:
