@@ -305,11 +305,19 @@ def test_cleanup_releases_claims_older_than_the_expiry_given_or_set_in_the_envir
     refused = cli("cleanup", name)
     monkeypatch.setenv("STATESTORE_CLAIM_EXPIRY_MINUTES", "600")
     still_kept = cli("cleanup", name, "--json")
-    released = cli("cleanup", name, "--claim-expiry", "0", "--json")
+    too_short = cli(
+        "cleanup", name, "--claim-expiry", "0"
+    )  # shorter than the 10 minutes clocks may differ by
+    # Every clock involved is this machine's: a 0-minute expiry is sound once the skew assumed is 0.
+    released = cli("cleanup", name, "--claim-expiry", "0", "--max-clock-skew", "0", "--json")
 
     assert kept.json()["tables"][0]["claims_released"] == 0
     assert refused.code == EXIT_USAGE
     assert "STATESTORE_CLAIM_EXPIRY_MINUTES='nonsense' is not a number of minutes" in refused.err
+    assert too_short.code == EXIT_USAGE
+    assert (
+        "claim_expiry_ms (0 ms) is shorter than the clock skew cleanup assumes (600,000 ms)" in too_short.err
+    )
     assert still_kept.json()["tables"][0]["claims_released"] == 0
     [report] = released.json()["tables"]
     assert (report["claims_released"], report["released_jobs"]) == (1, ["dead-job"])

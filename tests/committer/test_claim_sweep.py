@@ -24,7 +24,7 @@ from tests.committer.harness import Harness, message, outcomes
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
-POLICY = CleanupPolicy(claim_expiry_ms=HOUR)
+POLICY = CleanupPolicy(claim_expiry_ms=HOUR, max_clock_skew_ms=0)  # one fake clock: no skew
 
 
 def table_with_files(
@@ -163,7 +163,7 @@ def test_a_tables_own_delay_overrides_the_instances() -> None:
     h = Harness()
     own, own_names = table_with_files(h, 1, {GC_DELAY_PROPERTY: "5"})
     compacted_away(h, own, own_names)
-    policy = CleanupPolicy(gc_delay_ms=HOUR)
+    policy = CleanupPolicy(gc_delay_ms=HOUR, max_clock_skew_ms=0)  # one fake clock: a 5-minute delay holds
 
     h.clock.advance(6 * MINUTE)
 

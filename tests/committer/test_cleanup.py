@@ -75,7 +75,9 @@ def test_cleanup_keeps_everything_a_retained_point_needs(
     table_id = h.create_table("t", split_points=[0], properties={GC_DELAY_PROPERTY: "0.02"})  # 1.2 s
     table = h.tables.get(table_id)
     store = TransactionLogStateStore(table_id, INT_SCHEMA, log, h.snapshots, clock=h.clock)
-    policy = CleanupPolicy(log_min_snapshot_age_ms=log_min_age, snapshot_retention_ms=retention)
+    policy = CleanupPolicy(
+        log_min_snapshot_age_ms=log_min_age, snapshot_retention_ms=retention, max_clock_skew_ms=0
+    )  # one fake clock: the table's 1.2-second delay holds
     names = itertools.count()
 
     def commit(transaction: Transaction) -> None:
@@ -172,7 +174,8 @@ def test_unreferenced_files_outside_the_table_are_refused_and_stay_in_the_state(
     )
     h.clock.advance(1)
 
-    report = cleanup_table(store, h.tables.get(table_id), h.snapshots, h.blobs, now=h.clock())
+    policy = CleanupPolicy(max_clock_skew_ms=0)  # one fake clock: the table's own delay holds
+    report = cleanup_table(store, h.tables.get(table_id), h.snapshots, h.blobs, policy=policy, now=h.clock())
 
     assert report.data_files_deleted == 1 and report.delete_files_commits == 1
     assert set(report.refused_files) == {outside, own}
@@ -189,7 +192,7 @@ def test_garbage_collection_waits_for_the_tables_delay_and_commits_in_batches() 
     store.commit(AssignJobIds((AssignJobIdRequest("j", "root", inputs),)))
     output = f"{layout.data_prefix(table_id)}out.parquet"
     store.commit(ReplaceFileReferences((ReplaceFileReferencesJob("j", "root", inputs, ref(output)),)))
-    policy = CleanupPolicy(delete_files_batch_size=2)
+    policy = CleanupPolicy(delete_files_batch_size=2, max_clock_skew_ms=0)  # one fake clock
     table = h.tables.get(table_id)
 
     early = cleanup_table(store, table, h.snapshots, h.blobs, policy=policy, now=h.clock() + 30_000)

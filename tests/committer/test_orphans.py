@@ -11,7 +11,11 @@ from tests.builders import ref
 from tests.committer.harness import FakeClock, Harness
 
 HOUR_MS = 3_600_000
-POLICY = CleanupPolicy(gc_delay_ms=2 * HOUR_MS, log_min_snapshot_age_ms=0)
+# One fake clock (no skew), and queues that hold a request at most as long as the GC delay: an orphan is then
+# swept once older than that delay.
+POLICY = CleanupPolicy(
+    gc_delay_ms=2 * HOUR_MS, log_min_snapshot_age_ms=0, max_clock_skew_ms=0, max_request_age_ms=2 * HOUR_MS
+)
 
 
 def setup() -> tuple[Harness, str, InMemoryBlobStore]:

@@ -12,7 +12,7 @@ from statestore.committer import ReceivedMessage
 from statestore.errors import StateStoreError
 from statestore.memory import InMemoryCommitQueue
 from statestore.transactions import InitialisePartitions
-from tests.builders import INT_SCHEMA, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, tree
 from tests.committer.harness import Harness, add_files, message, outcomes
 
 JOB_ROLE = "AROAJOBROLEOFTABLEA01"
@@ -38,7 +38,7 @@ def test_a_request_from_an_allowed_role_s_session_commits() -> None:
     results = h.committer().process([sent_by(message(request), f"{JOB_ROLE}:emr-job-run-1")])
 
     assert outcomes(results) == ["committed"]
-    assert set(h.state(table).files_by_name) == {"a.parquet"}
+    assert set(h.state(table).files_by_name) == {data_key(table, "a.parquet")}
 
 
 @pytest.mark.parametrize("sender", [OTHER_ROLE + ":session", None], ids=["another role", "unknown sender"])
@@ -61,7 +61,7 @@ def test_a_request_from_anyone_else_is_dead_lettered_and_claims_nothing(sender: 
     genuine = add_files(table, "genuine.parquet", request_id=forged.request_id)
     again = h.committer().process([sent_by(message(genuine), JOB_ROLE + ":job")])
     assert outcomes(again) == ["committed"]
-    assert set(h.state(table).files_by_name) == {"genuine.parquet"}
+    assert set(h.state(table).files_by_name) == {data_key(table, "genuine.parquet")}
 
 
 def test_refusals_and_commits_of_one_batch_are_decided_each_on_its_sender() -> None:
@@ -74,7 +74,7 @@ def test_refusals_and_commits_of_one_batch_are_decided_each_on_its_sender() -> N
     ]
 
     assert outcomes(h.committer().process(batch)) == ["committed", "dead_lettered", "committed"]
-    assert set(h.state(table).files_by_name) == {"a.parquet", "c.parquet"}
+    assert set(h.state(table).files_by_name) == set(data_keys(table, "a.parquet", "c.parquet"))
 
 
 def test_a_table_without_allowed_senders_takes_requests_from_anyone() -> None:

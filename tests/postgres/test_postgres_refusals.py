@@ -14,7 +14,7 @@ from statestore.errors import InvalidTransactionError, UnstorableValueError
 from statestore.ports import CommitOutcome, FileCommitMember, FileCommitOutcome
 from statestore.postgres import PostgresFileReferenceStore, storable
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, Transaction
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.committer.harness import Harness, add_files, message, outcomes
 from tests.committer.test_row_files_committer import create_postgres_table
 from tests.fixtures.postgres import PostgresServer
@@ -53,9 +53,9 @@ def test_a_filename_the_store_cannot_hold_is_rejected_and_the_rest_of_the_commit
     outcome = commit(
         store,
         table_id,
-        AddFiles((ref("data/good-1.parquet", LEAF),)),
+        AddFiles((ref(data_key(table_id, "good-1.parquet"), LEAF),)),
         AddFiles((ref(UNSTORABLE[what], LEAF),)),
-        AddFiles((ref("data/good-2.parquet", LEAF),)),
+        AddFiles((ref(data_key(table_id, "good-2.parquet"), LEAF),)),
     )
 
     assert outcome.committed == (0, 2)
@@ -63,27 +63,30 @@ def test_a_filename_the_store_cannot_hold_is_rejected_and_the_rest_of_the_commit
     assert position == 1 and isinstance(error, InvalidTransactionError)
     assert "cannot hold" in str(error)
     assert store.redo_count == 0, "an invalid value is not a race to redo"
-    assert set(store.files(table_id)) == {"data/good-1.parquet", "data/good-2.parquet"}
+    assert set(store.files(table_id)) == {
+        data_key(table_id, "good-1.parquet"),
+        data_key(table_id, "good-2.parquet"),
+    }
 
 
 @pytest.mark.parametrize(
     "claim",
     [
         AssignJobIdRequest("job-1", LEAF, ("data/a\x00.parquet",)),
-        AssignJobIdRequest("job-1", "p\x001", ("data/a.parquet",)),
-        AssignJobIdRequest("job\udcff", LEAF, ("data/a.parquet",)),
+        AssignJobIdRequest("job-1", "p\x001", (data_key(table_id, "a.parquet"),)),
+        AssignJobIdRequest("job\udcff", LEAF, (data_key(table_id, "a.parquet"),)),
     ],
     ids=["filename", "partition id", "job id"],
 )
 def test_a_claim_naming_what_the_store_cannot_hold_is_rejected(
     store: PostgresFileReferenceStore, table_id: str, claim: AssignJobIdRequest
 ) -> None:
-    commit(store, table_id, AddFiles((ref("data/a.parquet", LEAF),)))
+    commit(store, table_id, AddFiles((ref(data_key(table_id, "a.parquet"), LEAF),)))
 
     outcome = commit(store, table_id, AssignJobIds((claim,)))
 
     assert outcome.committed == () and set(outcome.rejected) == {0}
-    assert store.files(table_id)["data/a.parquet"].references[0].job_id is None
+    assert store.files(table_id)[data_key(table_id, "a.parquet")].references[0].job_id is None
 
 
 def test_a_value_the_server_refuses_past_the_checks_rejects_only_its_member(
@@ -96,26 +99,27 @@ def test_a_value_the_server_refuses_past_the_checks_rejects_only_its_member(
     outcome = commit(
         store,
         table_id,
-        AddFiles((ref("data/good.parquet", LEAF),)),
+        AddFiles((ref(data_key(table_id, "good.parquet"), LEAF),)),
         AddFiles((ref(UNSTORABLE["a NUL character"], LEAF),)),
     )
 
     assert outcome.committed == (0,)
     assert isinstance(outcome.rejected[1], InvalidTransactionError)
     assert "NUL" in str(outcome.rejected[1])
-    assert set(store.files(table_id)) == {"data/good.parquet"}
+    assert set(store.files(table_id)) == {data_key(table_id, "good.parquet")}
 
 
-def test_an_index_entry_too_large_for_the_server_is_rejected_as_invalid(
+def test_an_index_entry_too_large_for_the_server_never_reaches_it(
     store: PostgresFileReferenceStore, table_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storable, "MAX_TEXT_BYTES", 10_000)  # the check lets it through to the server
+    monkeypatch.setattr(storable, "MAX_TEXT_BYTES", 10_000)  # the adapter's own check lets it through
     letters = random.Random(7).choices(string.ascii_letters, k=3_200)
-    name = "data/" + "".join(letters) + ".parquet"  # too random to compress into an index entry
+    name = data_key(table_id, "".join(letters) + ".parquet")  # too random to compress into an index entry
 
     outcome = commit(store, table_id, AddFiles((ref(name, LEAF),)))
 
-    assert set(outcome.rejected) == {0} and "index row size" in str(outcome.rejected[0])
+    # The one rule for names (at most 1,024 bytes, what S3 keys and the index hold) refuses it first.
+    assert set(outcome.rejected) == {0} and "a name may have at most 1,024" in str(outcome.rejected[0])
     assert store.redo_count == 0
 
 
@@ -130,7 +134,7 @@ def test_reads_and_clears_refuse_a_table_id_the_store_cannot_hold_as_invalid_inp
 def test_a_request_id_no_row_can_hold_was_never_committed(
     store: PostgresFileReferenceStore, table_id: str
 ) -> None:
-    commit(store, table_id, AddFiles((ref("data/a.parquet", LEAF),)))
+    commit(store, table_id, AddFiles((ref(data_key(table_id, "a.parquet"), LEAF),)))
 
     found = store.committed_requests(table_id, ["request-0", "bad\x00", "bad\udcff"])
 
@@ -143,7 +147,7 @@ def test_through_the_committer_such_a_request_gets_a_final_rejected_status_at_on
 ) -> None:
     h = Harness()
     table_id = create_postgres_table(h, store)
-    good = add_files(table_id, "data/good.parquet")
+    good = add_files(table_id, "good.parquet")
     bad = add_files(table_id, UNSTORABLE[what])
 
     results = h.committer(file_store=store).process([message(good), message(bad)])
@@ -152,7 +156,7 @@ def test_through_the_committer_such_a_request_gets_a_final_rejected_status_at_on
     status = h.statuses.get(table_id, bad.request_id)
     assert status is not None and status.outcome is CommitOutcome.REJECTED and status.is_final
     assert "cannot hold" in (status.reason or "")
-    assert set(store.files(table_id)) == {"data/good.parquet"}
+    assert set(store.files(table_id)) == {data_key(table_id, "good.parquet")}
 
 
 # --- a server restart -------------------------------------------------------------------------------------
@@ -163,12 +167,12 @@ def test_a_read_on_a_pooled_connection_the_server_dropped_is_retried_once(
 ) -> None:
     conninfo = private_postgres_server.create_database("restart")
     with PostgresFileReferenceStore.connect(conninfo, max_connections=1) as store:
-        commit(store, "t", AddFiles((ref("data/a.parquet", LEAF),)))
-        assert set(store.files("t")) == {"data/a.parquet"}  # the pool now holds an idle connection
+        commit(store, "t", AddFiles((ref(data_key("t", "a.parquet"), LEAF),)))
+        assert set(store.files("t")) == {data_key("t", "a.parquet")}  # the pool now holds an idle connection
 
         private_postgres_server.restart()
 
-        assert set(store.files("t")) == {"data/a.parquet"}
+        assert set(store.files("t")) == {data_key("t", "a.parquet")}
         private_postgres_server.restart()
         assert store.has_files("t")
         private_postgres_server.restart()
@@ -176,4 +180,4 @@ def test_a_read_on_a_pooled_connection_the_server_dropped_is_retried_once(
         private_postgres_server.restart()
         assert store.files_ready_for_gc("t", 10**12) == []
         private_postgres_server.restart()
-        assert commit(store, "t2", AddFiles((ref("data/b.parquet", LEAF),))).committed == (0,)
+        assert commit(store, "t2", AddFiles((ref(data_key("t2", "b.parquet"), LEAF),))).committed == (0,)

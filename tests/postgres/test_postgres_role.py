@@ -11,7 +11,7 @@ from statestore.ports import FileCommitMember
 from statestore.postgres import PostgresFileReferenceStore
 from statestore.postgres.schema import APP_ROLE, migrate
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, DeleteFiles
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_keys, ref, tree
 from tests.fixtures.postgres import SUPERUSER
 
 PARTITIONS = {p.id: p for p in tree(STRING_SCHEMA)}
@@ -35,12 +35,13 @@ def test_the_app_role_commits_reads_collects_garbage_and_clears(migrated: str) -
             members = [FileCommitMember(transaction, request_id)]  # type: ignore[arg-type]
             return store.commit("t", STRING_SCHEMA, PARTITIONS, members, 1_000).committed
 
-        assert commit(AddFiles((ref("a", "root"), ref("b", "root"))), "r1") == (0,)
-        assert commit(AssignJobIds((AssignJobIdRequest("j", "root", ("a",)),)), "r2") == (0,)
-        assert commit(AddFiles((), ("c",)), "r3") == (0,)
+        a, b, c = data_keys("t", "a", "b", "c")
+        assert commit(AddFiles((ref(a, "root"), ref(b, "root"))), "r1") == (0,)
+        assert commit(AssignJobIds((AssignJobIdRequest("j", "root", (a,)),)), "r2") == (0,)
+        assert commit(AddFiles((), (c,)), "r3") == (0,)
         store.mark_unreferenced("t", now=2_000)
-        assert store.files_ready_for_gc("t", before=3_000) == ["c"]
-        assert commit(DeleteFiles(("c",)), "r4") == (0,)
+        assert store.files_ready_for_gc("t", before=3_000) == [c]
+        assert commit(DeleteFiles((c,)), "r4") == (0,)
         assert set(store.committed_requests("t", ["r1", "r4"])) == {"r1", "r4"}
         assert store.forget_requests("t", before=10**15) == 4
         store.clear("t")

@@ -16,7 +16,7 @@ from statestore.ports import FileCommitMember
 from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
 from statestore.postgres.tls import bundled_ca_file, secure_conninfo
 from statestore.transactions import AddFiles
-from tests.builders import STRING_SCHEMA, ref, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.postgres import REMOTE_NAME, SUPERUSER, PostgresServer
 
 PARTITIONS = {p.id: p for p in tree(STRING_SCHEMA)}
@@ -38,7 +38,7 @@ def dbname(server: PostgresServer) -> str:
 
 def works(conninfo: str) -> None:
     with PostgresFileReferenceStore.connect(conninfo) as store:
-        members = [FileCommitMember(AddFiles((ref("a.parquet", "root"),)), "r")]
+        members = [FileCommitMember(AddFiles((ref(data_key("t", "a.parquet"), "root"),)), "r")]
         assert store.commit("t", STRING_SCHEMA, PARTITIONS, members, 1).committed == (0,)
         ssl = store._pool.getconn()
         try:
