@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import string
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -70,20 +70,20 @@ def test_a_filename_the_store_cannot_hold_is_rejected_and_the_rest_of_the_commit
 
 
 @pytest.mark.parametrize(
-    "claim",
+    "claim_in",
     [
-        AssignJobIdRequest("job-1", LEAF, ("data/a\x00.parquet",)),
-        AssignJobIdRequest("job-1", "p\x001", (data_key(table_id, "a.parquet"),)),
-        AssignJobIdRequest("job\udcff", LEAF, (data_key(table_id, "a.parquet"),)),
+        lambda table_id: AssignJobIdRequest("job-1", LEAF, ("data/a\x00.parquet",)),
+        lambda table_id: AssignJobIdRequest("job-1", "p\x001", (data_key(table_id, "a.parquet"),)),
+        lambda table_id: AssignJobIdRequest("job\udcff", LEAF, (data_key(table_id, "a.parquet"),)),
     ],
     ids=["filename", "partition id", "job id"],
 )
 def test_a_claim_naming_what_the_store_cannot_hold_is_rejected(
-    store: PostgresFileReferenceStore, table_id: str, claim: AssignJobIdRequest
+    store: PostgresFileReferenceStore, table_id: str, claim_in: Callable[[str], AssignJobIdRequest]
 ) -> None:
     commit(store, table_id, AddFiles((ref(data_key(table_id, "a.parquet"), LEAF),)))
 
-    outcome = commit(store, table_id, AssignJobIds((claim,)))
+    outcome = commit(store, table_id, AssignJobIds((claim_in(table_id),)))
 
     assert outcome.committed == () and set(outcome.rejected) == {0}
     assert store.files(table_id)[data_key(table_id, "a.parquet")].references[0].job_id is None
