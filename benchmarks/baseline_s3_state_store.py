@@ -18,12 +18,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.aws.clients import AwsCaller
+from statestore.adapters.aws.clients import AwsCaller
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
-from statestore.engine import RetryPolicy
+from statestore.engine.log_store import RetryPolicy
 from statestore.errors import CommitConflictError, StateStoreError
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
 from statestore.transactions import Transaction
 
 

@@ -33,19 +33,20 @@ import time
 from collections.abc import Callable
 
 from lambdas._runtime import Runtime
-from statestore.catalog import InMemoryTableIndex, TableInfo
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
-from statestore.engine import TransactionLogStateStore
-from statestore.files import FileReference
-from statestore.memory import (
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, encode_request
+from statestore.engine.snapshots import SnapshotStore
+from statestore.model.files import FileReference
+from statestore.model.partitions import root_partition
+from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
+from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
     InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.partitions import root_partition
-from statestore.snapshots import SnapshotStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions, ReleaseClaims, Transaction
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

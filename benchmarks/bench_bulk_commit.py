@@ -29,19 +29,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.aws.sqs_queue import provision_queues
-from statestore.client import StateStoreClient
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.sqs_queue import provision_queues
 from statestore.codec.transaction_json import transaction_to_json
-from statestore.commit_requests import RequestEnvelope
-from statestore.committer import MessageOutcome, ReceivedMessage
-from statestore.files import FileReference
-from statestore.memory import InMemoryBlobStore
-from statestore.ports import CommitOutcome
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.engine.requests import RequestEnvelope
+from statestore.instance import ResourceNames
+from statestore.model.files import FileReference
+from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
+from statestore.services.committer import MessageOutcome, ReceivedMessage
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.ports import CommitOutcome
 from statestore.transactions import AddFiles
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

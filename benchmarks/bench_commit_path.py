@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
-from statestore.files import FileReference
-from statestore.state import TableState
+from statestore.model.files import FileReference
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIds,

@@ -34,26 +34,33 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from lambdas._runtime import Runtime
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.aws.sqs_queue import provision_queues
-from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
-from statestore.engine import TransactionLogStateStore
-from statestore.files import FileReference
-from statestore.memory import (
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.sqs_queue import provision_queues
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, encode_request
+from statestore.engine.snapshots import SnapshotStore
+from statestore.instance import ResourceNames
+from statestore.model.files import FileReference
+from statestore.model.partitions import root_partition
+from statestore.model.schema import Schema
+from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
+from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
     InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.partitions import root_partition
-from statestore.ports import CommitQueue, CommitStatusStore, SnapshotMetadataStore, TransactionLogStore
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
-from statestore.snapshots import SnapshotStore
+from statestore.store.ports import (
+    CommitQueue,
+    CommitStatusStore,
+    SnapshotMetadataStore,
+    TableIndex,
+    TransactionLogStore,
+)
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
 
 SCHEMA = Schema.of({"key": "long"}, values={"value": "string"})

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from spark_client.columns import arrow_schema, sort_columns
 from spark_client.data_store import DataStore
 from spark_client.file_io import DataFileWriter, merge_files, read_files
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 
 SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})
 FLAT_RATIO = 1.25

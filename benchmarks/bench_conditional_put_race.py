@@ -23,12 +23,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from statestore.aws.backend import AwsBackend
+from statestore.adapters.aws.backend import AwsBackend
 from statestore.errors import TransactionNumberTakenError
+from statestore.instance import ResourceNames
 from statestore.local.dynamodb_local import DynamoDBLocal
 from statestore.local.moto_server import MotoServer
-from statestore.ports import LogEntry
-from statestore.resources import ResourceNames
+from statestore.store.ports import LogEntry
 
 
 @dataclass

@@ -58,10 +58,10 @@ from pyspark.sql import functions as F  # noqa: E402
 from spark_client import DataStore, SyncCommitter, ingest, local_session, query  # noqa: E402
 from spark_client.datasource import FILTER_PUSHDOWN_AVAILABLE, FORMAT  # noqa: E402
 from spark_client.table_read import read_table  # noqa: E402
-from statestore.client import StateStoreClient  # noqa: E402
+from statestore.instance import ResourceNames  # noqa: E402
 from statestore.local.moto_server import MotoServer  # noqa: E402
-from statestore.resources import ResourceNames  # noqa: E402
-from statestore.schema import Schema  # noqa: E402
+from statestore.model.schema import Schema  # noqa: E402
+from statestore.services.client import StateStoreClient  # noqa: E402
 
 SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string", "amount": "double"})
 KEY_SPACE = 1_000_000_000

@@ -70,8 +70,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peers import Best, peak_rss_mb, rss_mb  # noqa: E402
 from bench_peers import Timer as EmulatorTimer  # noqa: E402
 
-from statestore.ports import BlobStore  # noqa: E402
-from statestore.resources import POSTGRES_SERVER_SETTINGS  # noqa: E402
+from statestore.instance import POSTGRES_SERVER_SETTINGS  # noqa: E402
+from statestore.store.ports import BlobStore  # noqa: E402
 
 REGION = "eu-west-2"
 SYSTEMS = ("log", "postgres")
@@ -153,8 +153,8 @@ class System:
     """A client of one system in a child: the same AWS adapters for both, plus the PostgreSQL file store."""
 
     def __init__(self, case: Mapping[str, Any]) -> None:
-        from statestore.resources import ResourceNames
-        from statestore.schema import Schema
+        from statestore.instance import ResourceNames
+        from statestore.model.schema import Schema
 
         self.case = case
         self.name: str = case["system"]
@@ -166,7 +166,7 @@ class System:
         return self.name == "postgres"
 
     def backend(self) -> Any:
-        from statestore.aws.backend import AwsBackend
+        from statestore.adapters.aws.backend import AwsBackend
 
         return AwsBackend.connect(
             self.resources,
@@ -181,13 +181,13 @@ class System:
         Imported by name: the adapter needs the optional ``postgres`` extra (psycopg)."""
         if not self.on_postgres:
             return None
-        postgres = importlib.import_module("statestore.postgres")
+        postgres = importlib.import_module("statestore.adapters.postgres")
         return postgres.PostgresFileReferenceStore.connect(self.case["postgres_dsn"], ensure_schema=False)
 
     def client(self) -> Any:
         """A client of its own (its own AWS clients and, on PostgreSQL, its own file store)."""
-        from statestore.client import StateStoreClient
-        from statestore.engine import RetryPolicy
+        from statestore.engine.log_store import RetryPolicy
+        from statestore.services.client import StateStoreClient
 
         backend = self.backend()
         extra = {"file_store": self.file_store()} if self.on_postgres else {}
@@ -216,7 +216,7 @@ class System:
 
 
 def data_file(table_id: str, tag: str) -> str:
-    from statestore import layout
+    from statestore.model import layout
 
     return f"{layout.data_prefix(table_id)}{tag}-{uuid.uuid4().hex}.parquet"
 
@@ -224,7 +224,7 @@ def data_file(table_id: str, tag: str) -> str:
 def warm_up(blobs: Any, snapshot_metadata: Any, table_id: str) -> None:
     """botocore loads a service's model on a client's first call (a second or so): make that call on the
     S3 and DynamoDB clients before the clock starts, as a warm Lambda container would have."""
-    from statestore import layout
+    from statestore.model import layout
 
     blobs.list(layout.snapshot_prefix(table_id))
     snapshot_metadata.latest(table_id)
@@ -270,7 +270,7 @@ def commit_at_once(
 
 
 def case_commits(case: Mapping[str, Any]) -> dict[str, Any]:
-    from statestore.files import FileReference
+    from statestore.model.files import FileReference
     from statestore.transactions import AddFiles
 
     system = System(case)
@@ -301,7 +301,7 @@ def case_commits(case: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def case_contention(case: Mapping[str, Any]) -> dict[str, Any]:
-    from statestore.files import FileReference
+    from statestore.model.files import FileReference
     from statestore.transactions import (
         AddFiles,
         AssignJobIdRequest,
@@ -367,10 +367,10 @@ def through_committer(
     """``commits`` as commit requests through ``BatchCommitter.process``, in batches of 10; a message left on
     the queue (RETRY) is fed again in a later batch, as SQS redelivers it. Returns the timer's figures, the
     errors of requests that did not commit and how many times messages were fed again."""
-    from statestore.commit_requests import CommitRequest, encode_request
-    from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
-    from statestore.memory import InMemoryCommitQueue
-    from statestore.snapshots import SnapshotStore
+    from statestore.engine.requests import CommitRequest, encode_request
+    from statestore.engine.snapshots import SnapshotStore
+    from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
+    from statestore.store.memory import InMemoryCommitQueue
 
     backend = system.backend()
     extra = {"file_store": system.file_store()} if system.on_postgres else {}
@@ -429,9 +429,9 @@ class DataDeletesSkipped(BlobStore):
 
 
 def case_gc(case: Mapping[str, Any]) -> dict[str, Any]:
-    from statestore.cleanup import CleanupPolicy, cleanup_table
-    from statestore.files import FileReference
-    from statestore.snapshots import SnapshotStore
+    from statestore.engine.snapshots import SnapshotStore
+    from statestore.model.files import FileReference
+    from statestore.services.cleanup import CleanupPolicy, cleanup_table
     from statestore.transactions import (
         AddFiles,
         AssignJobIdRequest,
@@ -490,7 +490,7 @@ def case_gc(case: Mapping[str, Any]) -> dict[str, Any]:
 
 def case_prepare_load(case: Mapping[str, Any]) -> dict[str, Any]:
     """A table of ``references`` references over a tenth as many leaves, then its snapshot (not a figure)."""
-    from statestore.files import FileReference
+    from statestore.model.files import FileReference
     from statestore.transactions import AddFiles
 
     system = System(case)
@@ -574,8 +574,8 @@ def run_child(case: Mapping[str, Any], timeout: float = 3600) -> dict[str, Any]:
 
 def postgres_missing() -> str | None:
     """Why the postgres system cannot run here, or None."""
-    if importlib.util.find_spec("statestore.postgres") is None:
-        return "statestore.postgres (the PostgreSQL adapter) is not in this tree"
+    if importlib.util.find_spec("statestore.adapters.postgres") is None:
+        return "statestore.adapters.postgres (the PostgreSQL adapter) is not in this tree"
     if importlib.util.find_spec("psycopg") is None:
         return "psycopg is not installed (the postgres extra)"
     if not (shutil.which("initdb") or Path(PG_BIN, "initdb").exists()):
@@ -734,9 +734,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from bench_committer import start_moto_server  # the same launcher as the other benchmarks
 
-    from statestore.aws.backend import AwsBackend
+    from statestore.adapters.aws.backend import AwsBackend
+    from statestore.instance import ResourceNames
     from statestore.local.dynamodb_local import DynamoDBLocal
-    from statestore.resources import ResourceNames
 
     directory = Path(
         tempfile.mkdtemp(prefix="bench-file-stores-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
@@ -750,7 +750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         with cluster as (dsn, postmaster):
             if dsn is not None:  # the schema once, so each client's store can skip it
-                postgres = importlib.import_module("statestore.postgres")
+                postgres = importlib.import_module("statestore.adapters.postgres")
                 postgres.PostgresFileReferenceStore.connect(dsn, max_connections=1).close()
             AwsBackend.connect(
                 ResourceNames.for_instance(INSTANCE),

@@ -151,15 +151,15 @@ def batch_names(prefix: str, n: int) -> list[str]:
 
 class Statestore:
     def __init__(self, case: dict[str, Any]) -> None:
-        from statestore.resources import ResourceNames
+        from statestore.instance import ResourceNames
 
         self.case = case
         self.resources = ResourceNames.for_instance(case["instance"])
 
     def client(self) -> Any:
-        from statestore.aws.backend import AwsBackend
-        from statestore.client import StateStoreClient
-        from statestore.engine import RetryPolicy
+        from statestore.adapters.aws.backend import AwsBackend
+        from statestore.engine.log_store import RetryPolicy
+        from statestore.services.client import StateStoreClient
 
         backend = AwsBackend.connect(
             self.resources,
@@ -173,8 +173,8 @@ class Statestore:
 
     @staticmethod
     def add_files(table_id: str, names: Sequence[str]) -> Any:
-        from statestore import layout
-        from statestore.files import FileReference
+        from statestore.model import layout
+        from statestore.model.files import FileReference
         from statestore.transactions import AddFiles
 
         # The peers' names are relative to their table's root ("data/..."); a statestore data file's name is
@@ -183,7 +183,7 @@ class Statestore:
         return AddFiles(tuple(FileReference(f"{prefix}{name}", "root", 1000) for name in names))
 
     def create(self, initial: int) -> str:
-        from statestore.schema import Schema
+        from statestore.model.schema import Schema
 
         client = self.client()
         schema = Schema.of({"key": "long"}, values={"value": "string"})
@@ -701,10 +701,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     from bench_committer import start_moto_server  # the same launcher as the other benchmarks
 
-    from statestore.aws.backend import AwsBackend
-    from statestore.aws.clients import make_client
+    from statestore.adapters.aws.backend import AwsBackend
+    from statestore.adapters.aws.clients import make_client
+    from statestore.instance import ResourceNames
     from statestore.local.dynamodb_local import DynamoDBLocal
-    from statestore.resources import ResourceNames
 
     moto, moto_endpoint = start_moto_server()
     dynamodb_on_disk = DynamoDBLocal.start(db_path=directory / "dynamodb-local")

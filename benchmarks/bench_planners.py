@@ -31,7 +31,7 @@ from spark_client.compaction import CompactionJob, plan_compaction_jobs, plan_re
 from spark_client.data_store import DataStore
 from spark_client.splitting import rows_per_leaf
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_model import SCHEMA, big_state  # noqa: E402

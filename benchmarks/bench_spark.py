@@ -46,9 +46,9 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from spark_client import DataStore, QueueCommitter, SyncCommitter, ingest, local_session, query  # noqa: E402
 from spark_client.committer import JobCommitter  # noqa: E402
-from statestore.client import StateStoreClient  # noqa: E402
-from statestore.engine import TableStateStore  # noqa: E402
-from statestore.schema import Schema  # noqa: E402
+from statestore.engine.log_store import TableStateStore  # noqa: E402
+from statestore.model.schema import Schema  # noqa: E402
+from statestore.services.client import StateStoreClient  # noqa: E402
 
 SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string", "amount": "double"})
 KEY_SPACE = 1_000_000_000

@@ -25,17 +25,17 @@ from typing import Any
 
 from moto.server import ThreadedMotoServer
 
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.client import StateStoreClient
-from statestore.engine import RetryPolicy
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.engine.log_store import RetryPolicy
 from statestore.errors import CommitConflictError
-from statestore.files import FileReference
-from statestore.partitions import root_partition
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.instance import ResourceNames
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.partitions import root_partition
+from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

@@ -7,12 +7,12 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.nag import acknowledge
-from statestore import resources
-from statestore.resources import ResourceNames
+from statestore import instance
+from statestore.instance import ResourceNames
 
 # A request waits in the queue at most this long; the DLQ keeps a failed one for the longest SQS allows.
-COMMIT_RETENTION = Duration.seconds(resources.COMMIT_QUEUE_RETENTION_SECONDS)
-DEAD_LETTER_RETENTION = Duration.seconds(resources.DEAD_LETTER_RETENTION_SECONDS)
+COMMIT_RETENTION = Duration.seconds(instance.COMMIT_QUEUE_RETENTION_SECONDS)
+DEAD_LETTER_RETENTION = Duration.seconds(instance.DEAD_LETTER_RETENTION_SECONDS)
 
 
 def fifo_dead_letter_queue(scope: Construct, *, queue_name: str | None, what: str) -> sqs.Queue:

@@ -10,12 +10,12 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.functions import FunctionNetwork, StatestoreFunction
-from statestore import resources
-from statestore.resources import ResourceNames
+from statestore import instance
+from statestore.instance import ResourceNames
 
-COMMITTER_TIMEOUT = Duration.seconds(resources.COMMITTER_TIMEOUT_SECONDS)
-# Six times the function's timeout, as AWS recommends (statestore.resources.visibility_timeout_seconds).
-COMMIT_QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(resources.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS)
+COMMITTER_TIMEOUT = Duration.seconds(instance.COMMITTER_TIMEOUT_SECONDS)
+# Six times the function's timeout, as AWS recommends (statestore.instance.visibility_timeout_seconds).
+COMMIT_QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(instance.COMMIT_QUEUE_VISIBILITY_TIMEOUT_SECONDS)
 # SQS's maximum batch for FIFO queues; the committer writes a table's valid requests as one log entry.
 BATCH_SIZE = 10
 

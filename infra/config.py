@@ -75,15 +75,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from infra.asset import DEFAULT_ASSET_DIR, REPO_ROOT
-from statestore import resources
-from statestore.cleanup import (
+from statestore import instance
+from statestore.instance import ResourceNames
+from statestore.services.cleanup import (
     CLAIM_EXPIRY_ENV,
     DEFAULT_CLAIM_EXPIRY_MS,
     DEFAULT_GC_DELAY_MS,
     GC_DELAY_ENV,
     MAX_DELAY_MS,
 )
-from statestore.resources import ResourceNames
 from statestore.sizing import DEFAULT_WORKER_MEMORY_MB
 
 
@@ -132,7 +132,7 @@ class InstanceConfig:
     committer_max_concurrency: int = 10
     committer_reserved_concurrency: int | None = None
     upkeep_max_concurrency: int = 10
-    dlq_max_receive_count: int = resources.COMMIT_MAX_RECEIVE_COUNT
+    dlq_max_receive_count: int = instance.COMMIT_MAX_RECEIVE_COUNT
     log_retention_days: int = 30
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300

@@ -11,7 +11,8 @@ from constructs import Construct
 
 from infra.nag import acknowledge
 from infra.state import POINT_IN_TIME_RECOVERY_DAYS
-from statestore import layout, resources
+from statestore import instance
+from statestore.model import layout
 
 # The cleanup Lambda deletes stale commit-request bodies (``tables/<id>/requests/``) by the time in their
 # key. As a backstop for bodies no cleanup reaches (a deleted table's, say), the bucket also expires them
@@ -22,7 +23,7 @@ from statestore import layout, resources
 REQUEST_BODY_TAG_KEY = layout.REQUEST_BODY_TAG_KEY
 REQUEST_BODY_TAG_VALUE = layout.REQUEST_BODY_TAG_VALUE
 # Longer than a dead-letter queue keeps a message, so a request can still be redriven.
-REQUEST_BODY_EXPIRY = Duration.days(resources.REQUEST_BODY_EXPIRY_DAYS)
+REQUEST_BODY_EXPIRY = Duration.days(instance.REQUEST_BODY_EXPIRY_DAYS)
 ACCESS_LOG_EXPIRY = Duration.days(90)
 # The bucket is versioned: a delete (cleanup's, a lifecycle expiry's) only adds a delete marker, and the
 # object's last version is kept this long. The tables can be restored to any point of their last 35 days
@@ -145,8 +146,9 @@ class DataBucket(Construct):
         )
         acknowledge(
             target,
-            "Object keys are granted by the prefix pattern of one kind of object (statestore.layout), for "
-            "any table id where the pattern has one, with CDK's grant_* action families on those keys only.",
+            "Object keys are granted by the prefix pattern of one kind of object (statestore.model.layout), "
+            "for any table id where the pattern has one, with CDK's grant_* action families on those keys "
+            "only.",
             *(f"AwsSolutions-IAM5[Resource::{bucket_arn}/{pattern}]" for pattern in patterns),
             *(f"AwsSolutions-IAM5[Action::{family}]" for family in action_families),
         )

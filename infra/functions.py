@@ -17,7 +17,7 @@ from constructs import Construct
 from infra.asset import LAMBDA_ARCHITECTURE, LAMBDA_PYTHON_VERSION
 from infra.config import LOG_RETENTION_DAYS
 from infra.nag import acknowledge
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
 
 RUNTIME = lambda_.Runtime(f"python{LAMBDA_PYTHON_VERSION}", lambda_.RuntimeFamily.PYTHON)
 ARCHITECTURE = lambda_.Architecture.X86_64 if LAMBDA_ARCHITECTURE == "x86_64" else lambda_.Architecture.ARM_64

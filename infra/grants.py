@@ -1,7 +1,7 @@
 """What each kind of caller of an instance may do, granted in one place, and exported as managed policies.
 
-Each grant is derived from the calls ``statestore.aws`` makes for that caller, and is built from the same
-per-table and per-prefix grants the Lambdas get, so a Lambda given one of these has exactly the rights it
+Each grant is derived from the calls ``statestore.adapters.aws`` makes for that caller, and is built from the
+same per-table and per-prefix grants the Lambdas get, so a Lambda given one of these has exactly the rights it
 had before. A grantee is a role, a user, a Lambda function or an ``iam.ManagedPolicy``.
 
 The four grants, exported by :class:`ManagedPolicies` for the CLI's user and for jobs run outside this stack

@@ -14,7 +14,7 @@ Built only with the ``postgres`` context key. What is here:
 - Two database users: the master user (its secret readable only by the schema migration, a function the
   deploy runs through a CDK trigger: it creates the schema and the app role) and the app role
   ``statestore_app`` the committer and the cleanup connect as (its own generated secret), which may read
-  and write the store's rows and nothing else (``statestore.postgres.schema``).
+  and write the store's rows and nothing else (``statestore.adapters.postgres.schema``).
 - With ``proxy`` (the default) an RDS Proxy in front, requiring TLS and authenticating clients with the same
   secret: Lambda invocations come and go, the proxy keeps their connections pooled. Auto-pause does not work
   with a proxy (it holds connections to the instance), so the cluster's least capacity is then 0.5 ACU;
@@ -36,8 +36,8 @@ from constructs import Construct
 
 from infra.functions import FunctionNetwork
 from infra.nag import acknowledge
-from statestore.postgres.schema import APP_ROLE
-from statestore.resources import (
+from statestore.adapters.postgres.schema import APP_ROLE
+from statestore.instance import (
     POSTGRES_DATABASE_NAME,
     POSTGRES_HOST_ENV,
     POSTGRES_MASTER_SECRET_ARN_ENV,

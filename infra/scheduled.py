@@ -1,6 +1,6 @@
 """Scheduled upkeep fanned out per table: an EventBridge schedule invokes the function to *plan* (one message
 per table that needs work, on its FIFO work queue), and the queue's event source invokes the same function
-with one message at a time to *work* on that table (``statestore/upkeep.py``)."""
+with one message at a time to *work* on that table (``statestore/services/upkeep.py``)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,20 @@ from constructs import Construct
 
 from infra.commit_queue import fifo_dead_letter_queue, per_table_fifo_queue
 from infra.functions import FunctionNetwork, StatestoreFunction
-from statestore import resources
-from statestore.resources import ResourceNames
+from statestore import instance
+from statestore.instance import ResourceNames
 
 # Lambda keeps an asynchronous event it could not run (throttled) for at most this long.
 _MAX_EVENT_AGE = Duration.hours(6)
 # A table's work is retried this often before its message moves to the dead-letter queue.
-WORK_MAX_RECEIVE_COUNT = resources.WORK_MAX_RECEIVE_COUNT
-WORK_RETENTION = Duration.seconds(resources.WORK_QUEUE_RETENTION_SECONDS)
+WORK_MAX_RECEIVE_COUNT = instance.WORK_MAX_RECEIVE_COUNT
+WORK_RETENTION = Duration.seconds(instance.WORK_QUEUE_RETENTION_SECONDS)
 
 
 def work_visibility_timeout(function_timeout: Duration) -> Duration:
     """Six times the consuming function's timeout, as AWS recommends (see
-    :func:`statestore.resources.visibility_timeout_seconds`)."""
-    return Duration.seconds(resources.visibility_timeout_seconds(int(function_timeout.to_seconds())))
+    :func:`statestore.instance.visibility_timeout_seconds`)."""
+    return Duration.seconds(instance.visibility_timeout_seconds(int(function_timeout.to_seconds())))
 
 
 class UpkeepQueues(Construct):

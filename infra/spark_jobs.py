@@ -14,7 +14,7 @@ from constructs import Construct
 from infra import data_bucket as objects
 from infra.data_bucket import DataBucket
 from infra.nag import acknowledge
-from statestore import layout
+from statestore.model import layout
 
 # Spark 4.0, the Spark of the PySpark version pyproject.toml pins.
 RELEASE_LABEL = "emr-spark-8.0.0"

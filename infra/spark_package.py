@@ -52,7 +52,7 @@ from infra.asset import (
     staging_dir,
     trim_pyarrow,
 )
-from statestore import layout
+from statestore.model import layout
 
 DEFAULT_OUT_DIR = REPO_ROOT / "build" / "spark"
 MANIFEST_NAME = "spark-package.json"
@@ -129,7 +129,7 @@ def spark_settings(artifacts_uri: str) -> dict[str, str]:
 
 
 # Files of the packages that are not code but are read at run time: the certificate authorities the
-# PostgreSQL client verifies the database with (statestore/postgres/tls.py).
+# PostgreSQL client verifies the database with (statestore/adapters/postgres/tls.py).
 PACKAGE_DATA = ("*.py", "*.pem")
 
 

@@ -28,11 +28,12 @@ from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
 from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
 from infra.table_access import TableAccess
-from statestore import layout, resources
-from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
+from statestore import instance
+from statestore.model import layout
+from statestore.services.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
-SNAPSHOT_TIMEOUT = Duration.seconds(resources.SNAPSHOT_TIMEOUT_SECONDS)
-CLEANUP_TIMEOUT = Duration.seconds(resources.CLEANUP_TIMEOUT_SECONDS)
+SNAPSHOT_TIMEOUT = Duration.seconds(instance.SNAPSHOT_TIMEOUT_SECONDS)
+CLEANUP_TIMEOUT = Duration.seconds(instance.CLEANUP_TIMEOUT_SECONDS)
 
 
 class StatestoreStack(Stack):
@@ -219,8 +220,8 @@ class StatestoreStack(Stack):
         self._outputs()
 
     def _grant(self) -> None:
-        """Each function's grants, from the calls its handler makes through statestore.aws. Every one loads
-        tables, which is :meth:`StateStoreGrants.grant_read_state`; the rest is its own."""
+        """Each function's grants, from the calls its handler makes through statestore.adapters.aws. Every one
+        loads tables, which is :meth:`StateStoreGrants.grant_read_state`; the rest is its own."""
         state, data, commits = self.state, self.data, self.commits
 
         # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and

@@ -7,14 +7,14 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from statestore import resources
-from statestore.resources import KeySchema, ResourceNames
+from statestore import instance
+from statestore.instance import KeySchema, ResourceNames
 
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 
 # Writes are granted per action rather than with grant_write_data, so that e.g. the snapshot Lambda can
-# neither append to nor delete from the log. These are the calls statestore.aws makes; a conditional put
-# or a TransactWriteItems needs only the per-item actions inside it (ConditionCheckItem comes with reads).
+# neither append to nor delete from the log. These are the calls statestore.adapters.aws makes; a conditional
+# put or a TransactWriteItems needs only the per-item actions inside it (ConditionCheckItem comes with reads).
 PUT = ("dynamodb:PutItem",)
 UPDATE = ("dynamodb:UpdateItem",)
 DELETE = ("dynamodb:DeleteItem",)
@@ -61,14 +61,14 @@ class StateTables(Construct):
             )
 
         self.transaction_log = table(
-            "TransactionLog", names.transaction_log_table, resources.TRANSACTION_LOG_KEYS
+            "TransactionLog", names.transaction_log_table, instance.TRANSACTION_LOG_KEYS
         )
-        self.snapshots = table("Snapshots", names.snapshots_table, resources.SNAPSHOTS_KEYS)
-        self.tables_by_id = table("TablesById", names.tables_by_id_table, resources.TABLES_BY_ID_KEYS)
-        self.tables_by_name = table("TablesByName", names.tables_by_name_table, resources.TABLES_BY_NAME_KEYS)
+        self.snapshots = table("Snapshots", names.snapshots_table, instance.SNAPSHOTS_KEYS)
+        self.tables_by_id = table("TablesById", names.tables_by_id_table, instance.TABLES_BY_ID_KEYS)
+        self.tables_by_name = table("TablesByName", names.tables_by_name_table, instance.TABLES_BY_NAME_KEYS)
         # A request's outcome is kept until expires_at (epoch seconds), then DynamoDB deletes it.
         self.commit_status = table(
-            "CommitStatus", names.commit_status_table, resources.COMMIT_STATUS_KEYS, ttl=resources.EXPIRES_AT
+            "CommitStatus", names.commit_status_table, instance.COMMIT_STATUS_KEYS, ttl=instance.EXPIRES_AT
         )
 
     @property

@@ -23,7 +23,7 @@ from infra.grants import StateStoreGrants
 from infra.nag import acknowledge
 from infra.spark_jobs import SERVICE_PRINCIPAL, SparkJobs
 from infra.table_grants import OBJECT_READ, OBJECT_WRITE, grant_listing, grant_objects
-from statestore import layout
+from statestore.model import layout
 
 
 def spark_prefixes(table_id: str) -> dict[str, str]:

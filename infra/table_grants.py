@@ -14,7 +14,7 @@ condition on the shared resource, not a resource of its own:
   them (``StringLike``: a listing without a prefix, or of another table's, is denied).
 - The commit queue: SQS has no condition on a message's group, so whoever may send to the queue may send a
   request for any table. The committer closes that gap for tables that list their allowed senders
-  (``statestore.committer.senders``): a request from anyone else is refused there.
+  (``statestore.services.committer.senders``): a request from anyone else is refused there.
 
 Looking a table up by name stays open (``tables_by_name`` maps a name to an id and holds nothing else):
 a grantee may learn another table's id, and can read nothing with it.
@@ -35,7 +35,7 @@ from infra.commit_queue import CommitQueue
 from infra.data_bucket import DataBucket
 from infra.nag import acknowledge
 from infra.state import StateTables
-from statestore import layout
+from statestore.model import layout
 
 # Reads that name the partition key (the table id): never Scan, which names none.
 KEYED_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
@@ -100,8 +100,8 @@ def acknowledge_prefixes(target: Construct, data: DataBucket, prefixes: Sequence
     bucket = f"<{Stack.of(data).get_logical_id(cast(CfnElement, data.bucket.node.default_child))}.Arn>"
     acknowledge(
         target,
-        "Objects are granted under one table's own prefixes (statestore.layout): the wildcard after the "
-        "prefix covers that table's objects of one kind and nothing of another table.",
+        "Objects are granted under one table's own prefixes (statestore.model.layout): the wildcard after "
+        "the prefix covers that table's objects of one kind and nothing of another table.",
         *(f"AwsSolutions-IAM5[Resource::{bucket}/{prefix}*]" for prefix in prefixes),
     )
 

@@ -15,40 +15,41 @@ from collections.abc import Mapping
 from functools import cached_property, partial
 from typing import Any
 
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.catalog import InMemoryTableIndex, TableIndex
-from statestore.cleanup import CleanupPolicy, policy_from_environment
-from statestore.clock import now_millis
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
 from statestore.codec.parquet import freeze_loaded_states
-from statestore.committer import BatchCommitter
-from statestore.engine import TransactionLogStateStore
-from statestore.memory import (
-    InMemoryBlobStore,
-    InMemoryCommitQueue,
-    InMemorySnapshotMetadataStore,
-    InMemoryTransactionLog,
-)
-from statestore.ports import (
-    BlobStore,
-    CommitQueue,
-    CommitStatusStore,
-    FileReferenceStore,
-    TransactionLogStore,
-)
-from statestore.resources import (
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
+from statestore.instance import (
     POSTGRES_HOST_ENV,
     POSTGRES_SECRET_ARN_ENV,
     POSTGRES_SSLMODE_ENV,
     POSTGRES_URL_ENV,
     ResourceNames,
 )
-from statestore.snapshots import SnapshotStore
-from statestore.upkeep import (
+from statestore.model.clock import now_millis
+from statestore.services.cleanup import CleanupPolicy, policy_from_environment
+from statestore.services.committer import BatchCommitter
+from statestore.services.upkeep import (
     DEFAULT_UPKEEP_PERIOD_MINUTES,
     UPKEEP_PERIOD_ENV,
     UpkeepKind,
     period_ms_from_minutes,
+)
+from statestore.store.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitQueue,
+    InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
+    InMemoryTransactionLog,
+)
+from statestore.store.ports import (
+    BlobStore,
+    CommitQueue,
+    CommitStatusStore,
+    FileReferenceStore,
+    TableIndex,
+    TransactionLogStore,
 )
 
 
@@ -215,7 +216,7 @@ def postgres_file_store(
     host, secret_arn = environ.get(POSTGRES_HOST_ENV), environ.get(POSTGRES_SECRET_ARN_ENV)
     if not url and not host and not secret_arn:
         return None  # no database named: its driver (the `postgres` extra) need not be installed
-    from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
+    from statestore.adapters.postgres import PostgresFileReferenceStore, conninfo_from_secret
 
     # A paused Aurora cluster (no proxy) takes ~15 s to wake: allow it.
     connect = partial(PostgresFileReferenceStore.connect, max_connections=2, connect_timeout=30.0)
@@ -223,7 +224,7 @@ def postgres_file_store(
         return connect(url)
     if not host or not secret_arn:
         raise ValueError(f"set both {POSTGRES_HOST_ENV} and {POSTGRES_SECRET_ARN_ENV}, or neither")
-    from statestore.aws.secrets import database_settings
+    from statestore.adapters.aws.secrets import database_settings
 
     secrets = make_client("secretsmanager", endpoint_url=endpoint_url)
     sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "verify-full"
@@ -252,7 +253,8 @@ def upkeep_period_ms(kind: UpkeepKind, environ: Mapping[str, str] | None = None)
 
 
 def cleanup_policy(environ: Mapping[str, str] | None = None) -> CleanupPolicy:
-    """The cleanup policy from the environment (see :func:`statestore.cleanup.policy_from_environment`)."""
+    """The cleanup policy from the environment (see
+    :func:`statestore.services.cleanup.policy_from_environment`)."""
     return policy_from_environment(os.environ if environ is None else environ)
 
 

@@ -1,6 +1,6 @@
 """The cleanup Lambda, in two modes: on its schedule it *plans* (queues a cleanup of every table, one
 message per table); fed by its work queue it cleans up the one table of each message (old log entries and
-snapshots, garbage and orphan data files, expired claims). See :mod:`statestore.upkeep`."""
+snapshots, garbage and orphan data files, expired claims). See :mod:`statestore.services.upkeep`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lambdas._runtime import Runtime, cleanup_policy, first_received_at, runtime, upkeep_period_ms
-from statestore.upkeep import UpkeepKind, UpkeepWork, plan_cleanup, run_cleanup_work
+from statestore.services.upkeep import UpkeepKind, UpkeepWork, plan_cleanup, run_cleanup_work
 
 logger = Logger()
 tracer = Tracer()

@@ -1,8 +1,9 @@
 """The committer Lambda: a batch of commit requests from the SQS FIFO queue -> log entries and statuses.
 
-The whole batch goes to :meth:`statestore.committer.BatchCommitter.process` at once (group commit needs
-it); the messages it says to retry are reported as ``batchItemFailures``, and with ``skip_group_on_error``
-the rest of their table's messages with them, so one table's trouble never holds back another's.
+The whole batch goes to :meth:`statestore.services.committer.BatchCommitter.process` at once (group commit
+needs it); the messages it says to retry are reported as ``batchItemFailures``, and with
+``skip_group_on_error`` the rest of their table's messages with them, so one table's trouble never holds back
+another's.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from lambdas._runtime import runtime
-from statestore.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
-from statestore.committer_stats import BatchStats
+from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
+from statestore.services.committer_stats import BatchStats
 
 logger = Logger()
 tracer = Tracer()

@@ -1,6 +1,6 @@
 """The PostgreSQL schema migration, run by the stack at deploy time (a CDK trigger) in the database's VPC:
 as the master user, create or complete the store's schema and the least-privilege role the committer and
-the cleanup connect as (``statestore.postgres.schema.migrate``), with the password of the app secret.
+the cleanup connect as (``statestore.adapters.postgres.schema.migrate``), with the password of the app secret.
 Only this function may read the master secret."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from statestore.resources import (
+from statestore.instance import (
     POSTGRES_HOST_ENV,
     POSTGRES_MASTER_SECRET_ARN_ENV,
     POSTGRES_SECRET_ARN_ENV,
@@ -23,10 +23,10 @@ logger = Logger()
 
 def migrate_from_environment(environ: Mapping[str, str], endpoint_url: str | None = None) -> str:
     """Migrate the database the environment names; returns the role made for the functions."""
-    from statestore.aws.clients import make_client
-    from statestore.aws.secrets import database_settings
-    from statestore.postgres import conninfo_from_secret
-    from statestore.postgres.schema import migrate
+    from statestore.adapters.aws.clients import make_client
+    from statestore.adapters.aws.secrets import database_settings
+    from statestore.adapters.postgres import conninfo_from_secret
+    from statestore.adapters.postgres.schema import migrate
 
     host = environ[POSTGRES_HOST_ENV]
     secrets = make_client("secretsmanager", endpoint_url=endpoint_url)

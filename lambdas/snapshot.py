@@ -1,6 +1,6 @@
 """The snapshot Lambda, in two modes: on its schedule it *plans* (queues a snapshot of every table whose log
 moved, one message per table, checked without loading any); fed by its work queue it snapshots the one table
-of each message (the event source hands it one at a time). See :mod:`statestore.upkeep`."""
+of each message (the event source hands it one at a time). See :mod:`statestore.services.upkeep`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lambdas._runtime import (
     snapshot_min_transactions,
     upkeep_period_ms,
 )
-from statestore.upkeep import UpkeepKind, UpkeepWork, plan_snapshots, run_snapshot_work
+from statestore.services.upkeep import UpkeepKind, UpkeepWork, plan_snapshots, run_snapshot_work
 
 logger = Logger()
 tracer = Tracer()

@@ -16,7 +16,7 @@ from spark_client.data_store import DataStore
 from spark_client.file_io import scan_batches
 from spark_client.pushdown import Predicate, and_expressions, predicates_expression
 from spark_client.read_plan import ReadPart, group_parts
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from spark_client.errors import DataFileMissingError, DataSourceOptionError
 from spark_client.log_times import LogTimes, format_time
 from spark_client.read_plan import ReadPart, intersect
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TableStateStore, entries_after
-from statestore.files import FileReference
-from statestore.partitions import Region
-from statestore.state import TableState
+from statestore.engine.log_store import TableStateStore, entries_after
+from statestore.model.files import FileReference
+from statestore.model.partitions import Region
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, Transaction, TransactionBatch
 
 

@@ -30,9 +30,9 @@ from spark_client.columns import spark_schema
 from spark_client.pushdown import push
 from spark_client.read_plan import ReadPart
 from spark_client.source_options import SourceOptions
-from statestore.engine import TableStateStore
+from statestore.engine.log_store import TableStateStore
 from statestore.errors import TransactionNotRetainedError
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 
 TRANSACTION_COLUMN = "_transaction_number"
 COMMIT_TIME_COLUMN = "_commit_timestamp"

@@ -9,8 +9,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_client.errors import SchemaMismatchError
-from statestore.partitions import Region
-from statestore.schema import Field, Schema
+from statestore.model.partitions import Region
+from statestore.model.schema import Field, Schema
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "int": T.IntegerType(),

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from statestore.commit_requests import CommitSender
-from statestore.engine import TableStateStore
+from statestore.engine.log_store import TableStateStore
+from statestore.engine.requests import CommitSender
 from statestore.errors import TransactionValidationError
-from statestore.ports import CommitOutcome, CommitStatus
+from statestore.store.ports import CommitOutcome, CommitStatus
 from statestore.transactions import Transaction
 
 

@@ -51,15 +51,15 @@ from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
 from spark_client.file_io import merge_files
 from spark_client.progress import context_of, report, spark_stage
-from statestore.cleanup import DEFAULT_CLAIM_EXPIRY_MS
-from statestore.clock import now_millis
-from statestore.collector import collector_paused
-from statestore.engine import TableStateStore
+from statestore.engine.log_store import TableStateStore
 from statestore.errors import StateStoreError
-from statestore.files import FileReference
-from statestore.partitions import Region
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.model.clock import now_millis
+from statestore.model.files import FileReference
+from statestore.model.partitions import Region
+from statestore.model.schema import Schema
+from statestore.services.cleanup import DEFAULT_CLAIM_EXPIRY_MS
+from statestore.state.cycle_collector import collector_paused
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,

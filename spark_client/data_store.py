@@ -1,7 +1,7 @@
 """Where data files live: a pyarrow filesystem and a base path (an S3 bucket or a local directory).
 
 A file's name in the state is its key relative to the base, always under
-:func:`statestore.layout.data_prefix` (``tables/<table_id>/data/<partition_id>/<uuid>.parquet``), so the
+:func:`statestore.model.layout.data_prefix` (``tables/<table_id>/data/<partition_id>/<uuid>.parquet``), so the
 same name works for the bucket's own tools (garbage collection deletes ``bucket/<filename>``) and for a
 local directory.
 
@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from statestore import layout
+from statestore.model import layout
 
 _FILESYSTEMS: dict[DataStore, pafs.FileSystem] = {}
 _FILESYSTEMS_LOCK = threading.Lock()

@@ -80,12 +80,12 @@ from spark_client.source_options import (
     SourceOptions,
 )
 from spark_client.tables import schema_of
-from statestore.catalog import TableInfo
-from statestore.client import StateStoreClient
 from statestore.errors import TableAlreadyExistsError, TableNotFoundError
-from statestore.files import FileReference
-from statestore.partitions import PartitionTree, Range, Region
-from statestore.schema import Schema
+from statestore.model.files import FileReference
+from statestore.model.partitions import PartitionTree, Range, Region
+from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
+from statestore.store.tables import TableInfo
 
 # Internal: reads parts planned on the driver, for the functional query().
 PARTS_FORMAT = "statestore-table-parts"

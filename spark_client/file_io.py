@@ -20,8 +20,8 @@ from spark_client.columns import arrow_schema, region_filter, sort_columns
 from spark_client.data_store import DataStore
 from spark_client.errors import DataFileMissingError, InvalidDataFileError, missing_file_message
 from spark_client.merge import MERGE_BATCH_ROWS, UnsortedInputError, merge_sorted, read_runs, sort_into_runs
-from statestore.partitions import Range, Region
-from statestore.schema import Schema
+from statestore.model.partitions import Range, Region
+from statestore.model.schema import Schema
 
 _log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Orphan data files: objects under a table's data prefix that its state does not name at all.
 
-The store's own garbage collection (``statestore.cleanup``) deletes files that are *in* the state with no
-references. A file the state never learnt of is different: an ingest or compaction wrote it, then its
+The store's own garbage collection (``statestore.services.cleanup``) deletes files that are *in* the state
+with no references. A file the state never learnt of is different: an ingest or compaction wrote it, then its
 commit was rejected, or the job died (or did not wait for an outcome) before it could clean up. Such a
 file is found by listing the data prefix and subtracting every filename the state holds; only files older
 than ``min_age_ms`` are candidates, because a running job's files are legitimately not in the state yet, and
@@ -9,18 +9,18 @@ a commit request naming them may still be in flight: the default is the longest 
 queue, its dead-letter queue and a redrive keep it that long), plus the clock skew assumed.
 
 The scheduled cleanup sweeps the orphans of the instance's bucket by itself, after the GC delay
-(:mod:`statestore.orphans`). These functions are for data stores the cleanup does not see (a local
+(:mod:`statestore.engine.orphans`). These functions are for data stores the cleanup does not see (a local
 directory, another bucket) and for sweeping by hand.
 """
 
 from __future__ import annotations
 
 from spark_client.data_store import DataStore
-from statestore import resources
-from statestore.clock import now_millis
-from statestore.engine import TableStateStore
+from statestore import instance
+from statestore.engine.log_store import TableStateStore
+from statestore.model.clock import now_millis
 
-DEFAULT_MIN_AGE_MS = (resources.REQUEST_MAX_LIFETIME_SECONDS + resources.MAX_CLOCK_SKEW_SECONDS) * 1000
+DEFAULT_MIN_AGE_MS = (instance.REQUEST_MAX_LIFETIME_SECONDS + instance.MAX_CLOCK_SKEW_SECONDS) * 1000
 
 
 def find_orphan_files(

@@ -36,7 +36,7 @@ from spark_client.changes import added_references, changes_between, check_files_
 from spark_client.data_store import DataStore
 from spark_client.query import read_parts
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TableStateStore
+from statestore.engine.log_store import TableStateStore
 from statestore.errors import TransactionNotRetainedError
 
 __all__ = ["IncrementalBatch", "added_references", "files_added_between", "read_added_since"]

@@ -37,9 +37,9 @@ from spark_client.errors import CommitPendingError, CommitRejectedError
 from spark_client.file_io import WRITE_BATCH_ROWS, DataFileWriter
 from spark_client.leaves import leaf_index_column
 from spark_client.progress import context_of, report, spark_stage
-from statestore.engine import TableStateStore
-from statestore.files import FileReference
-from statestore.schema import Schema
+from statestore.engine.log_store import TableStateStore
+from statestore.model.files import FileReference
+from statestore.model.schema import Schema
 from statestore.transactions import AddFiles
 
 LEAF_COLUMN = "__statestore_leaf"

@@ -48,7 +48,7 @@ from spark_client.progress import hide_progress, show_progress
 from spark_client.query import query
 from spark_client.splitting import split_partitions
 from statestore.errors import ResourceNotFoundError, StateStoreError, TableNotFoundError
-from statestore.resources import POSTGRES_URL_ENV, ResourceNames
+from statestore.instance import POSTGRES_URL_ENV, ResourceNames
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
 
@@ -147,7 +147,7 @@ class Instance:
 
     @cached_property
     def backend(self) -> Any:
-        from statestore.aws.backend import AwsBackend
+        from statestore.adapters.aws.backend import AwsBackend
 
         return AwsBackend.connect(
             self.resources,
@@ -158,7 +158,7 @@ class Instance:
 
     @cached_property
     def committer(self) -> QueueCommitter:
-        from statestore.aws.clients import make_client
+        from statestore.adapters.aws.clients import make_client
 
         sqs = make_client("sqs", endpoint_url=self.endpoint_url, region=self.region)
         return QueueCommitter(self.backend.commit_sender(sqs), wait_timeout=self.wait_timeout)
@@ -181,12 +181,12 @@ class Instance:
         url = os.environ.get(POSTGRES_URL_ENV)
         if not url:
             return None
-        from statestore.postgres import PostgresFileReferenceStore
+        from statestore.adapters.postgres import PostgresFileReferenceStore
 
         return PostgresFileReferenceStore.connect(url, max_connections=2)
 
     def store(self, table: str) -> Any:
-        from statestore.client import StateStoreClient
+        from statestore.services.client import StateStoreClient
 
         b = self.backend
         client = StateStoreClient(

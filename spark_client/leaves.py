@@ -17,8 +17,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from spark_client.columns import field_type
-from statestore.partitions import Partition, PartitionTree
-from statestore.schema import Key, Schema
+from statestore.model.partitions import Partition, PartitionTree
+from statestore.model.schema import Key, Schema
 
 
 def leaf_index_column(schema: Schema, tree: PartitionTree) -> tuple[Column, list[str]]:

@@ -15,7 +15,7 @@ import datetime
 import re
 
 from statestore.errors import StateStoreError
-from statestore.ports import TransactionLogStore
+from statestore.store.ports import TransactionLogStore
 
 _DIGITS = re.compile(r"^-?[0-9]+$")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_client.columns import field_type
-from statestore.partitions import Range, Region
-from statestore.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Field, Key, Schema
+from statestore.model.partitions import Range, Region
+from statestore.model.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Field, Key, Schema
 
 # Beyond this many boxes (the product of the intervals per row key), planning uses each row key's hull.
 MAX_REGIONS = 256

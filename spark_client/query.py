@@ -17,9 +17,9 @@ from spark_client.data_store import DataStore
 from spark_client.datasource import can_read_planned, read_planned
 from spark_client.file_io import read_file, table_rows
 from spark_client.read_plan import MAX_READ_TASKS, ReadPlan, plan_query, plan_read, region_of
-from statestore.engine import TableStateStore
-from statestore.partitions import Region
-from statestore.schema import Key, Schema
+from statestore.engine.log_store import TableStateStore
+from statestore.model.partitions import Region
+from statestore.model.schema import Key, Schema
 
 __all__ = ["ReadPlan", "plan_query", "query", "read_parts", "region_of"]
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.partitions import Partition, Range, Region
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.model.partitions import Partition, Range, Region
+from statestore.model.schema import Key, Schema
+from statestore.state.table_state import TableState
 
 # One Spark task per part up to this many; beyond it parts share tasks.
 MAX_READ_TASKS = 512

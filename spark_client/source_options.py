@@ -57,13 +57,13 @@ from spark_client.errors import DataSourceOptionError
 from spark_client.log_times import parse_timestamp
 from spark_client.read_plan import region_of
 from statestore.errors import StateStoreError
-from statestore.partitions import Region
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
+from statestore.instance import ResourceNames
+from statestore.model.partitions import Region
+from statestore.model.schema import Schema
 
 if TYPE_CHECKING:
-    from statestore.client import StateStoreClient
-    from statestore.commit_requests import CommitSender
+    from statestore.engine.requests import CommitSender
+    from statestore.services.client import StateStoreClient
 
 FORMAT = "statestore-table"
 # Spark lower-cases option names; these are the lower-cased names this source knows.
@@ -112,8 +112,8 @@ class Connection:
 
     def commit_sender(self) -> CommitSender:
         """A sender of commit requests to the instance's queue."""
-        from statestore.aws.backend import AwsBackend
-        from statestore.aws.clients import make_client
+        from statestore.adapters.aws.backend import AwsBackend
+        from statestore.adapters.aws.clients import make_client
 
         backend = AwsBackend.connect(
             self.resources,
@@ -128,7 +128,7 @@ class Connection:
 
 @functools.lru_cache(maxsize=8)
 def _client(connection: Connection) -> StateStoreClient:
-    from statestore.client import StateStoreClient
+    from statestore.services.client import StateStoreClient
 
     return StateStoreClient.for_aws(
         connection.resources,

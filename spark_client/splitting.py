@@ -24,10 +24,10 @@ from spark_client.data_store import DataStore
 from spark_client.file_io import read_batches
 from spark_client.leaves import depth
 from spark_client.progress import context_of, report, spark_stage
-from statestore.engine import TableStateStore
-from statestore.partitions import Partition, Region, new_partition_id
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.engine.log_store import TableStateStore
+from statestore.model.partitions import Partition, Region, new_partition_id
+from statestore.model.schema import Key, Schema
+from statestore.state.table_state import TableState
 from statestore.transactions import SplitPartition
 
 ROTATE = "rotate"  # split on dimension depth % number of row keys

@@ -36,8 +36,8 @@ from spark_client.errors import DataSourceOptionError
 from spark_client.log_times import LogTimes, parse_timestamp
 from spark_client.read_plan import ReadPart, plan_read, region_of
 from spark_client.source_options import parse_connection, parse_data
-from statestore.partitions import Region
-from statestore.schema import Key, Schema
+from statestore.model.partitions import Region
+from statestore.model.schema import Key, Schema
 
 READERS = ("auto", "spark", "python")
 # Up to this many distinct regions to read within, one Parquet scan each; past it, the Python path (a plan

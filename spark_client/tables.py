@@ -29,8 +29,8 @@ from pyspark.sql import types as T
 
 from spark_client.errors import DataSourceOptionError, SchemaMismatchError
 from spark_client.source_options import FORMAT, parse_connection
-from statestore.catalog import TableInfo
-from statestore.schema import Key, Schema
+from statestore.model.schema import Key, Schema
+from statestore.store.tables import TableInfo
 
 _TYPES: dict[type[T.DataType], str] = {
     T.IntegerType: "int",

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from statestore import layout
 from statestore.codec.transaction_json import encode_transaction
-from statestore.file_columns import FileColumns
-from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition, partitions_from_split_points
-from statestore.ports import LogEntry, TransactionLogStore
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.model import layout
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition, partitions_from_split_points
+from statestore.model.schema import Key, Schema
+from statestore.state.file_columns import FileColumns
+from statestore.state.table_state import TableState
+from statestore.store.ports import LogEntry, TransactionLogStore
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
 
 if TYPE_CHECKING:
-    from statestore.client import StateStoreClient
+    from statestore.services.client import StateStoreClient
 
 INT_SCHEMA = Schema.of({"key": "int"}, values={"value": "string"})
 LONG_SCHEMA = Schema.of({"key": "long"})

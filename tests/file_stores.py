@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestore.memory import InMemoryFileReferenceStore
-from statestore.ports import FileReferenceStore
+from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.ports import FileReferenceStore
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -20,7 +20,7 @@ def file_store(request: pytest.FixtureRequest) -> Iterator[FileReferenceStore]:
     if request.param == "memory":
         yield InMemoryFileReferenceStore()
         return
-    from statestore.postgres import PostgresFileReferenceStore
+    from statestore.adapters.postgres import PostgresFileReferenceStore
 
     store = PostgresFileReferenceStore.connect(request.getfixturevalue("fresh_postgres_conninfo"))
     try:

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.errors import TransactionValidationError
-from statestore.ports import CommitOutcome, CommitStatus, TransactionLogStore
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
+from statestore.store.ports import CommitOutcome, CommitStatus, TransactionLogStore
 from statestore.transactions import request_ids_of
 
 

@@ -16,9 +16,8 @@ from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PENDING, EXIT_USAGE, CliError
 from statestore.cli.parser import Command, add_number
 from statestore.cli.session import read_json
-from statestore.committer_switch import CommitterState, CommitterSwitch
 from statestore.errors import CodecError
-from statestore.ports import CommitOutcome, CommitStatus
+from statestore.store.ports import CommitOutcome, CommitStatus, CommitterState, CommitterSwitch
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
@@ -57,7 +56,7 @@ def register_commit_requests(commands: Any, command: Command) -> None:
 
 def cmd_commit(s: Session) -> int:
     from statestore.codec.transaction_json import transaction_from_json
-    from statestore.commit_requests import CommitRequest, check_request_id, new_request_id
+    from statestore.engine.requests import CommitRequest, check_request_id, new_request_id
 
     data = read_json(s.args.file, "transaction")
     try:
@@ -181,8 +180,8 @@ def register_committer(commands: Any, command: Command) -> None:
 
 def switch(s: Session) -> CommitterSwitch:
     """The committer switch: the local runtime's poller with a local endpoint, else the Lambda's mapping."""
-    from statestore.aws.clients import make_client
-    from statestore.aws.committer_switch import LambdaCommitterSwitch, LocalCommitterSwitch
+    from statestore.adapters.aws.clients import make_client
+    from statestore.adapters.aws.committer_switch import LambdaCommitterSwitch, LocalCommitterSwitch
 
     s.backend  # noqa: B018 - checks the endpoints (and gives a local one credentials) before clients are made
     sqs = make_client("sqs", endpoint_url=s.endpoint_url, region=s.args.region)

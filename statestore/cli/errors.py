@@ -3,7 +3,8 @@
 Every message an expected failure prints says what was wrong and what to do; the exit code says which kind
 of failure it was (scripts rely on them: see ``statestore --help``). Adapters raise typed errors
 (:mod:`statestore.errors`; botocore failures are translated by
-:func:`statestore.aws.clients.translate_error`), so nothing here reads a message's text: the type decides.
+:func:`statestore.adapters.aws.clients.translate_error`), so nothing here reads a message's text: the type
+decides.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from statestore.errors import (
     TransactionValidationError,
     UnreadableDataError,
 )
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the operation was refused or failed: a rejected commit, a validation error, a name taken

@@ -8,7 +8,7 @@ from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command, add_time
 from statestore.errors import JobNotFoundError
-from statestore.jobs_model import JobRun, JobState, run_to_json
+from statestore.views.jobs_model import JobRun, JobState, run_to_json
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session

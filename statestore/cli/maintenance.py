@@ -7,8 +7,6 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from statestore import dead_letters
-from statestore.cleanup import MAX_DELAY_MS
 from statestore.cli import output as fmt
 from statestore.cli.errors import (
     BACKEND_ERRORS,
@@ -20,12 +18,14 @@ from statestore.cli.errors import (
 )
 from statestore.cli.parser import Command, add_number
 from statestore.errors import DeadLetterNotFoundError, StateStoreError
+from statestore.services import dead_letters
+from statestore.services.cleanup import MAX_DELAY_MS
 
 if TYPE_CHECKING:
-    from statestore.aws.sqs_queue import SqsCommitQueue
+    from statestore.adapters.aws.sqs_queue import SqsCommitQueue
     from statestore.cli.session import Session
-    from statestore.ports import DeadLetter, DeadLetterQueue
-    from statestore.upkeep import UpkeepKind
+    from statestore.services.upkeep import UpkeepKind
+    from statestore.store.ports import DeadLetter, DeadLetterQueue
 
 QUEUES = ("commit", "upkeep")
 # The cleanup options' ranges in minutes: the policy's own limit for the delays, ten years for the ages.
@@ -131,7 +131,7 @@ def cmd_snapshot(s: Session) -> int:
 
 
 def cmd_cleanup(s: Session) -> int:
-    from statestore.cleanup import cleanup_table, policy_from_environment
+    from statestore.services.cleanup import cleanup_table, policy_from_environment
 
     # The same defaults as the cleanup Lambda of the local runtime: the library's, or the environment's.
     options = {
@@ -248,7 +248,7 @@ def register_dead_letters(commands: Any, command: Command) -> None:
 
 
 def _sqs(s: Session) -> Any:
-    from statestore.aws.clients import make_client
+    from statestore.adapters.aws.clients import make_client
 
     s.backend  # noqa: B018 - checks the endpoints before a client is made
     return make_client("sqs", endpoint_url=s.endpoint_url, region=s.args.region)
@@ -312,7 +312,7 @@ def _upkeep_json(d: dead_letters.DescribedUpkeepLetter) -> dict[str, Any]:
 
 
 def _warn_of_full_groups(s: Session, letters: list[DeadLetter]) -> None:
-    from statestore.aws.sqs_dead_letters import SQS_FIFO_GROUP_WINDOW
+    from statestore.adapters.aws.sqs_dead_letters import SQS_FIFO_GROUP_WINDOW
 
     full = [g for g, n in dead_letters.group_sizes(letters).items() if n >= SQS_FIFO_GROUP_WINDOW]
     if full:
@@ -467,9 +467,9 @@ def cmd_purge(s: Session) -> int:
 def cmd_orphan_files(s: Session) -> int:
     """``files TABLE --orphans``: data objects nothing names, old enough for cleanup to delete (older than the
     table's GC delay and than a commit request naming them can be in flight)."""
-    from statestore.cleanup import gc_delay_ms, policy_from_environment
-    from statestore.clock import now_millis
-    from statestore.orphans import find_orphan_files
+    from statestore.engine.orphans import find_orphan_files
+    from statestore.model.clock import now_millis
+    from statestore.services.cleanup import gc_delay_ms, policy_from_environment
 
     table = s.table(s.args.table)
     client = s.client

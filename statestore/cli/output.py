@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, TextIO
 
-from statestore.catalog import TableInfo
-from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition
-from statestore.ports import CommitStatus, SnapshotInfo
-from statestore.schema import Key, KeyType, Schema
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition
+from statestore.model.schema import Key, KeyType, Schema
+from statestore.store.ports import CommitStatus, SnapshotInfo
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIds,

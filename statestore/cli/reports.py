@@ -3,7 +3,7 @@
 ``gc`` (files ready for garbage collection before a time), ``files`` (referenced and unreferenced files,
 capped), ``references`` (references per partition), ``partitions`` (leaf sizes against a split threshold)
 and ``claim`` (whether a compaction job still holds its input files). The figures come from
-:mod:`statestore.reports`; this module only reads the options and prints.
+:mod:`statestore.views.reports`; this module only reads the options and prints.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from statestore import reports
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_FAILED, EXIT_OK
 from statestore.cli.parser import INT64_MAX, MAX_LIMIT, Command, add_number, add_time
 from statestore.cli.session import Session
-from statestore.clock import now_millis
+from statestore.model.clock import now_millis
+from statestore.views import reports
 
 DEFAULT_LIMIT = 100
 

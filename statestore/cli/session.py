@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from statestore.catalog import TableInfo
 from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from statestore.cli.output import Output
-from statestore.resources import POSTGRES_URL_ENV, ResourceNames
+from statestore.instance import POSTGRES_URL_ENV, ResourceNames
+from statestore.store.tables import TableInfo
 
 if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help` stays fast
-    from statestore.aws.backend import AwsBackend
-    from statestore.client import StateStoreClient
-    from statestore.commit_requests import CommitSender
-    from statestore.ports import CommitStatusStore, FileReferenceStore
+    from statestore.adapters.aws.backend import AwsBackend
+    from statestore.engine.requests import CommitSender
+    from statestore.services.client import StateStoreClient
+    from statestore.store.ports import CommitStatusStore, FileReferenceStore
 
 
 class Session:
@@ -62,7 +62,7 @@ class Session:
 
     @cached_property
     def backend(self) -> AwsBackend:
-        from statestore.aws.backend import AwsBackend
+        from statestore.adapters.aws.backend import AwsBackend
 
         self._check_endpoint(self.endpoint_url, "--endpoint-url / AWS_ENDPOINT_URL")
         self._check_endpoint(
@@ -77,7 +77,7 @@ class Session:
 
     @cached_property
     def client(self) -> StateStoreClient:
-        from statestore.client import StateStoreClient
+        from statestore.services.client import StateStoreClient
 
         b = self.backend
         return StateStoreClient(
@@ -111,7 +111,7 @@ class Session:
 
     @cached_property
     def sender(self) -> CommitSender:
-        from statestore.aws.clients import make_client
+        from statestore.adapters.aws.clients import make_client
 
         return self.backend.commit_sender(
             make_client("sqs", endpoint_url=self.endpoint_url, region=self.args.region)
@@ -157,7 +157,7 @@ def postgres_file_store(url: str) -> FileReferenceStore:
     Lambdas through the same call, connect to one). Raises CliError when the PostgreSQL adapter is not
     installed."""
     try:
-        from statestore.postgres import PostgresFileReferenceStore
+        from statestore.adapters.postgres import PostgresFileReferenceStore
     except ImportError as e:
         raise CliError(
             "--postgres-url / STATESTORE_POSTGRES_URL is set, but the PostgreSQL file store cannot be "

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from statestore.catalog import FILE_STORE_LOG, FILE_STORES
 from statestore.cli import output as fmt
 from statestore.cli.errors import EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import Command
@@ -20,6 +19,7 @@ from statestore.errors import (
     TableAlreadyExistsError,
     TransactionValidationError,
 )
+from statestore.store.tables import FILE_STORE_LOG, FILE_STORES
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
@@ -90,8 +90,8 @@ def register(commands: Any, command: Command) -> None:
 
 
 def cmd_tables_create(s: Session) -> int:
-    from statestore.catalog import check_table_name, parse_schema
-    from statestore.partitions import partitions_from_split_points
+    from statestore.model.partitions import partitions_from_split_points
+    from statestore.store.tables import check_table_name, parse_schema
 
     args = s.args
     try:
@@ -130,7 +130,7 @@ def cmd_tables_create(s: Session) -> int:
 
 def _senders(ids: Sequence[str], option: str) -> list[str]:
     """The sender ids given, each checked (exit 2 naming the option for one no sender can have)."""
-    from statestore.catalog import check_sender_id
+    from statestore.store.tables import check_sender_id
 
     for sender in ids:
         try:
@@ -299,7 +299,7 @@ def cmd_tables_show(s: Session) -> int:
 
 
 def cmd_tables_rename(s: Session) -> int:
-    from statestore.catalog import check_table_name
+    from statestore.store.tables import check_table_name
 
     try:
         check_table_name(s.args.new_name)

@@ -11,11 +11,11 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from statestore.collector import collector_paused
 from statestore.errors import CodecError
-from statestore.files import FileReference
-from statestore.partitions import Partition
-from statestore.schema import Key
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition
+from statestore.model.schema import Key
+from statestore.state.cycle_collector import collector_paused
 from statestore.transactions import (
     AddFiles,
     AssignJobIds,

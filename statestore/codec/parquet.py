@@ -8,9 +8,9 @@ Files: one row per reference; the rows of one file are adjacent. A file with no 
 garbage collection) has one row whose ``partition_id`` and reference columns are null.
 ``file_last_update_time`` is the file's own update time, repeated on each of its rows. Since format
 version 2 a filename is two columns, its ``directory`` (dictionary-encoded: one per partition) and its
-``base_name``, which is how the state holds it (:mod:`statestore.file_columns`); version 1 had one
+``base_name``, which is how the state holds it (:mod:`statestore.state.file_columns`); version 1 had one
 ``filename`` column, and is still read. Since version 3 the files come in ascending order of their name
-hashes, each stored in ``name_hash`` (the hash named by the ``statestore.name_hash`` metadata key), so
+hashes, each stored in ``name_hash`` (the hash named by the ``statestore.state.name_hash`` metadata key), so
 the rows read are the state's name index: a load hashes no name. It checks the hashes are one per file and
 ascending, and a sample of them against the names; each Parquet page carries a CRC, checked on reading.
 Version 2, or a hash this library does not know, is read by hashing the names.
@@ -35,22 +35,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from statestore.collector import collector_paused
 from statestore.errors import CodecError, InvalidPartitionTreeError
-from statestore.file_columns import ALL_HASH_BITS, FileColumns, one_array, split_filename
-from statestore.partition_columns import PartitionColumns
-from statestore.schema import KeyType, Schema
-from statestore.state import TableState
+from statestore.model.schema import KeyType, Schema
+from statestore.state.cycle_collector import collector_paused
+from statestore.state.file_columns import ALL_HASH_BITS, FileColumns, one_array, split_filename
+from statestore.state.partition_columns import PartitionColumns
+from statestore.state.table_state import TableState
 
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)  # version 1: one ``filename`` column; version 2: no ``name_hash``
 
 _VERSION_KEY = b"statestore.snapshot.version"
 _KIND_KEY = b"statestore.snapshot.kind"
-_SCHEMA_KEY = b"statestore.schema"
-# Which hash ``name_hash`` holds (statestore.name_hash, combined as statestore.file_columns does): a
-# reader that does not know it hashes the names itself.
-_NAME_HASH_KEY = b"statestore.name_hash"
+_SCHEMA_KEY = b"statestore.model.schema"
+# Which hash ``name_hash`` holds (statestore.state.name_hash, combined as statestore.state.file_columns does):
+# a reader that does not know it hashes the names itself.
+_NAME_HASH_KEY = b"statestore.state.name_hash"
 NAME_HASH_VERSION = b"1"
 # The update time of the log entry the snapshot is at (epoch ms): where the next entry's time starts from,
 # so log times never run backwards. Absent from snapshots written before it was kept.

@@ -36,12 +36,12 @@ from statestore.codec.json_encoding import (
     encode_transaction,
     transaction_to_json,
 )
-from statestore.collector import collector_paused_for_body
 from statestore.errors import CodecError, InvalidPartitionTreeError, UnreadableLogEntryError
-from statestore.files import FileReference
-from statestore.partitions import Partition, Range, Region
-from statestore.ports import LogEntry
-from statestore.schema import Key
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition, Range, Region
+from statestore.model.schema import Key
+from statestore.state.cycle_collector import collector_paused_for_body
+from statestore.store.ports import LogEntry
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -32,9 +32,9 @@ from spark_client import (
     read_added_since,
     split_partitions,
 )
+from statestore.instance import ResourceNames
 from statestore.local.runtime import LocalRuntime
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 
 
 @dataclass

@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from statestore.clock import now_millis
-from statestore.engine import TransactionLogStateStore
-from statestore.files import FileReference
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.partitions import partitions_from_split_points
-from statestore.schema import Schema
-from statestore.snapshots import SnapshotStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
+from statestore.model.clock import now_millis
+from statestore.model.files import FileReference
+from statestore.model.partitions import partitions_from_split_points
+from statestore.model.schema import Schema
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from statestore.aws.clients import AwsCaller, make_client
-from statestore.aws.sqs_queue import provision_queues, provision_upkeep_queues
-from statestore.commit_requests import CommitSender
+from statestore.adapters.aws.clients import AwsCaller, make_client
+from statestore.adapters.aws.sqs_queue import provision_queues, provision_upkeep_queues
+from statestore.engine.requests import CommitSender
 from statestore.errors import EndpointUnavailableError, ResourceSettingsConflictError
-from statestore.resources import ResourceNames
-from statestore.upkeep import UpkeepKind
+from statestore.instance import ResourceNames
+from statestore.services.upkeep import UpkeepKind
 
 
 def connect_commit_sender(
@@ -30,7 +30,7 @@ def connect_commit_sender(
 
     Raises StateStoreError if the commit queue does not exist.
     """
-    from statestore.aws.backend import AwsBackend
+    from statestore.adapters.aws.backend import AwsBackend
 
     backend = AwsBackend.connect(
         resources, endpoint_url, region=region, dynamodb_endpoint_url=dynamodb_endpoint_url

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from statestore.aws.committer_switch import is_paused_locally
-from statestore.aws.sqs_queue import SqsCommitQueue
+from statestore.adapters.aws.committer_switch import is_paused_locally
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue
 from statestore.errors import StateStoreError
-from statestore.resources import COMMITTER_TIMEOUT_SECONDS, ResourceNames
+from statestore.instance import COMMITTER_TIMEOUT_SECONDS, ResourceNames
 
 logger = logging.getLogger(__name__)
 

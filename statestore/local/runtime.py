@@ -17,7 +17,7 @@ handlers AWS would:
   dead-letter queue. Unlike the real mapping, which lets a failed message wait out the queue's visibility
   timeout (six times the committer's), the poller makes it visible again after ``retry_delay`` seconds.
   It stops receiving while the commit queue carries the paused tag (``statestore committer pause``, from any
-  process: see :mod:`statestore.aws.committer_switch`);
+  process: see :mod:`statestore.adapters.aws.committer_switch`);
 - a **scheduler** thread calls ``lambdas.snapshot.handler`` and ``lambdas.cleanup.handler`` every so many
   seconds with a scheduled event, as the EventBridge schedules do: each *plans*, queueing one message per
   table on its FIFO work queue;
@@ -69,16 +69,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from statestore.aws.clients import DEFAULT_REGION, make_client
-from statestore.aws.committer_switch import LocalCommitterSwitch
-from statestore.aws.sqs_queue import (
+from statestore.adapters.aws.clients import DEFAULT_REGION, make_client
+from statestore.adapters.aws.committer_switch import LocalCommitterSwitch
+from statestore.adapters.aws.sqs_queue import (
     MAX_RECEIVE_COUNT,
     SqsCommitQueue,
 )
-from statestore.client import StateStoreClient
-from statestore.commit_requests import CommitSender
-from statestore.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
+from statestore.engine.requests import CommitSender
 from statestore.errors import EndpointUnavailableError
+from statestore.instance import ResourceNames
 from statestore.local.data_dir import DataDirLock
 from statestore.local.dynamodb_local import DynamoDBLocal
 from statestore.local.endpoints import (
@@ -93,8 +92,9 @@ from statestore.local.endpoints import (
 from statestore.local.event_sources import CommitQueueMapping, PollerStats
 from statestore.local.moto_server import MotoServer, restore_s3
 from statestore.local.schedules import UpkeepSchedules
-from statestore.resources import ResourceNames
-from statestore.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
+from statestore.services.client import StateStoreClient
+from statestore.services.committer import REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
+from statestore.services.upkeep import UPKEEP_PERIOD_ENV, UpkeepKind
 
 __all__ = ["EndpointUnavailableError", "LocalRuntime", "connect_commit_sender"]
 

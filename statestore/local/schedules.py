@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from statestore.aws.sqs_queue import SqsCommitQueue
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue
 from statestore.errors import StateStoreError
+from statestore.instance import ResourceNames
 from statestore.local.event_sources import FakeLambdaContext, PollerStats, pause_after_failures
-from statestore.resources import ResourceNames
-from statestore.upkeep import UpkeepKind
+from statestore.services.upkeep import UpkeepKind
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from statestore.errors import TransactionValidationError
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 
 
 class Transaction(ABC):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from statestore.errors import InvalidTransactionError
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 from statestore.transactions.base import Transaction
 
 

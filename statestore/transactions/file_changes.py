@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, cast
 
-from statestore.collector import collector_paused
 from statestore.errors import (
     AllJobsRejectedError,
     FileAlreadyExistsError,
@@ -20,19 +19,20 @@ from statestore.errors import (
     PartitionNotFoundError,
     TransactionValidationError,
 )
-from statestore.file_columns import FileColumns, forget_split_filenames
-from statestore.files import FileReference, TableFile
-from statestore.names import MAX_NAME_BYTES, key_problem, name_problem
-from statestore.reference_checks import (
+from statestore.model.files import FileReference, TableFile
+from statestore.model.names import MAX_NAME_BYTES, key_problem, name_problem
+from statestore.model.schema import INT64_MAX, INT64_MIN
+from statestore.state.cycle_collector import collector_paused
+from statestore.state.file_columns import FileColumns, forget_split_filenames
+from statestore.state.table_state import TableState
+from statestore.transactions.base import Transaction
+from statestore.transactions.checks import (
     check_epoch_ms,
     check_name,
     check_new_filename,
     check_new_reference,
     reference_in,
 )
-from statestore.schema import INT64_MAX, INT64_MIN
-from statestore.state import TableState
-from statestore.transactions.base import Transaction
 
 # Builds a FileReference from a tuple of all its fields, without ``_make``'s Python call per reference.
 _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tuple.__new__, FileReference))

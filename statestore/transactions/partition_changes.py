@@ -13,7 +13,7 @@ from statestore.errors import (
     PartitionNotFoundError,
     PartitionNotLeafError,
 )
-from statestore.partitions import (
+from statestore.model.partitions import (
     Partition,
     check_partition_for_schema,
     check_split,
@@ -21,7 +21,7 @@ from statestore.partitions import (
     extend_tree,
     validate_tree,
 )
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 from statestore.transactions.base import Transaction
 
 

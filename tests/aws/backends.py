@@ -9,10 +9,14 @@ from dataclasses import dataclass
 import pytest
 from moto import mock_aws
 
-from statestore.aws.backend import AwsBackend
-from statestore.catalog import InMemoryTableIndex, TableIndex
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.ports import BlobStore, SnapshotMetadataStore, TransactionLogStore
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.store.memory import (
+    InMemoryBlobStore,
+    InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
+    InMemoryTransactionLog,
+)
+from statestore.store.ports import BlobStore, SnapshotMetadataStore, TableIndex, TransactionLogStore
 from tests.fixtures.aws_servers import unique_resources
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestore.aws.backend import AwsBackend
+from statestore.adapters.aws.backend import AwsBackend
 from tests.aws.backends import Ports, open_ports
 from tests.fixtures.aws_servers import *  # noqa: F403  (session fixtures: moto_server, dynamodb_local)
 

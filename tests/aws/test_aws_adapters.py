@@ -6,21 +6,21 @@ from typing import Any
 
 import pytest
 
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.aws.dynamodb_log import DynamoDBTransactionLog
-from statestore.aws.s3_blobs import S3BlobStore
-from statestore.engine import GroupMember, TransactionLogStateStore
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.adapters.aws.s3_blobs import S3BlobStore
+from statestore.engine.log_store import GroupMember, TransactionLogStateStore
 from statestore.errors import (
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionTooLargeError,
 )
-from statestore.files import FileReference
-from statestore.partitions import root_partition
-from statestore.ports import CommitOutcome, LogEntry
-from statestore.resources import MAX_INLINE_BODY_BYTES
-from statestore.schema import Schema
+from statestore.instance import MAX_INLINE_BODY_BYTES
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.partitions import root_partition
+from statestore.model.schema import Schema
+from statestore.store.ports import CommitOutcome, LogEntry
 from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import data_key
 

@@ -6,18 +6,18 @@ import uuid
 
 import pytest
 
-from statestore import layout
-from statestore.client import StateStoreClient
 from statestore.codec.parquet import state_to_parquet
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
 from statestore.errors import (
     InvalidPartitionSplitError,
     InvalidSchemaError,
     TableAlreadyExistsError,
     TableNotFoundError,
 )
-from statestore.files import FileReference
-from statestore.schema import Schema
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
 from statestore.transactions import AddFiles
 from tests.aws.backends import Ports
 from tests.builders import data_key, data_keys

@@ -12,9 +12,9 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
-from statestore.aws.backend import AwsBackend
-from statestore.client import StateStoreClient
+from statestore.adapters.aws.backend import AwsBackend
 from statestore.codec.transaction_json import decode_entry
+from statestore.services.client import StateStoreClient
 from statestore.transactions import AddFiles
 from tests.aws.writers import SCHEMA, WriterReport, write
 from tests.fixtures.aws_servers import unique_resources

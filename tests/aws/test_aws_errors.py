@@ -15,13 +15,12 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from statestore.aws.clients import BOTOCORE_MAX_ATTEMPTS, AwsCaller, batch_delete_items, make_client
-from statestore.aws.commit_status import DynamoDBCommitStatusStore
-from statestore.aws.dynamodb_log import DynamoDBTransactionLog
-from statestore.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
-from statestore.backoff import full_jitter_delay
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.adapters.aws.clients import BOTOCORE_MAX_ATTEMPTS, AwsCaller, batch_delete_items, make_client
+from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.adapters.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.errors import (
     AccessDeniedError,
     CommitOutcomeUnknownError,
@@ -32,9 +31,10 @@ from statestore.errors import (
     StoreUnavailableError,
     ThrottledError,
 )
-from statestore.memory import InMemoryBlobStore
-from statestore.ports import LogEntry, SnapshotInfo
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.model.backoff import full_jitter_delay
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.ports import LogEntry, SnapshotInfo
 from statestore.transactions import InitialisePartitions
 from tests.builders import LONG_SCHEMA, tree
 from tests.fixtures.aws_servers import free_port

@@ -6,8 +6,6 @@ import gzip
 
 import pytest
 
-from statestore.catalog import TableInfo
-from statestore.clock import now_millis
 from statestore.errors import (
     BlobNotFoundError,
     RequestsAlreadyDecidedError,
@@ -18,11 +16,13 @@ from statestore.errors import (
     TransactionNotRetainedError,
     TransactionNumberTakenError,
 )
-from statestore.layout import REQUEST_BODY_TAGS
-from statestore.memory import InMemoryBlobStore
-from statestore.ports import CommitOutcome, CommitStatus, LogEntry, SnapshotInfo
-from statestore.resources import MAX_INLINE_BODY_BYTES
-from statestore.schema import Schema
+from statestore.instance import MAX_INLINE_BODY_BYTES
+from statestore.model.clock import now_millis
+from statestore.model.layout import REQUEST_BODY_TAGS
+from statestore.model.schema import Schema
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, SnapshotInfo
+from statestore.store.tables import TableInfo
 from tests.aws.backends import Ports
 
 

@@ -13,11 +13,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from statestore.aws.committer_switch import LambdaCommitterSwitch, LocalCommitterSwitch
-from statestore.aws.sqs_queue import provision_queues
-from statestore.committer_switch import CommitterSwitch, InMemoryCommitterSwitch, QueueDepth
+from statestore.adapters.aws.committer_switch import LambdaCommitterSwitch, LocalCommitterSwitch
+from statestore.adapters.aws.sqs_queue import provision_queues
 from statestore.errors import StateStoreError
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.store.memory import InMemoryCommitterSwitch
+from statestore.store.ports import CommitterSwitch, QueueDepth
 
 REGION = "us-east-1"
 NAMES = ResourceNames.for_instance("switch")

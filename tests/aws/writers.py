@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.engine import RetryPolicy, TransactionLogStateStore
-from statestore.files import FileReference
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.instance import ResourceNames
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.schema import Schema
 from statestore.transactions import AddFiles
 
 SCHEMA = Schema.of({"key": "long"})

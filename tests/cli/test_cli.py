@@ -23,8 +23,8 @@ from statestore.cli import (
     main,
 )
 from statestore.codec.transaction_json import transaction_to_json
-from statestore.files import FileReference
 from statestore.local.runtime import LocalRuntime
+from statestore.model.files import FileReference
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
 from tests.cli.conftest import Cli
 from tests.fixtures.aws_servers import REPO_ROOT

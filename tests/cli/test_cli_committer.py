@@ -10,7 +10,7 @@ import pytest
 
 from statestore.cli import EXIT_OK
 from statestore.local.event_sources import PAUSED_CHECK_SECONDS
-from statestore.ports import CommitOutcome
+from statestore.store.ports import CommitOutcome
 from statestore.transactions import AddFiles
 from tests.builders import INT_SCHEMA, data_key, ref
 from tests.cli.conftest import Cli

@@ -10,11 +10,11 @@ import pytest
 
 from statestore.cli import EXIT_OK, EXIT_USAGE, session
 from statestore.cli.errors import CliError
-from statestore.client import StateStoreClient
-from statestore.files import FileReference
-from statestore.memory import InMemoryFileReferenceStore
-from statestore.ports import FileReferenceStore
-from statestore.resources import POSTGRES_URL_ENV
+from statestore.instance import POSTGRES_URL_ENV
+from statestore.model.files import FileReference
+from statestore.services.client import StateStoreClient
+from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.ports import FileReferenceStore
 from statestore.transactions import AddFiles
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import SCHEMA, unique, write
@@ -78,7 +78,7 @@ def test_a_postgres_table_without_a_postgres_url_says_how_to_give_one(
 def test_the_postgres_factory_says_what_is_missing_until_the_adapter_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "statestore.postgres", None)  # not importable
+    monkeypatch.setitem(sys.modules, "statestore.adapters.postgres", None)  # not importable
     with pytest.raises(CliError, match="PostgreSQL file store cannot be loaded"):
         session.postgres_file_store("postgresql://db/statestore")
 
@@ -95,7 +95,7 @@ def test_on_a_real_postgresql_a_table_made_by_the_cli_keeps_its_files_there_and_
     )  # fmt: skip
     assert made.code == EXIT_OK, made.err
 
-    from statestore.postgres import PostgresFileReferenceStore
+    from statestore.adapters.postgres import PostgresFileReferenceStore
 
     with PostgresFileReferenceStore.connect(url) as rows:
         client = StateStoreClient.for_aws(

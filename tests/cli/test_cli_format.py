@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from statestore.cli.output import summarize
-from statestore.partitions import root_partition
+from statestore.model.partitions import root_partition
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

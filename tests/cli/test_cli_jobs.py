@@ -6,7 +6,7 @@ from pathlib import Path
 
 from statestore.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from statestore.codec.transaction_json import transaction_to_json
-from statestore.files import FileReference
+from statestore.model.files import FileReference
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from statestore import layout
 from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.ports import QueueMessage
+from statestore.engine.requests import CommitRequest, encode_request
+from statestore.model import layout
+from statestore.services.upkeep import UpkeepKind, UpkeepWork
+from statestore.store.ports import QueueMessage
 from statestore.transactions import AddFiles
-from statestore.upkeep import UpkeepKind, UpkeepWork
 from tests.builders import INT_SCHEMA, data_keys, ref
 from tests.cli.conftest import Cli
 

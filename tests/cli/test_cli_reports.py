@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from statestore.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
-from statestore.client import StateStoreClient
 from statestore.local.runtime import LocalRuntime
-from statestore.schema import Schema
+from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

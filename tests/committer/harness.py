@@ -6,20 +6,21 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from statestore.catalog import InMemoryTableIndex, TableIndex, TableInfo
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import BatchCommitter, MessageResult, ReceivedMessage
-from statestore.engine import RetryPolicy, TransactionLogStateStore
-from statestore.memory import (
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, encode_request
+from statestore.engine.snapshots import SnapshotStore
+from statestore.services.committer import BatchCommitter, MessageResult, ReceivedMessage
+from statestore.state.table_state import TableState
+from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
     InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.ports import BlobStore, CommitQueue, TransactionLogStore
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.store.ports import BlobStore, CommitQueue, TableIndex, TransactionLogStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
 from tests.builders import INT_SCHEMA, data_key, ref, tree
 

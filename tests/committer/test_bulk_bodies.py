@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from statestore import layout
-from statestore.cleanup import CleanupPolicy, cleanup_table
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
-from statestore.commit_requests import CommitRequest, body_key, encode_request
-from statestore.committer import ReceivedMessage
-from statestore.memory import InMemoryBlobStore, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.engine.requests import CommitRequest, body_key, encode_request
+from statestore.model import layout
+from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.services.committer import ReceivedMessage
+from statestore.store.memory import InMemoryBlobStore, InMemoryTransactionLog
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import AddFiles, TransactionBatch
 from tests.builders import data_key, ref
 from tests.committer.harness import FakeClock, Harness, add_files, message, outcomes, redelivered

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from statestore import layout
-from statestore.cleanup import GC_DELAY_PROPERTY, MAX_DELAY_MS, CleanupPolicy, CleanupReport, cleanup_table
 from statestore.codec.transaction_json import decode_entry
-from statestore.commit_requests import CommitRequest
-from statestore.ports import CommitOutcome
+from statestore.engine.requests import CommitRequest
+from statestore.model import layout
+from statestore.services.cleanup import (
+    GC_DELAY_PROPERTY,
+    MAX_DELAY_MS,
+    CleanupPolicy,
+    CleanupReport,
+    cleanup_table,
+)
+from statestore.store.ports import CommitOutcome
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

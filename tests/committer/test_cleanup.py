@@ -9,13 +9,13 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from statestore import layout
-from statestore.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_table, may_delete_data_file
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TransactionLogStateStore
-from statestore.memory import InMemoryTransactionLog
-from statestore.ports import CommitStatus, LogEntry
-from statestore.state import TableState
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.model import layout
+from statestore.services.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_table, may_delete_data_file
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.ports import CommitStatus, LogEntry
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

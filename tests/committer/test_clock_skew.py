@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from statestore import layout, resources
-from statestore.catalog import TableInfo
-from statestore.cleanup import CleanupPolicy, cleanup_table, policy_from_environment
-from statestore.commit_requests import CommitRequest
+from statestore import instance as resources
+from statestore.engine.requests import CommitRequest
 from statestore.errors import StateStoreError
-from statestore.memory import InMemoryBlobStore
+from statestore.model import layout
+from statestore.services.cleanup import CleanupPolicy, cleanup_table, policy_from_environment
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles
 from tests.builders import ref
 from tests.committer.harness import FakeClock, Harness, message, outcomes

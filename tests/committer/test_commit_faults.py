@@ -15,17 +15,17 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from statestore.codec.transaction_json import transaction_to_json
-from statestore.commit_requests import CommitRequest, body_key, encode_request
-from statestore.committer import ReceivedMessage
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, body_key, encode_request
 from statestore.errors import StoreUnavailableError, TransactionNumberTakenError
-from statestore.memory import (
+from statestore.services.committer import ReceivedMessage
+from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
     InMemoryCommitStatusStore,
     InMemoryTransactionLog,
 )
-from statestore.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import pytest
 from moto import mock_aws
 
-from statestore.aws.clients import make_client
-from statestore.aws.commit_status import DynamoDBCommitStatusStore
-from statestore.aws.provision import provision
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
-from statestore.memory import InMemoryCommitQueue, InMemoryCommitStatusStore
-from statestore.ports import CommitOutcome, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
-from statestore.resources import ResourceNames
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.adapters.aws.provision import provision
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.instance import ResourceNames
+from statestore.store.memory import InMemoryCommitQueue, InMemoryCommitStatusStore
+from statestore.store.ports import CommitOutcome, CommitQueue, CommitStatus, CommitStatusStore, QueueMessage
 from tests.fixtures.aws_servers import *  # noqa: F403  (session fixtures: dynamodb_local)
 from tests.fixtures.aws_servers import unique_resources
 

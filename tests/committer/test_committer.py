@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from statestore import layout
-from statestore.catalog import TableInfo
 from statestore.codec.transaction_json import decode_entry
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.committer import REASON_ATTRIBUTE
+from statestore.engine.requests import CommitRequest, encode_request
 from statestore.errors import StoreUnavailableError
-from statestore.memory import InMemoryCommitQueue, InMemoryCommitStatusStore, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.model import layout
+from statestore.services.committer import REASON_ATTRIBUTE
+from statestore.store.memory import InMemoryCommitQueue, InMemoryCommitStatusStore, InMemoryTransactionLog
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
@@ -392,7 +392,7 @@ def _info_for(table_id: str) -> TableInfo:
 
 
 def test_a_big_request_body_is_read_from_the_bucket(h: Harness) -> None:
-    from statestore.commit_requests import CommitSender
+    from statestore.engine.requests import CommitSender
 
     table = h.create_table("t")
     queue = InMemoryCommitQueue()

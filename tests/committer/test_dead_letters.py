@@ -11,15 +11,15 @@ from dataclasses import dataclass
 import pytest
 from moto import mock_aws
 
-from statestore import dead_letters
-from statestore.aws.clients import make_client
-from statestore.aws.sqs_dead_letters import SqsDeadLetterQueue
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
-from statestore.commit_requests import encode_request
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.sqs_dead_letters import SqsDeadLetterQueue
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
+from statestore.engine.requests import encode_request
 from statestore.errors import DeadLetterNotFoundError, UnredrivableDeadLetterError
-from statestore.memory import InMemoryCommitQueue, InMemoryDeadLetterQueue
-from statestore.ports import CommitQueue, DeadLetterQueue, QueueMessage
-from statestore.upkeep import UpkeepKind, UpkeepWork
+from statestore.services import dead_letters
+from statestore.services.upkeep import UpkeepKind, UpkeepWork
+from statestore.store.memory import InMemoryCommitQueue, InMemoryDeadLetterQueue
+from statestore.store.ports import CommitQueue, DeadLetterQueue, QueueMessage
 from tests.builders import data_key
 from tests.committer.harness import Harness, add_files, message
 from tests.fixtures.aws_servers import unique_resources

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.commit_requests import encode_request, parse_request
-from statestore.committer import REASON_ATTRIBUTE, MessageOutcome, ReceivedMessage
-from statestore.committer.decisions import (
+from statestore.engine.requests import encode_request, parse_request
+from statestore.services.committer import REASON_ATTRIBUTE, MessageOutcome, ReceivedMessage
+from statestore.services.committer.decisions import (
     Committed,
     DeadLettered,
     Decision,
@@ -22,9 +22,9 @@ from statestore.committer.decisions import (
     result_of,
     status_of,
 )
-from statestore.committer.sorting import parse_message, sort_batch, split_copies
-from statestore.memory import InMemoryCommitQueue
-from statestore.ports import CommitOutcome, CommitStatus
+from statestore.services.committer.sorting import parse_message, sort_batch, split_copies
+from statestore.store.memory import InMemoryCommitQueue
+from statestore.store.ports import CommitOutcome, CommitStatus
 from tests.builders import data_keys
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 

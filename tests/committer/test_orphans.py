@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from statestore import layout
-from statestore.cleanup import CleanupPolicy, cleanup_table
-from statestore.memory import InMemoryBlobStore
-from statestore.orphans import find_orphan_files
+from statestore.engine.orphans import find_orphan_files
+from statestore.model import layout
+from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.store.memory import InMemoryBlobStore
 from statestore.transactions import AddFiles, ClearFiles
 from tests.builders import ref
 from tests.committer.harness import FakeClock, Harness

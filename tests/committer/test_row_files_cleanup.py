@@ -4,12 +4,13 @@ expired claims are released as for log tables."""
 
 from __future__ import annotations
 
-from statestore import layout, resources
-from statestore.catalog import TableInfo
-from statestore.cleanup import CleanupPolicy, cleanup_one, cleanup_table
-from statestore.clock import now_millis
-from statestore.ports import FileReferenceStore
-from statestore.row_files import RowFilesStateStore
+from statestore import instance as resources
+from statestore.engine.row_store import RowFilesStateStore
+from statestore.model import layout
+from statestore.model.clock import now_millis
+from statestore.services.cleanup import CleanupPolicy, cleanup_one, cleanup_table
+from statestore.store.ports import FileReferenceStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from statestore.catalog import TableInfo
-from statestore.commit_requests import CommitRequest
+from statestore.engine.requests import CommitRequest
+from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import StoreUnavailableError
-from statestore.memory import InMemoryCommitStatusStore
-from statestore.ports import CommitOutcome, CommitStatus, FileReferenceStore
-from statestore.row_files import RowFilesStateStore
+from statestore.store.memory import InMemoryCommitStatusStore
+from statestore.store.ports import CommitOutcome, CommitStatus, FileReferenceStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import InitialisePartitions, SplitPartition
 from tests.builders import INT_SCHEMA, data_keys, tree
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from statestore.catalog import TableInfo
-from statestore.committer import ReceivedMessage
 from statestore.errors import StateStoreError
-from statestore.memory import InMemoryCommitQueue
+from statestore.services.committer import ReceivedMessage
+from statestore.store.memory import InMemoryCommitQueue
+from statestore.store.tables import TableInfo
 from statestore.transactions import InitialisePartitions
 from tests.builders import INT_SCHEMA, data_key, data_keys, tree
 from tests.committer.harness import Harness, add_files, message, outcomes

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from statestore.commit_requests import CommitRequest
-from statestore.files import FileReference
+from statestore.engine.requests import CommitRequest
+from statestore.instance import ResourceNames
 from statestore.local.runtime import connect_commit_sender
-from statestore.resources import ResourceNames
+from statestore.model.files import FileReference
 from statestore.transactions import AddFiles
 
 # (table_id, leaf partition ids) per table

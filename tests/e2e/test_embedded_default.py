@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
 from statestore.codec.transaction_json import decode_entry
 from statestore.errors import EndpointUnavailableError, TransactionNumberTakenError
 from statestore.local.dynamodb_local import find_dynamodb_local
 from statestore.local.runtime import LocalRuntime
-from statestore.ports import CommitOutcome, LogEntry
+from statestore.store.ports import CommitOutcome, LogEntry
 from tests.e2e.test_local_runtime import add_file, new_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.dynamodb_local]

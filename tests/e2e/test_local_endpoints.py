@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from statestore.aws.clients import make_client
+from statestore.adapters.aws.clients import make_client
 from statestore.local.runtime import LocalRuntime
 from tests.e2e.runtime_process import descendants, wait_until_gone
 from tests.e2e.test_local_runtime import add_file, new_table

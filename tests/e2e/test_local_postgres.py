@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from statestore.errors import UnsupportedByFileStoreError
-from statestore.files import FileReference
+from statestore.instance import POSTGRES_URL_ENV
 from statestore.local.runtime import LocalRuntime
-from statestore.ports import CommitOutcome
-from statestore.resources import POSTGRES_URL_ENV
+from statestore.model.files import FileReference
+from statestore.store.ports import CommitOutcome
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from statestore import upkeep
-from statestore.cleanup import SnapshotOutcome
-from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import decode_entry
-from statestore.commit_requests import CommitRequest, encode_request
-from statestore.files import FileReference
+from statestore.engine.requests import CommitRequest, encode_request
 from statestore.local.runtime import LocalDeadLetter, LocalRuntime
-from statestore.ports import CommitOutcome, QueueMessage
+from statestore.model.files import FileReference
+from statestore.services import upkeep
+from statestore.services.cleanup import SnapshotOutcome
+from statestore.services.client import StateStoreClient
+from statestore.store.ports import CommitOutcome, QueueMessage
 from statestore.transactions import AddFiles, TransactionBatch, request_ids_of
 from tests.e2e.conftest import StartRuntime
 from tests.e2e.producers import Sent, Tables, produce

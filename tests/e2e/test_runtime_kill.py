@@ -30,14 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import decode_entry
-from statestore.commit_requests import CommitSender
-from statestore.files import FileReference
+from statestore.engine.requests import CommitSender
+from statestore.instance import ResourceNames
 from statestore.local.dynamodb_local import free_port
 from statestore.local.runtime import connect_commit_sender
-from statestore.ports import CommitOutcome
-from statestore.resources import ResourceNames
+from statestore.model.files import FileReference
+from statestore.services.client import StateStoreClient
+from statestore.store.ports import CommitOutcome
 from statestore.transactions import AddFiles, Transaction, TransactionBatch, request_ids_of
 from tests.e2e.runtime_process import RuntimeProcess, running, statestore_command, wait_until_gone
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from statestore import layout
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.model import layout
 from tests.infra.permissions import (
     OBJECT_DELETE,
     OBJECT_PUT,

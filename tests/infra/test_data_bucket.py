@@ -9,7 +9,7 @@ import pytest
 from aws_cdk import assertions
 
 from infra.data_bucket import check_bucket_name_length
-from statestore import resources
+from statestore import instance as resources
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match

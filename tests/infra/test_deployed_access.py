@@ -19,23 +19,23 @@ import pytest
 from moto import mock_aws
 
 from lambdas._runtime import Runtime
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.aws.dynamodb_log import DynamoDBTransactionLog
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
-from statestore.catalog import TableInfo
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
 from statestore.cli import main
-from statestore.client import StateStoreClient
 from statestore.codec.transaction_json import transaction_to_json
-from statestore.committer import ReceivedMessage
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError
-from statestore.ports import CommitOutcome, QueueMessage
-from statestore.resources import ResourceNames
-from statestore.snapshots import SnapshotStore
+from statestore.instance import ResourceNames
+from statestore.model import layout
+from statestore.services.client import StateStoreClient
+from statestore.services.committer import ReceivedMessage
+from statestore.services.upkeep import UpkeepKind, UpkeepWork
+from statestore.store.ports import CommitOutcome, QueueMessage
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
-from statestore.upkeep import UpkeepKind, UpkeepWork
 from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.infra.deployed_iam import (
     REGION,

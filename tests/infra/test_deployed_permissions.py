@@ -23,18 +23,18 @@ from lambdas import cleanup as cleanup_lambda
 from lambdas import committer as committer_lambda
 from lambdas import snapshot as snapshot_lambda
 from lambdas._runtime import Runtime, use_runtime
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
-from statestore.catalog import TableInfo
-from statestore.cleanup import GC_DELAY_PROPERTY
-from statestore.commit_requests import CommitSender
-from statestore.committer import REASON_ATTRIBUTE
-from statestore.engine import TransactionLogStateStore
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.requests import CommitSender
 from statestore.errors import StateStoreError
-from statestore.ports import CommitOutcome, QueueMessage
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.model import layout
+from statestore.services.cleanup import GC_DELAY_PROPERTY
+from statestore.services.committer import REASON_ATTRIBUTE
+from statestore.store.ports import CommitOutcome, QueueMessage
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

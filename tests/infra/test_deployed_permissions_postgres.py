@@ -20,15 +20,15 @@ import pytest
 from aws_cdk import assertions
 from moto import mock_aws
 
-from statestore import layout
-from statestore.catalog import FILE_STORE_POSTGRES, TableInfo
-from statestore.cleanup import GC_DELAY_PROPERTY
-from statestore.commit_requests import CommitSender
+from statestore.adapters.postgres import PostgresFileReferenceStore
+from statestore.engine.requests import CommitSender
+from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import StateStoreError
-from statestore.ports import CommitOutcome
-from statestore.postgres import PostgresFileReferenceStore
-from statestore.resources import POSTGRES_SSLMODE_ENV
-from statestore.row_files import RowFilesStateStore
+from statestore.instance import POSTGRES_SSLMODE_ENV
+from statestore.model import layout
+from statestore.services.cleanup import GC_DELAY_PROPERTY
+from statestore.store.ports import CommitOutcome
+from statestore.store.tables import FILE_STORE_POSTGRES, TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 from infra.spark_package import write_code_archive
-from statestore.postgres.tls import BUNDLE_NAME
+from statestore.adapters.postgres.tls import BUNDLE_NAME
 
 BUNDLE = Path(__file__).resolve().parents[2] / "statestore" / "postgres" / BUNDLE_NAME
 
@@ -21,10 +21,10 @@ def test_the_spark_code_archive_carries_the_bundle_and_the_client_reads_it_from_
     archive = tmp_path / "code.zip"
     write_code_archive(archive)
     with zipfile.ZipFile(archive) as z:
-        assert z.read(f"statestore/postgres/{BUNDLE_NAME}") == BUNDLE.read_bytes()
+        assert z.read(f"statestore/adapters/postgres/{BUNDLE_NAME}") == BUNDLE.read_bytes()
 
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import statestore.postgres.tls as tls; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import statestore.adapters.postgres.tls as tls; "
         "import hashlib, pathlib; print(tls.__file__); "
         "print(hashlib.sha256(pathlib.Path(tls.bundled_ca_file()).read_bytes()).hexdigest())"
     )

@@ -11,9 +11,9 @@ from aws_cdk import assertions
 
 from infra.functions import VPC_ACCESS_ACTIONS
 from infra.postgres import HOST_ENV, SECRET_ARN_ENV
-from statestore.postgres.schema import APP_ROLE
-from statestore.resources import POSTGRES_MASTER_SECRET_ARN_ENV as MASTER_SECRET_ARN_ENV
-from statestore.resources import POSTGRES_SERVER_SETTINGS
+from statestore.adapters.postgres.schema import APP_ROLE
+from statestore.instance import POSTGRES_MASTER_SECRET_ARN_ENV as MASTER_SECRET_ARN_ENV
+from statestore.instance import POSTGRES_SERVER_SETTINGS
 from tests.infra.conftest import SynthStack
 from tests.infra.test_stack import CLEANUP, COMMITTER, SNAPSHOT, statements_of
 

@@ -1,6 +1,7 @@
-"""Every setting both the stack and the embedded mode use has one definition (``statestore.resources``, or
-``statestore.cleanup`` for the cleanup's delays): the synthesized template holds exactly those values, and
-so do the queues the embedded mode creates (``statestore.aws.sqs_queue``, checked on moto)."""
+"""Every setting both the stack and the embedded mode use has one definition (``statestore.instance``, or
+``statestore.services.cleanup`` for the cleanup's delays): the synthesized template holds exactly those
+values, and so do the queues the embedded mode creates (``statestore.adapters.aws.sqs_queue``, checked on
+moto)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from statestore import resources
-from statestore.aws.commit_status import DEFAULT_RETENTION_SECONDS, MAX_REASON_CHARS
-from statestore.aws.sqs_queue import provision_queues, provision_upkeep_queues
-from statestore.cleanup import (
+from statestore import instance as resources
+from statestore.adapters.aws.commit_status import DEFAULT_RETENTION_SECONDS, MAX_REASON_CHARS
+from statestore.adapters.aws.sqs_queue import provision_queues, provision_upkeep_queues
+from statestore.instance import ResourceNames
+from statestore.services.cleanup import (
     CLAIM_EXPIRY_ENV,
     DEFAULT_CLAIM_EXPIRY_MS,
     DEFAULT_GC_DELAY_MS,
     GC_DELAY_ENV,
     CleanupPolicy,
 )
-from statestore.resources import ResourceNames
 
 pytestmark = pytest.mark.infra
 
@@ -140,6 +141,6 @@ def test_commit_statuses_and_reasons_use_the_definitions() -> None:
 
 
 def test_a_dead_letters_reason_is_cut_to_the_definition() -> None:
-    from statestore.committer import MAX_REASON_CHARS as DEAD_LETTER_REASON_CHARS
+    from statestore.services.committer import MAX_REASON_CHARS as DEAD_LETTER_REASON_CHARS
 
     assert DEAD_LETTER_REASON_CHARS == resources.MAX_DEAD_LETTER_REASON_CHARS

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk import assertions
 
-from statestore import layout
+from statestore.model import layout
 from tests.infra.conftest import SynthStack
 from tests.infra.permissions import (
     OBJECT_PUT,

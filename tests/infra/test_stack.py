@@ -12,9 +12,9 @@ from aws_cdk import assertions
 from infra.asset import AssetError
 from infra.committer import COMMITTER_TIMEOUT
 from infra.data_bucket import REQUEST_BODY_TAG_KEY, REQUEST_BODY_TAG_VALUE
-from statestore import resources
-from statestore.cleanup import CLAIM_EXPIRY_ENV, GC_DELAY_ENV, CleanupPolicy, policy_from_environment
-from statestore.resources import ResourceNames
+from statestore import instance as resources
+from statestore.instance import ResourceNames
+from statestore.services.cleanup import CLAIM_EXPIRY_ENV, GC_DELAY_ENV, CleanupPolicy, policy_from_environment
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match

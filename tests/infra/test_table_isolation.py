@@ -16,17 +16,17 @@ import pytest
 from moto import mock_aws
 
 from lambdas._runtime import Runtime
-from statestore import layout
-from statestore.aws.backend import AwsBackend
-from statestore.aws.clients import make_client
-from statestore.aws.dynamodb_log import DynamoDBTransactionLog
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
-from statestore.catalog import TableInfo
-from statestore.committer import MessageOutcome, ReceivedMessage
-from statestore.engine import TransactionLogStateStore
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues, provision_upkeep_queues
+from statestore.engine.log_store import TransactionLogStateStore
 from statestore.errors import StateStoreError
-from statestore.ports import CommitOutcome
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.model import layout
+from statestore.services.committer import MessageOutcome, ReceivedMessage
+from statestore.store.ports import CommitOutcome
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import INT_SCHEMA, ref, tree
 from tests.infra.conftest import SynthStack

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.commit_requests import CommitRequest, encode_request
+from statestore.engine.requests import CommitRequest, encode_request
 
 _ids = itertools.count(1)
 QUEUE_ARN = "arn:aws:sqs:eu-west-2:123456789012:statestore-test-commits.fifo"

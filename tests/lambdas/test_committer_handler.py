@@ -10,17 +10,17 @@ from moto import mock_aws
 
 from lambdas import committer as committer_lambda
 from lambdas._runtime import Runtime, use_runtime
-from statestore.aws.clients import make_client
-from statestore.aws.provision import provision
-from statestore.aws.sqs_queue import SqsCommitQueue, provision_queues
-from statestore.catalog import TableInfo
-from statestore.commit_requests import CommitRequest, CommitSender
-from statestore.committer import REASON_ATTRIBUTE
-from statestore.engine import TransactionLogStateStore
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.provision import provision
+from statestore.adapters.aws.sqs_queue import SqsCommitQueue, provision_queues
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, CommitSender
 from statestore.errors import StoreUnavailableError
-from statestore.memory import InMemoryCommitQueue, InMemoryTransactionLog
-from statestore.ports import CommitOutcome, CommitStatus, LogEntry
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
+from statestore.services.committer import REASON_ATTRIBUTE
+from statestore.store.memory import InMemoryCommitQueue, InMemoryTransactionLog
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     InitialisePartitions,
@@ -178,7 +178,7 @@ def test_on_moto_requests_sent_to_the_queue_are_committed_and_bad_ones_dead_lett
         sender.send(t1, AddFiles((ref(data_key(t1, "a")),))),
     ]
     queue.send(
-        [__import__("statestore.ports", fromlist=["QueueMessage"]).QueueMessage("{oops", t2, "junk-1")]
+        [__import__("statestore.store.ports", fromlist=["QueueMessage"]).QueueMessage("{oops", t2, "junk-1")]
     )
 
     event = queue.receive_event()

@@ -19,18 +19,18 @@ from lambdas import cleanup as cleanup_lambda
 from lambdas import committer as committer_lambda
 from lambdas import snapshot as snapshot_lambda
 from lambdas._runtime import Runtime, use_runtime
-from statestore import layout
-from statestore.catalog import TableInfo
-from statestore.commit_requests import CommitRequest
-from statestore.engine import TransactionLogStateStore
-from statestore.memory import InMemoryBlobStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.requests import CommitRequest
+from statestore.model import layout
+from statestore.services.upkeep import UpkeepKind
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     InitialisePartitions,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from statestore.upkeep import UpkeepKind
 from tests.builders import INT_SCHEMA, data_key, ref, tree
 from tests.lambdas.events import LambdaContext, sqs_event, sqs_record, upkeep_records
 from tests.lambdas.test_committer_handler import FlakyLog

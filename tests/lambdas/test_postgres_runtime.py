@@ -14,15 +14,15 @@ from moto import mock_aws
 
 from lambdas._runtime import postgres_file_store
 from lambdas.postgres_schema import migrate_from_environment
+from statestore.adapters.postgres.schema import APP_ROLE
 from statestore.errors import ResourceNotFoundError, StateStoreError
-from statestore.ports import FileCommitMember
-from statestore.postgres.schema import APP_ROLE
-from statestore.resources import (
+from statestore.instance import (
     POSTGRES_HOST_ENV,
     POSTGRES_MASTER_SECRET_ARN_ENV,
     POSTGRES_SECRET_ARN_ENV,
     POSTGRES_SSLMODE_ENV,
 )
+from statestore.store.ports import FileCommitMember
 from statestore.transactions import AddFiles
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.postgres import SUPERUSER, PostgresServer
@@ -43,7 +43,9 @@ def test_no_database_settings_means_no_file_store() -> None:
 def test_no_database_settings_needs_no_postgresql_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     # The embedded default installed with the `local` extra only has no psycopg; its committer asks for the
     # file store on every batch and must not fail importing a driver for a database nobody named.
-    drivers = [m for m in sys.modules if m == "psycopg" or m.startswith(("psycopg.", "statestore.postgres"))]
+    drivers = [
+        m for m in sys.modules if m == "psycopg" or m.startswith(("psycopg.", "statestore.adapters.postgres"))
+    ]
     for name in drivers:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now raises ImportError

@@ -13,13 +13,14 @@ import pytest
 from lambdas import cleanup as cleanup_lambda
 from lambdas import snapshot as snapshot_lambda
 from lambdas._runtime import Runtime, cleanup_policy, use_runtime
-from statestore import layout
-from statestore.catalog import TableInfo
-from statestore.clock import now_millis
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
 from statestore.errors import StoreUnavailableError
-from statestore.memory import InMemoryTransactionLog
-from statestore.ports import LogEntry
+from statestore.model import layout
+from statestore.model.clock import now_millis
+from statestore.services.upkeep import UpkeepKind
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.ports import LogEntry
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
@@ -28,7 +29,6 @@ from statestore.transactions import (
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
 )
-from statestore.upkeep import UpkeepKind
 from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.lambdas.events import LambdaContext, sqs_event, upkeep_records
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from statestore.memory import InMemoryFileReferenceStore
-from statestore.ports import FileReferenceStore
+from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.ports import FileReferenceStore
 from tests.builders import data_key
 
 DataKey = Callable[[str], str]
@@ -36,7 +36,7 @@ def file_store(request: pytest.FixtureRequest, clock: Clock) -> Iterator[FileRef
     if request.param == "memory":
         yield InMemoryFileReferenceStore(clock=clock)
         return
-    from statestore.postgres import PostgresFileReferenceStore
+    from statestore.adapters.postgres import PostgresFileReferenceStore
 
     conninfo = request.getfixturevalue("postgres_conninfo")
     store = PostgresFileReferenceStore.connect(conninfo, max_connections=4, ensure_schema=False, clock=clock)

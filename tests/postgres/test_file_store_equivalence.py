@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statestore.errors import TransactionValidationError
-from statestore.file_rows import is_row_transaction
-from statestore.files import FileReference, TableFile
-from statestore.ports import FileCommitMember, FileReferenceStore
-from statestore.state import TableState
+from statestore.model.files import FileReference, TableFile
+from statestore.state.table_state import TableState
+from statestore.store.ports import FileCommitMember, FileReferenceStore
 from statestore.transactions import ClearTable, InitialisePartitions, Transaction
+from statestore.views.row_decisions import is_row_transaction
 from tests.builders import STRING_SCHEMA, tree
 from tests.property.test_log_replay import SPLIT_POINTS, VALID_OPERATIONS, Names, invalid
 

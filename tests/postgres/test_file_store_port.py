@@ -22,8 +22,8 @@ from statestore.errors import (
     PartitionNotFoundError,
     TransactionValidationError,
 )
-from statestore.files import FileReference, TableFile
-from statestore.ports import FileCommitMember, FileCommitOutcome, FileReferenceStore
+from statestore.model.files import FileReference, TableFile
+from statestore.store.ports import FileCommitMember, FileCommitOutcome, FileReferenceStore
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 import pytest
 
+from statestore.adapters.postgres import PostgresFileReferenceStore
 from statestore.errors import (
     FileAlreadyExistsError,
     FileReferenceAssignedToJobError,
     FileReferenceNotFoundError,
 )
-from statestore.partitions import Partition
-from statestore.ports import FileCommitMember, FileCommitOutcome
-from statestore.postgres import PostgresFileReferenceStore
+from statestore.model.partitions import Partition
+from statestore.store.ports import FileCommitMember, FileCommitOutcome
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

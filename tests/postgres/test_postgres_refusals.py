@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from statestore.adapters.postgres import PostgresFileReferenceStore, storable
 from statestore.errors import InvalidTransactionError, UnstorableValueError
-from statestore.ports import CommitOutcome, FileCommitMember, FileCommitOutcome
-from statestore.postgres import PostgresFileReferenceStore, storable
+from statestore.store.ports import CommitOutcome, FileCommitMember, FileCommitOutcome
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, Transaction
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.committer.harness import Harness, add_files, message, outcomes
@@ -94,7 +94,7 @@ def test_a_value_the_server_refuses_past_the_checks_rejects_only_its_member(
 ) -> None:
     """The server's own refusal (here a NUL the checks were told to let through) is found member by member
     and rejected as invalid: never an outage, never retried."""
-    monkeypatch.setattr("statestore.postgres.file_store.transaction_problem", lambda *_: None)
+    monkeypatch.setattr("statestore.adapters.postgres.file_store.transaction_problem", lambda *_: None)
 
     outcome = commit(
         store,

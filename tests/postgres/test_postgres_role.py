@@ -1,15 +1,15 @@
-"""The role the deployed functions connect as (``statestore.postgres.schema.APP_ROLE``) does the store's
-work and nothing else, on the real throwaway server."""
+"""The role the deployed functions connect as (``statestore.adapters.postgres.schema.APP_ROLE``) does the
+store's work and nothing else, on the real throwaway server."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
+from statestore.adapters.postgres import PostgresFileReferenceStore
+from statestore.adapters.postgres.schema import APP_ROLE, migrate
 from statestore.errors import AccessDeniedError
-from statestore.ports import FileCommitMember
-from statestore.postgres import PostgresFileReferenceStore
-from statestore.postgres.schema import APP_ROLE, migrate
+from statestore.store.ports import FileCommitMember
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, DeleteFiles
 from tests.builders import STRING_SCHEMA, data_keys, ref, tree
 from tests.fixtures.postgres import SUPERUSER
@@ -51,10 +51,10 @@ def test_the_app_role_commits_reads_collects_garbage_and_clears(migrated: str) -
 @pytest.mark.parametrize(
     "statement",
     [
-        "DROP TABLE statestore.files",
+        "DROP TABLE statestore.model.files",
         "TRUNCATE statestore.file_references",
         "CREATE TABLE statestore.extra (x int)",
-        "ALTER TABLE statestore.files ADD COLUMN x int",
+        "ALTER TABLE statestore.model.files ADD COLUMN x int",
         "CREATE ROLE intruder",
         "CREATE SCHEMA elsewhere",
     ],

@@ -13,15 +13,15 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+from statestore.adapters.postgres import PostgresFileReferenceStore, conninfo_from_secret
+from statestore.adapters.postgres.tls import bundled_ca_file
 from statestore.errors import (
     CommitOutcomeUnknownError,
     ResourceNotFoundError,
     StateStoreError,
     StoreUnavailableError,
 )
-from statestore.ports import FileCommitMember, FileCommitOutcome
-from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
-from statestore.postgres.tls import bundled_ca_file
+from statestore.store.ports import FileCommitMember, FileCommitOutcome
 from statestore.transactions import AddFiles, Transaction
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.aws_servers import free_port
@@ -94,11 +94,11 @@ def test_a_commit_finds_its_files_by_name_not_by_reading_the_whole_table(
                 store, "t", AddFiles(tuple(ref(n, "p1") for n in names[start : start + 5_000])), f"r{start}"
             )
     with psycopg.connect(fresh_postgres_conninfo, autocommit=True) as conn:
-        conn.execute("ANALYZE statestore.files")
+        conn.execute("ANALYZE statestore.model.files")
         plan = "\n".join(
             row[0]
             for row in conn.execute(
-                "EXPLAIN SELECT filename, added_time, unreferenced_since FROM statestore.files "
+                "EXPLAIN SELECT filename, added_time, unreferenced_since FROM statestore.model.files "
                 "WHERE table_id = %s AND filename = ANY(%s) ORDER BY filename FOR UPDATE",
                 ("t", names[5_000:6_000]),
             )

@@ -11,10 +11,10 @@ import pytest
 from cryptography import x509
 from psycopg.conninfo import conninfo_to_dict
 
+from statestore.adapters.postgres import PostgresFileReferenceStore, conninfo_from_secret
+from statestore.adapters.postgres.tls import bundled_ca_file, secure_conninfo
 from statestore.errors import StoreUnavailableError
-from statestore.ports import FileCommitMember
-from statestore.postgres import PostgresFileReferenceStore, conninfo_from_secret
-from statestore.postgres.tls import bundled_ca_file, secure_conninfo
+from statestore.store.ports import FileCommitMember
 from statestore.transactions import AddFiles
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.fixtures.postgres import REMOTE_NAME, SUPERUSER, PostgresServer

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import TransactionValidationError
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 from statestore.transactions import ClearTable
 from tests.builders import STRING_SCHEMA, tree
 from tests.property.test_log_replay import VALID_OPERATIONS, Names, clear_table, next_transaction

@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.files import TableFile
-from statestore.state import TableState
+from statestore.model.files import TableFile
+from statestore.state.table_state import TableState
 from tests.property.histories import run_checked_history
 
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.codec.transaction_json import decode_transaction, encode_transaction
 from statestore.errors import InvalidPartitionSplitError, TransactionValidationError
-from statestore.files import FileReference
-from statestore.partitions import Partition
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

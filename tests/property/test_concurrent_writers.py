@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.errors import CommitConflictError
-from statestore.memory import InMemoryTransactionLog
+from statestore.store.memory import InMemoryTransactionLog
 from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 

@@ -8,13 +8,13 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.engine import GroupMember, TransactionLogStateStore
+from statestore.engine.jobs_reader import JobStatusReader
+from statestore.engine.log_store import GroupMember, TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import TransactionValidationError
-from statestore.jobs_model import JobsModel, JobState
-from statestore.jobs_reader import JobStatusReader
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.snapshots import SnapshotStore
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.transactions import InitialisePartitions
+from statestore.views.jobs_model import JobsModel, JobState
 from tests.builders import STRING_SCHEMA, tree
 from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import TransactionValidationError
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.partitions import Partition
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.model.partitions import Partition
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.files import FileReference
-from statestore.state import TableState
+from statestore.model.files import FileReference
+from statestore.state.table_state import TableState
 from statestore.transactions import AssignJobIdRequest, AssignJobIds
 from tests.builders import commit, new_state, ref
 from tests.property.histories import STEPS, run_checked_history

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statestore.engine import GroupMember, TransactionLogStateStore
+from statestore.engine.log_store import GroupMember, TransactionLogStateStore
+from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import TransactionValidationError
-from statestore.memory import InMemoryFileReferenceStore, InMemoryTransactionLog
-from statestore.ports import FileReferenceStore
-from statestore.row_files import RowFilesStateStore
-from statestore.state import TableState
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryFileReferenceStore, InMemoryTransactionLog
+from statestore.store.ports import FileReferenceStore
 from statestore.transactions import InitialisePartitions, Transaction
 from tests.builders import STRING_SCHEMA, tree
 from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction

@@ -10,10 +10,10 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from statestore import cleanup
-from statestore.engine import TransactionLogStateStore
-from statestore.memory import InMemoryTransactionLog
-from statestore.ports import CommitStatus, LogEntry
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.services import cleanup
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.ports import CommitStatus, LogEntry
 from tests.simulation.world import InvariantViolation, run_seed
 
 SEEDS = range(200)  # `make soak` runs many more, and longer

@@ -50,13 +50,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from statestore import layout, resources
-from statestore.catalog import InMemoryTableIndex, TableInfo
-from statestore.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
+from statestore import instance as resources
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
-from statestore.commit_requests import CommitRequest, body_key, encode_request, new_request_id
-from statestore.committer import BatchCommitter, MessageOutcome, ReceivedMessage
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.requests import CommitRequest, body_key, encode_request, new_request_id
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CommitConflictError,
     StateStoreError,
@@ -64,15 +62,21 @@ from statestore.errors import (
     TransactionNumberTakenError,
     TransactionValidationError,
 )
-from statestore.files import FileReference
-from statestore.memory import (
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.partitions import partitions_from_split_points
+from statestore.model.schema import Schema
+from statestore.services.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
+from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
+from statestore.state.table_state import TableState
+from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.partitions import partitions_from_split_points
-from statestore.ports import (
+from statestore.store.ports import (
     BlobStore,
     CommitOutcome,
     CommitQueue,
@@ -85,9 +89,7 @@ from statestore.ports import (
     SnapshotMetadataStore,
     TransactionLogStore,
 )
-from statestore.schema import Schema
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

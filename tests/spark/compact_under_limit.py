@@ -26,8 +26,8 @@ from spark_client.committer import SyncCommitter
 from spark_client.compaction import compact
 from spark_client.data_store import DataStore
 from spark_client.file_io import DataFileWriter
-from statestore.client import StateStoreClient
-from statestore.files import FileReference
+from statestore.model.files import FileReference
+from statestore.services.client import StateStoreClient
 from statestore.transactions import AddFiles
 from tests.unit.merge_under_limit import SCHEMA, load_all
 

@@ -21,11 +21,11 @@ from spark_client.committer import SyncCommitter
 from spark_client.data_store import DataStore
 from spark_client.datasource import FORMAT
 from spark_client.session import local_session
-from statestore.client import StateStoreClient
-from statestore.engine import TableStateStore
-from statestore.resources import ResourceNames
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.engine.log_store import TableStateStore
+from statestore.instance import ResourceNames
+from statestore.model.schema import Key, Schema
+from statestore.services.client import StateStoreClient
+from statestore.state.table_state import TableState
 from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
 
 KEY_SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})

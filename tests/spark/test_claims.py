@@ -26,11 +26,11 @@ from spark_client.compaction import (
 from spark_client.data_store import DataStore
 from spark_client.errors import CompactionFailedError
 from spark_client.query import query
-from statestore import layout
-from statestore.cleanup import cleanup_table
-from statestore.clock import now_millis
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.model import layout
+from statestore.model.clock import now_millis
+from statestore.services.cleanup import cleanup_table
 from statestore.transactions import ReleaseClaims, ReplaceFileReferences, Transaction
 from tests.invariants import replay_checking_each_entry
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, SparkTable, as_tuples

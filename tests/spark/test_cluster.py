@@ -34,9 +34,9 @@ from pyspark.sql import SparkSession
 from infra.asset import REPO_ROOT
 from infra.spark_package import build_package
 from spark_client.data_store import DataStore
-from statestore import layout
 from statestore.local.runtime import LocalRuntime
-from statestore.schema import Schema
+from statestore.model import layout
+from statestore.model.schema import Schema
 from tests.fixtures.aws_servers import unique_resources
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

@@ -26,7 +26,7 @@ from spark_client.datasource import FORMAT, StatestoreDataSource, WrittenFiles
 from spark_client.errors import CommitRejectedError
 from spark_client.splitting import split_partition_at
 from statestore.codec.transaction_json import decode_entry
-from statestore.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
+from statestore.model.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
 from statestore.transactions import AddFiles
 from tests.spark.conftest import (
     KEY_SCHEMA,

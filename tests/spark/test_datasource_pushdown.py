@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_client.datasource import FILTER_PUSHDOWN_AVAILABLE
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 from tests.spark.conftest import MakeSourceTable, SourceTable, as_tuples, dataframe, explained
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

@@ -21,7 +21,7 @@ from spark_client.compaction import compact
 from spark_client.data_store import DataStore
 from spark_client.datasource import StatestoreDataSource
 from spark_client.splitting import split_partitions
-from statestore.files import FileReference
+from statestore.model.files import FileReference
 from statestore.transactions import AddFiles
 from tests.spark.conftest import KEY_SCHEMA, MakeSourceTable, SourceTable, as_tuples, dataframe, key_rows
 

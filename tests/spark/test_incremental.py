@@ -10,7 +10,7 @@ from spark_client.errors import DataFileMissingError
 from spark_client.incremental import read_added_since
 from spark_client.ingest import ingest
 from statestore.errors import TransactionNotRetainedError
-from statestore.files import FileReference
+from statestore.model.files import FileReference
 from statestore.transactions import AddFiles, BatchItem, TransactionBatch
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, key_rows
 

@@ -79,7 +79,7 @@ def test_ingest_with_tasks_writes_one_file_per_leaf(spark: SparkSession, make_ta
 
 
 def test_a_two_key_table_with_string_and_bytes_keys(spark: SparkSession, make_table: MakeTable) -> None:
-    from statestore.schema import Schema
+    from statestore.model.schema import Schema
 
     schema = Schema.of({"name": "string", "blob": "bytes"}, values={"n": "int"})
     table = make_table(schema, ["g", "p"])
@@ -222,7 +222,7 @@ def test_every_value_type_round_trips_exactly_including_awkward_values(
     spark: SparkSession, make_table: MakeTable
 ) -> None:
     from spark_client.query import query
-    from statestore.schema import Schema
+    from statestore.model.schema import Schema
 
     schema = Schema.of(
         {"id": "int", "blob": "bytes"},

@@ -17,8 +17,8 @@ from spark_client.incremental import read_added_since
 from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
-from statestore.aws.clients import make_client
-from statestore.aws.sqs_queue import provision_queues
+from statestore.adapters.aws.clients import make_client
+from statestore.adapters.aws.sqs_queue import provision_queues
 from statestore.local.runtime import LocalRuntime
 from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
 from tests.spark.conftest import KEY_SCHEMA, Instance, MakeSourceTable, as_tuples, dataframe, key_rows

@@ -15,7 +15,7 @@ from spark_client.data_store import DataStore
 from spark_client.ingest import ingest
 from spark_client.query import query
 from spark_client.splitting import split_partitions
-from statestore.client import StateStoreClient
+from statestore.services.client import StateStoreClient
 from tests.spark.conftest import KEY_SCHEMA, as_tuples, dataframe, key_rows
 
 pytestmark = pytest.mark.spark
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture
 def client(fresh_postgres_conninfo: str) -> Iterator[StateStoreClient]:
-    from statestore.postgres import PostgresFileReferenceStore
+    from statestore.adapters.postgres import PostgresFileReferenceStore
 
     with PostgresFileReferenceStore.connect(fresh_postgres_conninfo) as rows:
         yield StateStoreClient.in_memory(file_store=rows)

@@ -12,9 +12,9 @@ from pyspark.sql import SparkSession
 from spark_client.compaction import compact
 from spark_client.ingest import ingest
 from spark_client.query import plan_query, query, region_of
-from statestore.cleanup import cleanup_table
-from statestore.clock import now_millis
-from statestore.schema import Schema
+from statestore.model.clock import now_millis
+from statestore.model.schema import Schema
+from statestore.services.cleanup import cleanup_table
 from tests.spark.conftest import KEY_SCHEMA, MakeTable, as_tuples, dataframe, explained, key_rows
 
 pytestmark = pytest.mark.spark

@@ -10,9 +10,9 @@ import pytest
 from spark_client.data_store import DataStore
 from spark_client.errors import DataSourceOptionError
 from spark_client.source_options import SourceOptions
-from statestore.partitions import Range, Region
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
+from statestore.instance import ResourceNames
+from statestore.model.partitions import Range, Region
+from statestore.model.schema import Schema
 
 pytestmark = pytest.mark.spark
 

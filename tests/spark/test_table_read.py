@@ -17,7 +17,7 @@ from spark_client.errors import DataSourceOptionError
 from spark_client.log_times import format_time
 from spark_client.splitting import split_partition_at
 from spark_client.table_read import read_table, spark_reaches
-from statestore.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
+from statestore.model.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
 from tests.spark.conftest import KEY_SCHEMA, MakeSourceTable, SourceTable, dataframe, explained, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_client.datasource import FORMAT
 from spark_client.tables import create_table, create_temp_view
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 from tests.spark.conftest import Instance, key_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from spark_client.columns import arrow_schema, sort_columns
 from spark_client.data_store import DataStore
 from spark_client.file_io import DataFileWriter, merge_files, read_files
-from statestore.schema import Schema
+from statestore.model.schema import Schema
 
 # The system allocator with one arena, and Arrow's thread pools at 2 threads whatever the machine.
 LIMITED_ENV = {

@@ -11,8 +11,6 @@ from collections.abc import Callable
 
 import pytest
 
-from statestore import file_columns
-from statestore import state as state_module
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import (
     FileAlreadyExistsError,
@@ -21,8 +19,10 @@ from statestore.errors import (
     PartitionNotFoundError,
     TransactionValidationError,
 )
-from statestore.files import FileReference, TableFile
-from statestore.state import TableState
+from statestore.model.files import FileReference, TableFile
+from statestore.state import file_columns
+from statestore.state import table_state as state_module
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, file_changes
 from tests.builders import STRING_SCHEMA, commit, new_state, ref
 

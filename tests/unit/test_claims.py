@@ -11,8 +11,8 @@ from statestore.errors import (
     FileReferenceNotAssignedToJobError,
     InvalidTransactionError,
 )
-from statestore.files import FileReference, TableFile
-from statestore.state import TableState
+from statestore.model.files import FileReference, TableFile
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.client import StateStoreClient
 from statestore.errors import PartitionNotFoundError
+from statestore.services.client import StateStoreClient
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -8,7 +8,7 @@ import pytest
 
 from statestore.codec.transaction_json import decode_entry, encode_transaction, transaction_to_json
 from statestore.errors import UnreadableLogEntryError
-from statestore.ports import LogEntry
+from statestore.store.ports import LogEntry
 from statestore.transactions import AddFiles, BatchItem, ClearFiles, TransactionBatch
 from tests.builders import ref
 

@@ -24,12 +24,12 @@ from statestore.codec.transaction_json import (
     encode_transaction,
     transaction_to_json,
 )
-from statestore.collector import MANY_OBJECTS_BODY_BYTES
-from statestore.commit_requests import RequestEnvelope
+from statestore.engine.requests import RequestEnvelope
 from statestore.errors import CodecError
-from statestore.files import FileReference
-from statestore.memory import InMemoryBlobStore
-from statestore.ports import LogEntry
+from statestore.model.files import FileReference
+from statestore.state.cycle_collector import MANY_OBJECTS_BODY_BYTES
+from statestore.store.memory import InMemoryBlobStore
+from statestore.store.ports import LogEntry
 from statestore.transactions import AddFiles, BatchItem, TransactionBatch
 from tests.builders import LONG_SCHEMA, new_state
 

@@ -22,10 +22,10 @@ from statestore.codec.transaction_json import (
     transaction_to_json,
 )
 from statestore.errors import CodecError, UnreadableLogEntryError
-from statestore.files import FileReference
-from statestore.partitions import Partition, Range, Region, root_partition
-from statestore.ports import LogEntry
-from statestore.schema import Schema
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition, Range, Region, root_partition
+from statestore.model.schema import Schema
+from statestore.store.ports import LogEntry
 from statestore.transactions import (
     TRANSACTION_TYPES,
     AddFiles,

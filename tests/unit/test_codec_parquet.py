@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statestore import file_columns
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import CodecError
-from statestore.file_columns import FileColumns
-from statestore.files import FileReference, TableFile
-from statestore.schema import Schema
-from statestore.state import TableState
+from statestore.model.files import FileReference, TableFile
+from statestore.model.schema import Schema
+from statestore.state import file_columns
+from statestore.state.file_columns import FileColumns
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
@@ -272,7 +272,7 @@ def test_a_snapshot_without_an_index_this_library_knows_loads_by_hashing_its_nam
             ),
         )
     else:
-        files_bytes = rewrite_metadata(files_bytes, b"statestore.name_hash", b"2")
+        files_bytes = rewrite_metadata(files_bytes, b"statestore.state.name_hash", b"2")
 
     assert_same(
         state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, state.transaction_number), state

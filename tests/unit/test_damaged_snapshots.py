@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from statestore.catalog import TableInfo
-from statestore.cleanup import CleanupPolicy, cleanup_table
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CodecError,
     StateNotRecoverableError,
@@ -19,9 +18,10 @@ from statestore.errors import (
     UnreadableLogEntryError,
     UnreadableSnapshotError,
 )
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.ports import LogEntry, SnapshotInfo
-from statestore.snapshots import SnapshotStore
+from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
+from statestore.store.ports import LogEntry, SnapshotInfo
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, ClearFiles, InitialisePartitions
 from tests.builders import STRING_SCHEMA, data_key, data_keys, ref, tree
 

@@ -8,7 +8,8 @@ from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
-from statestore.engine import RetryPolicy, TransactionLogStateStore
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -18,10 +19,9 @@ from statestore.errors import (
     StoreUnavailableError,
     TransactionNotRetainedError,
 )
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.ports import CommitStatus, LogEntry
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
+from statestore.store.ports import CommitStatus, LogEntry
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -14,8 +14,8 @@ from statestore.errors import (
     PartitionNotLeafError,
     TransactionValidationError,
 )
-from statestore.partitions import Partition, Range, Region
-from statestore.state import TableState
+from statestore.model.partitions import Partition, Range, Region
+from statestore.state.table_state import TableState
 from statestore.transactions import ExtendPartitionTree, SplitPartition
 from tests.builders import STRING_SCHEMA, TWO_KEY_SCHEMA, commit, new_state, ref
 

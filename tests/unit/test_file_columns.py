@@ -11,14 +11,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from statestore import file_columns
-from statestore import state as state_module
 from statestore.codec import parquet as parquet_codec
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import FileNotFoundInStateError
-from statestore.file_columns import FileColumns, split_filename, split_filenames
-from statestore.files import TableFile
-from statestore.state import TableState
+from statestore.model.files import TableFile
+from statestore.state import file_columns
+from statestore.state import table_state as state_module
+from statestore.state.file_columns import FileColumns, split_filename, split_filenames
+from statestore.state.table_state import TableState
 from tests.builders import new_state, ref
 
 

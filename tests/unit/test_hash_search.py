@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from statestore.hash_search import HashSearch
+from statestore.state.hash_search import HashSearch
 
 TOP = (1 << 64) - 1
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.client import StateStoreClient
 from statestore.errors import (
     FileNotFoundInStateError,
     FileReferenceAssignedToJobError,
     FileReferenceNotFoundError,
     InvalidQueryError,
 )
-from statestore.state import TableState
+from statestore.services.client import StateStoreClient
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

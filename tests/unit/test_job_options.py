@@ -17,8 +17,8 @@ from spark_client.jobs import (
     parser,
     resolve_resources,
 )
-from statestore.resources import ResourceNames
-from statestore.schema import Schema
+from statestore.instance import ResourceNames
+from statestore.model.schema import Schema
 
 SCHEMA = Schema.of({"key": "long", "name": "string"}, values={"v": "string"})
 

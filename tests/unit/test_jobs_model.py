@@ -7,15 +7,7 @@ import json
 import pytest
 
 from statestore.errors import CodecError, JobNotFoundError
-from statestore.jobs_model import (
-    JobsModel,
-    JobState,
-    fold,
-    model_from_json,
-    model_to_json,
-    seeded_from,
-)
-from statestore.state import TableState
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
@@ -29,6 +21,14 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
     Transaction,
     TransactionBatch,
+)
+from statestore.views.jobs_model import (
+    JobsModel,
+    JobState,
+    fold,
+    model_from_json,
+    model_to_json,
+    seeded_from,
 )
 from tests.builders import STRING_SCHEMA, ref, tree
 

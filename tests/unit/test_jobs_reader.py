@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import itertools
 
-from statestore import layout
-from statestore.catalog import InMemoryTableIndex, TableInfo
-from statestore.cleanup import snapshot_tables
-from statestore.client import StateStoreClient
-from statestore.engine import TransactionLogStateStore
-from statestore.jobs_model import JobState
-from statestore.jobs_reader import JobStatusReader
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.snapshots import SnapshotStore
+from statestore.engine.jobs_reader import JobStatusReader
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
+from statestore.model import layout
+from statestore.services.cleanup import snapshot_tables
+from statestore.services.client import StateStoreClient
+from statestore.store.memory import (
+    InMemoryBlobStore,
+    InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
+    InMemoryTransactionLog,
+)
+from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, InitialisePartitions
+from statestore.views.jobs_model import JobState
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 
 TABLE = "t"

@@ -7,8 +7,8 @@ import pytest
 
 from spark_client.log_times import LogTimes, format_time, parse_timestamp
 from statestore.errors import StateStoreError
-from statestore.memory import InMemoryTransactionLog
-from statestore.ports import LogEntry
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.ports import LogEntry
 
 # Entry n's time; equal times side by side (two commits in one millisecond) and a long gap.
 TIMES = [1_000, 1_010, 1_010, 1_020, 5_000, 5_001, 5_001, 9_000]

@@ -29,8 +29,8 @@ from spark_client.merge import (
     read_runs,
     sort_into_runs,
 )
-from statestore.partitions import Range, Region
-from statestore.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
+from statestore.model.partitions import Range, Region
+from statestore.model.schema import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Schema
 
 Draw = Callable[..., Any]
 

@@ -12,7 +12,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from statestore.name_hash import hash_string, hash_strings
+from statestore.state.name_hash import hash_string, hash_strings
 
 ALPHABET = "ab/=.-_0123456789é€𝄞\x00"  # 1- to 4-byte characters: strings of mixed byte lengths
 
@@ -82,7 +82,9 @@ def test_a_hundred_thousand_names_get_distinct_hashes() -> None:
 
 def test_the_hash_is_the_same_in_every_process_unlike_pythons_own() -> None:
     """Python's ``hash`` of a str changes with PYTHONHASHSEED; this one must not (it may be stored)."""
-    program = "from statestore.name_hash import hash_string; print(hash_string('tables/t/data/p1/f.parquet'))"
+    program = (
+        "from statestore.state.name_hash import hash_string; print(hash_string('tables/t/data/p1/f.parquet'))"
+    )
     seen = {
         subprocess.run(
             [sys.executable, "-c", program],

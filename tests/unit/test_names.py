@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from statestore import layout
 from statestore.errors import InvalidTransactionError, TransactionValidationError
-from statestore.files import FileReference
-from statestore.names import MAX_NAME_BYTES, key_problem, name_problem
-from statestore.state import TableState
+from statestore.model import layout
+from statestore.model.files import FileReference
+from statestore.model.names import MAX_NAME_BYTES, key_problem, name_problem
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

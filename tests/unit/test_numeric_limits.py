@@ -16,7 +16,8 @@ import pytest
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.codec.transaction_json import decode_transaction, encode_transaction, transaction_to_json
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CodecError,
     InvalidPartitionSplitError,
@@ -24,12 +25,11 @@ from statestore.errors import (
     InvalidTransactionError,
     TransactionValidationError,
 )
-from statestore.files import FileReference
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.partitions import Partition, root_partition
-from statestore.schema import Schema
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition, root_partition
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from statestore import partition_columns
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
-from statestore.partitions import Partition, partitions_from_split_points
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.model.partitions import Partition, partitions_from_split_points
+from statestore.model.schema import Key, Schema
+from statestore.state import partition_columns
+from statestore.state.table_state import TableState
 
 CASES: list[tuple[str, list[Key]]] = [
     ("string", ["d", "k", "p\u00e9", "zz"]),

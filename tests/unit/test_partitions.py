@@ -14,7 +14,7 @@ from statestore.errors import (
     InvalidPartitionTreeError,
     PartitionNotFoundError,
 )
-from statestore.partitions import (
+from statestore.model.partitions import (
     Partition,
     PartitionTree,
     Range,
@@ -24,7 +24,7 @@ from statestore.partitions import (
     root_partition,
     validate_tree,
 )
-from statestore.schema import Key, Schema
+from statestore.model.schema import Key, Schema
 from tests.builders import BYTES_SCHEMA, INT_SCHEMA, LONG_SCHEMA, STRING_SCHEMA, TWO_KEY_SCHEMA, tree
 
 TWO_INT_SCHEMA = Schema.of({"x": "int", "y": "int"})

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.client import StateStoreClient
 from statestore.errors import InvalidQueryError
-from statestore.reports import files_ready_for_gc, files_report, partition_report, references_per_partition
-from statestore.state import TableState
+from statestore.services.client import StateStoreClient
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,
     AssignJobIds,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
+)
+from statestore.views.reports import (
+    files_ready_for_gc,
+    files_report,
+    partition_report,
+    references_per_partition,
 )
 from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from statestore.resources import ResourceNames
+from statestore.instance import ResourceNames
 
 NAMES = ResourceNames.for_instance("main")
 WITH_POSTGRES = dataclasses.replace(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine import GroupMember
+from statestore.engine.log_store import GroupMember
+from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import (
     FileAlreadyExistsError,
     FilesPresentError,
@@ -16,9 +17,8 @@ from statestore.errors import (
     TransactionValidationError,
     UnsupportedByFileStoreError,
 )
-from statestore.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
-from statestore.ports import FileReferenceStore
-from statestore.row_files import RowFilesStateStore
+from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
+from statestore.store.ports import FileReferenceStore
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.catalog import TableInfo
-from statestore.client import StateStoreClient
-from statestore.engine import TransactionLogStateStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import StateStoreError, UnsupportedByFileStoreError
-from statestore.ports import FileReferenceStore
-from statestore.row_files import RowFilesStateStore
+from statestore.services.client import StateStoreClient
+from statestore.store.ports import FileReferenceStore
+from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

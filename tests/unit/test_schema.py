@@ -7,7 +7,7 @@ import json
 import pytest
 
 from statestore.errors import InvalidKeyError, InvalidSchemaError, StateStoreError
-from statestore.schema import Field, KeyType, Schema
+from statestore.model.schema import Field, KeyType, Schema
 
 
 def test_schema_of_keeps_fields_in_order_by_kind() -> None:

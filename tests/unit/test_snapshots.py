@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from statestore import layout
+from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     SnapshotNotFoundError,
     StaleSnapshotError,
     StateStoreError,
     StoreUnavailableError,
 )
-from statestore.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore
-from statestore.ports import SnapshotInfo
-from statestore.snapshots import SnapshotStore
-from statestore.state import TableState
+from statestore.model import layout
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore
+from statestore.store.ports import SnapshotInfo
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from spark_client.columns import arrow_schema
 from spark_client.data_store import DataStore
 from spark_client.splitting import MOST_DISTINCT, ROTATE, KeySample, SplitDecision, decide_split
-from statestore.partitions import Range, Region
-from statestore.schema import Schema
+from statestore.model.partitions import Range, Region
+from statestore.model.schema import Schema
 
 SCHEMA = Schema.of({"key": "long"})
 TWO_KEYS = Schema.of({"a": "string", "b": "long"})

@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 
-from statestore.client import StateStoreClient
-from statestore.file_columns import StringColumn
-from statestore.files import FileReference
-from statestore.hash_search import HashSearch
-from statestore.schema import Key, Schema
-from statestore.state import TableState
+from statestore.model.files import FileReference
+from statestore.model.schema import Key, Schema
+from statestore.services.client import StateStoreClient
+from statestore.state.file_columns import StringColumn
+from statestore.state.hash_search import HashSearch
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, SplitPartition
 
 SCHEMA = Schema.of({"name": "string", "n": "long"}, values={"v": "bytes"})

@@ -26,9 +26,9 @@ from statestore.errors import (
     PartitionNotLeafError,
     TransactionValidationError,
 )
-from statestore.files import FileReference, TableFile
-from statestore.partitions import Partition, Range, Region, root_partition
-from statestore.state import TableState
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition, Range, Region, root_partition
+from statestore.state.table_state import TableState
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.engine import GroupMember
+from statestore.engine.log_store import GroupMember
 from statestore.errors import CommitOutcomeUnknownError, FileAlreadyExistsError, FileNotFoundInStateError
-from statestore.files import TableFile
-from statestore.memory import InMemoryTransactionLog
-from statestore.state import TableState
+from statestore.model.files import TableFile
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryTransactionLog
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -7,15 +7,15 @@ import re
 
 import pytest
 
-from statestore.client import StateStoreClient
 from statestore.errors import (
     FileAlreadyExistsError,
     FileHasReferencesError,
     FilesPresentError,
     InvalidTransactionError,
 )
-from statestore.files import TableFile
-from statestore.state import TableState
+from statestore.model.files import TableFile
+from statestore.services.client import StateStoreClient
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, ClearFiles, DeleteFiles, InitialisePartitions
 from tests.builders import STRING_SCHEMA, commit, data_key, new_state, ref, tree
 

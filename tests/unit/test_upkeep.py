@@ -6,18 +6,10 @@ import random
 
 import pytest
 
-from statestore.catalog import InMemoryTableIndex, TableInfo
-from statestore.cleanup import CleanupPolicy
-from statestore.engine import TransactionLogStateStore
-from statestore.memory import (
-    InMemoryBlobStore,
-    InMemoryCommitQueue,
-    InMemorySnapshotMetadataStore,
-    InMemoryTransactionLog,
-)
-from statestore.snapshots import SnapshotStore
-from statestore.transactions import AddFiles, InitialisePartitions
-from statestore.upkeep import (
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
+from statestore.services.cleanup import CleanupPolicy
+from statestore.services.upkeep import (
     MalformedWorkError,
     UpkeepKind,
     UpkeepWork,
@@ -26,6 +18,15 @@ from statestore.upkeep import (
     run_cleanup_work,
     run_snapshot_work,
 )
+from statestore.store.memory import (
+    InMemoryBlobStore,
+    InMemoryCommitQueue,
+    InMemorySnapshotMetadataStore,
+    InMemoryTableIndex,
+    InMemoryTransactionLog,
+)
+from statestore.store.tables import TableInfo
+from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import INT_SCHEMA, data_key, ref, tree
 
 PERIOD = 15 * 60_000

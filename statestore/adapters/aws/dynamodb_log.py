@@ -1,0 +1,305 @@
+"""The transaction log on DynamoDB: one item per transaction, bodies too large for an item in S3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from statestore import instance
+from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
+from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.errors import (
+    BlobNotFoundError,
+    RequestsAlreadyDecidedError,
+    StateStoreError,
+    TransactionNotRetainedError,
+    TransactionNumberTakenError,
+    TransactionTooLargeError,
+)
+from statestore.model import layout
+from statestore.store.ports import BlobStore, CommitStatus, LogEntry, TransactionLogStore
+
+_TABLE_ID = instance.TRANSACTION_LOG_KEYS.hash_key[0]
+_NUMBER = instance.TRANSACTION_LOG_KEYS.range_key[0]  # type: ignore[index]
+_UPDATE_TIME = "update_time"
+_TYPE = "transaction_type"
+_BODY = "body"  # inline body: S when uncompressed (readable in the console), B when compressed
+_BODY_KEY = "body_key"  # S3 key of a body too large for an item
+_ATTACHMENTS = "attachments"  # S3 keys of member bodies the body names instead of holding (list of S)
+_COMPRESSED = "compressed"
+_WRITER = "writer"  # the entry's writer token
+
+S3_SINGLE_PUT_LIMIT = 5 * 1024**3  # S3 refuses a single PUT above 5 GB
+_DELETE_CHUNK = 100  # log items deleted per step (items, then their bodies)
+
+
+class DynamoDBTransactionLog(TransactionLogStore):
+    """Items keyed ``(table_id, transaction_number)``; appends are conditional puts.
+
+    A body above ``max_inline_body_bytes`` is uploaded to the blob store first and the item holds its key;
+    if the put then loses the race the upload is deleted again. An entry with its requests' outcomes is
+    one TransactWriteItems: the entry's put and each status's (in ``statuses``' table), all or nothing.
+    Deleting an entry removes the item before the body, so a crash can leave an orphan body under the
+    table's prefix but never an entry without one.
+    """
+
+    def __init__(
+        self,
+        dynamodb_client: Any,
+        table_name: str,
+        blobs: BlobStore,
+        *,
+        caller: AwsCaller | None = None,
+        max_inline_body_bytes: int = instance.MAX_INLINE_BODY_BYTES,
+        max_blob_bytes: int = S3_SINGLE_PUT_LIMIT,
+        page_size: int | None = None,
+        statuses: DynamoDBCommitStatusStore | None = None,
+    ) -> None:
+        self.dynamodb = dynamodb_client
+        self.table_name = table_name
+        self.blobs = blobs
+        self.call = caller or AwsCaller()
+        self.max_inline_body_bytes = max_inline_body_bytes
+        self.max_blob_bytes = max_blob_bytes
+        self.page_size = page_size
+        self._statuses = statuses
+
+    @property
+    def request_statuses(self) -> DynamoDBCommitStatusStore | None:
+        return self._statuses
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        if outcomes and self._statuses is None:
+            raise StateStoreError(
+                f"the log {self.table_name!r} records no commit statuses: give it the status table"
+            )
+        number = entry.transaction_number
+        item: dict[str, Any] = {
+            _TABLE_ID: {"S": table_id},
+            _NUMBER: {"N": str(number)},
+            _UPDATE_TIME: {"N": str(entry.update_time)},
+            _TYPE: {"S": entry.transaction_type},
+            _COMPRESSED: {"BOOL": entry.compressed},
+        }
+        if entry.writer_token:
+            item[_WRITER] = {"S": entry.writer_token}
+        if entry.attachments:
+            item[_ATTACHMENTS] = {"L": [{"S": key} for key, _ in entry.attachments]}
+        body_key: str | None = None
+        size = len(entry.body)
+        if size > self.max_blob_bytes:
+            raise TransactionTooLargeError(
+                f"{entry.transaction_type} transaction for table {table_id!r} is {size:,} bytes encoded; the "
+                f"largest body the log can hold is {self.max_blob_bytes:,} bytes. Split it into several "
+                "smaller transactions."
+            )
+        if size > self.max_inline_body_bytes:
+            body_key = layout.log_body_key(table_id, number)
+            self.blobs.put(body_key, entry.body)
+            item[_BODY_KEY] = {"S": body_key}
+        else:
+            item[_BODY] = _body_value(entry.body, entry.compressed)
+
+        def taken(code: str, error: ClientError) -> StateStoreError | None:
+            if code == "ConditionalCheckFailedException":
+                return TransactionNumberTakenError(table_id, number)
+            if code != "TransactionCanceledException":
+                return None
+            reasons = cancellation_reasons(error)
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return TransactionNumberTakenError(table_id, number)
+            decided = [
+                status.request_id
+                for status, reason in zip(outcomes, reasons[1:], strict=False)
+                if reason == "ConditionalCheckFailed"
+            ]
+            return RequestsAlreadyDecidedError(table_id, decided) if decided else None
+
+        what = f"append transaction {number} to the log of table {table_id!r}"
+        put = {
+            "TableName": self.table_name,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#n)",
+            "ExpressionAttributeNames": {"#n": _NUMBER},
+        }
+        try:
+            if not outcomes:
+                self.call(what, self.dynamodb.put_item, taken, **put)
+            else:
+                assert self._statuses is not None
+                statuses = self._statuses.puts_unless_final(outcomes)
+                extra = {"ClientRequestToken": entry.writer_token[:36]} if entry.writer_token else {}
+                # The token makes botocore's retry of a transaction that landed succeed instead of failing
+                # its conditions on its own items.
+                self.call(
+                    f"{what} with {len(outcomes)} commit status(es)",
+                    self.dynamodb.transact_write_items,
+                    taken,
+                    TransactItems=[{"Put": put}, *statuses],
+                    **extra,
+                )
+        except RequestsAlreadyDecidedError:
+            if body_key is not None:  # the transaction wrote nothing
+                self.blobs.delete([body_key])
+            raise
+        except TransactionNumberTakenError:
+            # botocore retries a put whose response was lost, and the retry fails the condition on our own
+            # item: delete the upload only when another writer's item holds the number.
+            if body_key is not None and not self._holds(table_id, number, entry.writer_token):
+                self.blobs.delete([body_key])
+            raise
+        # Any other failure may have written the item anyway, so an uploaded body is kept.
+
+    def _holds(self, table_id: str, number: int, writer_token: str) -> bool:
+        """Whether entry ``number`` was written by ``writer_token`` (False for an entry with no token)."""
+        if not writer_token:
+            return False
+        response = self.call(
+            f"read the writer of transaction {number} of table {table_id!r}",
+            self.dynamodb.get_item,
+            TableName=self.table_name,
+            Key={_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(number)}},
+            ProjectionExpression="#w",
+            ExpressionAttributeNames={"#w": _WRITER},
+            ConsistentRead=True,
+        )
+        return str(response.get("Item", {}).get(_WRITER, {}).get("S", "")) == writer_token
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        if to_number is not None and to_number < from_number:
+            return
+        for item in self._query(table_id, from_number, to_number):
+            yield self._entry(table_id, item)
+
+    def latest_number(self, table_id: str) -> int:
+        response = self.call(
+            f"read the latest transaction number of table {table_id!r}",
+            self.dynamodb.query,
+            TableName=self.table_name,
+            KeyConditionExpression="#t = :t",
+            ExpressionAttributeNames={"#t": _TABLE_ID, "#n": _NUMBER},
+            ExpressionAttributeValues={":t": {"S": table_id}},
+            ProjectionExpression="#n",
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        items = response.get("Items", [])
+        return int(items[0][_NUMBER]["N"]) if items else 0
+
+    def _query(
+        self, table_id: str, from_number: int, to_number: int | None, projection: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Items in number order, one strongly consistent page at a time."""
+        names = {"#t": _TABLE_ID, "#n": _NUMBER}
+        values: dict[str, Any] = {":t": {"S": table_id}, ":from": {"N": str(from_number)}}
+        if to_number is None:
+            condition = "#t = :t AND #n >= :from"
+        else:
+            condition = "#t = :t AND #n BETWEEN :from AND :to"
+            values[":to"] = {"N": str(to_number)}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ConsistentRead": True,
+        }
+        if projection is not None:
+            kwargs["ProjectionExpression"] = projection
+            names["#k"] = _BODY_KEY
+            names["#a"] = _ATTACHMENTS
+        if self.page_size is not None:
+            kwargs["Limit"] = self.page_size
+        while True:
+            response = self.call(f"read the log of table {table_id!r}", self.dynamodb.query, **kwargs)
+            yield from response.get("Items", [])
+            last_key = response.get("LastEvaluatedKey")
+            if not last_key:
+                return
+            kwargs["ExclusiveStartKey"] = last_key
+
+    def _entry(self, table_id: str, item: dict[str, Any]) -> LogEntry:
+        number = int(item[_NUMBER]["N"])
+        compressed = bool(item.get(_COMPRESSED, {}).get("BOOL", False))
+        attachment_keys = [value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", [])]
+        try:
+            if _BODY_KEY in item:
+                body = self.blobs.get(item[_BODY_KEY]["S"])
+            else:
+                value = item[_BODY]
+                body = value["B"] if "B" in value else value["S"].encode("utf-8")
+            attachments = tuple((key, self.blobs.get(key)) for key in attachment_keys)
+        except BlobNotFoundError as e:
+            # Cleanup deletes the item before its objects, so the entry was deleted after we read it.
+            raise TransactionNotRetainedError(
+                f"table {table_id!r}: transaction {number} was deleted by cleanup while being read"
+            ) from e
+        return LogEntry(
+            number,
+            int(item[_UPDATE_TIME]["N"]),
+            item[_TYPE]["S"],
+            bytes(body),
+            compressed,
+            str(item.get(_WRITER, {}).get("S", "")),
+            attachments,
+        )
+
+    # --- deleting -------------------------------------------------------------------------------
+
+    def delete_up_to(self, table_id: str, transaction_number: int, keep_latest: bool = True) -> int:
+        if keep_latest:
+            transaction_number = min(transaction_number, self.latest_number(table_id) - 1)
+        deleted = 0
+        batch: list[dict[str, Any]] = []
+        for item in self._query(table_id, 0, transaction_number, projection="#n, #k, #a"):
+            batch.append(item)
+            if len(batch) == _DELETE_CHUNK:
+                deleted += self._delete_items(table_id, batch)
+                batch = []
+        if batch:
+            deleted += self._delete_items(table_id, batch)
+        return deleted
+
+    def _delete_items(self, table_id: str, items: list[dict[str, Any]]) -> int:
+        """Delete the items, then their bodies: a crash in between orphans bodies, never loses one."""
+        keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: item[_NUMBER]} for item in items]
+        batch_delete_items(
+            self.call, self.dynamodb, self.table_name, keys, f"delete log entries of table {table_id!r}"
+        )
+        body_keys = [key for item in items for key in _object_keys(item)]
+        if body_keys:
+            self.blobs.delete(body_keys)
+        return len(items)
+
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        return {
+            key for item in self._query(table_id, 0, None, projection="#k, #a") for key in _object_keys(item)
+        }
+
+    def delete_table(self, table_id: str) -> None:
+        self.delete_up_to(table_id, 2**63 - 1, keep_latest=False)
+        # Bodies orphaned by a crash between an upload and its put, or between an item and its body delete.
+        self.blobs.delete(self.blobs.list(layout.log_body_prefix(table_id)))
+
+
+def _object_keys(item: dict[str, Any]) -> list[str]:
+    """The S3 keys an item holds: its body's, if stored aside, and its attachments'."""
+    keys = [item[_BODY_KEY]["S"]] if _BODY_KEY in item else []
+    keys.extend(value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", []))
+    return keys
+
+
+def _body_value(body: bytes, compressed: bool) -> dict[str, Any]:
+    if compressed:
+        return {"B": body}
+    try:
+        return {"S": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"B": body}

@@ -1,0 +1,99 @@
+"""The blob store on S3: snapshot files and large transaction bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+from botocore.exceptions import ClientError
+
+from statestore.adapters.aws.clients import AwsCaller
+from statestore.errors import BlobNotFoundError, StateStoreError
+from statestore.store.ports import BlobStore
+
+_DELETE_BATCH = 1000  # S3's DeleteObjects limit
+
+
+class S3BlobStore(BlobStore):
+    """Objects in one bucket, keyed as given (callers use :mod:`statestore.model.layout` for keys)."""
+
+    def __init__(
+        self, s3_client: Any, bucket: str, caller: AwsCaller | None = None, *, page_size: int = 1000
+    ) -> None:
+        self.s3 = s3_client
+        self.bucket = bucket
+        self.call = caller or AwsCaller()
+        self.page_size = page_size
+
+    def put(self, key: str, data: bytes, tags: Mapping[str, str] | None = None) -> None:
+        extra: dict[str, Any] = {"Tagging": urlencode(tags)} if tags else {}
+        self.call(
+            f"write s3://{self.bucket}/{key}",
+            self.s3.put_object,
+            Bucket=self.bucket,
+            Key=key,
+            Body=data,
+            **extra,
+        )
+
+    def get(self, key: str) -> bytes:
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return BlobNotFoundError(key) if code in ("NoSuchKey", "404", "NotFound") else None
+
+        response = self.call(
+            f"read s3://{self.bucket}/{key}", self.s3.get_object, missing, Bucket=self.bucket, Key=key
+        )
+        body = response["Body"]
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
+
+    def copy(self, source: str, destination: str) -> None:
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return BlobNotFoundError(source) if code in ("NoSuchKey", "404", "NotFound") else None
+
+        # Server-side (up to S3's 5 GB single-copy limit, the same as a single PUT's); REPLACE with no tags so
+        # a lifecycle rule keyed on the source's tags does not follow the copy.
+        self.call(
+            f"copy s3://{self.bucket}/{source} to {destination}",
+            self.s3.copy_object,
+            missing,
+            Bucket=self.bucket,
+            Key=destination,
+            CopySource={"Bucket": self.bucket, "Key": source},
+            TaggingDirective="REPLACE",
+            Tagging="",
+        )
+
+    def delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), _DELETE_BATCH):
+            batch = keys[start : start + _DELETE_BATCH]
+            response = self.call(
+                f"delete {len(batch)} object(s) from s3://{self.bucket}",
+                self.s3.delete_objects,
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+            )
+            errors = response.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise StateStoreError(
+                    f"could not delete {len(errors)} object(s) from s3://{self.bucket}, e.g. "
+                    f"{first.get('Key')!r}: {first.get('Code')}: {first.get('Message')}"
+                )
+
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.page_size}
+        while True:
+            response = self.call(f"list s3://{self.bucket}/{prefix}", self.s3.list_objects_v2, **kwargs)
+            for obj in response.get("Contents", []):
+                found.append((obj["Key"], int(obj["LastModified"].timestamp() * 1000)))
+            if not response.get("IsTruncated"):
+                return sorted(found)
+            kwargs["ContinuationToken"] = response["NextContinuationToken"]
+
+    def list(self, prefix: str) -> list[str]:
+        return [key for key, _ in self.list_modified(prefix)]

@@ -1,2 +1,0 @@
-"""AWS adapters for the ports in :mod:`statestore.ports`: DynamoDB for the log, snapshot records and the table
-index; S3 for blobs. The only package that imports boto3; botocore errors never leave it."""

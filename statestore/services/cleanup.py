@@ -1,0 +1,554 @@
+"""Scheduled upkeep of tables: writing snapshots, and cleanup (old log entries, old snapshots, garbage files).
+
+What cleanup may delete, per table:
+
+- **log entries** at or below the newest snapshot that is at least ``log_min_snapshot_age_ms`` old (the
+  *base*). Every later point stays loadable from the base and the log after it; an entry no snapshot covers
+  is never deleted. The age gives readers that started from an older snapshot time to finish.
+- **snapshots** older than ``snapshot_retention_ms``, except the latest and the base.
+- **claims** (references assigned to a compaction job) made more than ``claim_expiry_ms`` ago: their job is
+  presumed dead (it failed after claiming, its driver crashed, or its claim's outcome was unknown to it), so
+  one ``ReleaseClaims`` frees them for later compactions. Should the job still commit, its replacement is
+  rejected: it loses its work, never a row.
+- **data files** with no references whose last update is older than the garbage collection delay
+  (``gc_delay_ms``, or the table's property :data:`GC_DELAY_PROPERTY`): their objects first, then a
+  ``DeleteFiles`` commit per batch. Only objects under the table's own prefix, and never the store's own
+  objects, are deleted; any other filename is refused and reported, and stays in the state.
+- **orphan data files**: objects under the table's data prefix that neither the state nor the log since the
+  latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified longer ago
+  than the garbage collection delay and than a commit request naming them can be in flight (the queue, its
+  dead-letter queue and a redrive: :meth:`CleanupPolicy.orphan_delay_ms`; see
+  :mod:`statestore.engine.orphans`). Only their objects are deleted.
+- **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
+  A committed one lives on as a copy under the log prefix (its log entry points at it), deleted with the
+  entry.
+- **orphan log bodies**: objects under the log prefix that no log entry holds, older than
+  ``orphan_log_body_age_ms`` (a day: far beyond any commit in flight). A crash between a body's upload (or
+  a request body's copy) and the entry's put leaves one, as does one between an entry's deletion and its
+  bodies'.
+
+The delay and the expiry are per instance (``gc_delay_minutes`` and ``claim_expiry_minutes`` in the CDK
+config, which reach the cleanup Lambda as :data:`GC_DELAY_ENV` and :data:`CLAIM_EXPIRY_ENV`). Both default to
+hours, not minutes: a query reads the file list it planned with, so a file that leaves the state must outlive
+the longest query; a claim must outlive the longest compaction, or a slow job's work is thrown away. Both
+must exceed the clock skew assumed between any two clocks (``instance.MAX_CLOCK_SKEW_SECONDS``): cleanup
+judges the log's times and the objects' ages by its own clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+
+from statestore import instance
+from statestore.engine.jobs_reader import save_job_model_beside_snapshot
+from statestore.engine.log_store import TableStateStore, TransactionLogStateStore
+from statestore.engine.orphans import find_orphan_files
+from statestore.engine.requests import body_key_time
+from statestore.engine.row_store import RowFilesStateStore, open_state_store
+from statestore.engine.snapshots import SnapshotStore
+from statestore.errors import (
+    SnapshotNotFoundError,
+    StaleSnapshotError,
+    StateStoreError,
+    TransactionValidationError,
+    UnreadableSnapshotError,
+)
+from statestore.model import layout
+from statestore.model.clock import now_millis
+from statestore.model.schema import Schema
+from statestore.store.ports import (
+    BlobStore,
+    FileReferenceStore,
+    SnapshotInfo,
+    TableIndex,
+    TransactionLogStore,
+)
+from statestore.store.tables import TableInfo
+from statestore.transactions import DeleteFiles, ReleaseClaims
+
+logger = logging.getLogger(__name__)
+
+GC_DELAY_PROPERTY = "gc_delay_minutes"  # a table's own delay, overriding the instance's
+GC_DELAY_ENV = "STATESTORE_GC_DELAY_MINUTES"
+CLAIM_EXPIRY_ENV = "STATESTORE_CLAIM_EXPIRY_MINUTES"
+_MINUTE_MS = 60_000
+_HOUR_MS = 60 * _MINUTE_MS
+_DAY_MS = 24 * _HOUR_MS
+
+# EMR Serverless cancels a job run after 12 hours unless told otherwise (``executionTimeoutMinutes``). A query
+# plans its file list inside its job, so a file that left the state is not needed for longer than that.
+DEFAULT_GC_DELAY_MS = 12 * _HOUR_MS
+# No compaction job runs longer than that either; the hour more lets a commit request it sent at the very
+# end be applied from the queue before its claims are swept.
+DEFAULT_CLAIM_EXPIRY_MS = 13 * _HOUR_MS
+# The longest delay or expiry accepted: beyond it a value is more likely a unit mistake (milliseconds given
+# as minutes) than a wish.
+MAX_DELAY_MS = 30 * _DAY_MS
+
+
+@dataclass(frozen=True)
+class CleanupPolicy:
+    """What cleanup keeps, and for how long (all ages in milliseconds).
+
+    ``gc_delay_ms``: how long a data file with no references stays before it is deleted. ``claim_expiry_ms``:
+    how old a claim must be before it is released. Both at least ``max_clock_skew_ms`` (the skew assumed
+    between any two clocks: a clock that far ahead sees a file or claim made now as that old already), and
+    at most :data:`MAX_DELAY_MS`; see the module docstring for their defaults. ``max_clock_skew_ms=0`` says
+    every clock is the same one (a test, a manual clean-up on one machine), and allows delays down to 0.
+
+    ``max_request_age_ms``: how long after a job writes a data file its commit request may still reach the
+    log (a queue, its dead-letter queue and a redrive can hold it that long). An object nothing names is an
+    orphan only once older than that and the skew (:meth:`orphan_delay_ms`): before, a request still in
+    flight may be about to name it.
+    """
+
+    log_min_snapshot_age_ms: int = _DAY_MS
+    snapshot_retention_ms: int = 2 * _DAY_MS
+    delete_files_batch_size: int = 1000
+    # As long as the bucket's own expiry of request bodies: longer than a dead-letter queue keeps a request.
+    request_body_max_age_ms: int = instance.REQUEST_BODY_EXPIRY_DAYS * _DAY_MS
+    gc_delay_ms: int = DEFAULT_GC_DELAY_MS
+    claim_expiry_ms: int = DEFAULT_CLAIM_EXPIRY_MS
+    # A commit holds an uploaded body or a request body's copy for seconds before its entry is put; a day is
+    # far beyond the longest commit (a Lambda runs 15 minutes at most).
+    orphan_log_body_age_ms: int = _DAY_MS
+    max_clock_skew_ms: int = instance.MAX_CLOCK_SKEW_SECONDS * 1000
+    max_request_age_ms: int = instance.REQUEST_MAX_LIFETIME_SECONDS * 1000
+
+    def __post_init__(self) -> None:
+        ages = (
+            self.log_min_snapshot_age_ms,
+            self.snapshot_retention_ms,
+            self.request_body_max_age_ms,
+            self.orphan_log_body_age_ms,
+            self.max_clock_skew_ms,
+            self.max_request_age_ms,
+        )
+        if min(ages) < 0:
+            raise ValueError(f"cleanup ages must not be negative: {self}")
+        if self.delete_files_batch_size < 1:
+            raise ValueError(f"delete_files_batch_size must be at least 1: {self}")
+        for name in ("gc_delay_ms", "claim_expiry_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_DELAY_MS:
+                raise ValueError(
+                    f"{name} must be from 0 to {MAX_DELAY_MS} ({MAX_DELAY_MS // _DAY_MS} days), got {value}"
+                )
+            check_against_skew(name, value, self.max_clock_skew_ms)
+
+    def orphan_delay_ms(self, gc_delay_ms: int) -> int:
+        """How old an object nothing names must be to be deleted as an orphan: older than the table's GC
+        delay ``gc_delay_ms``, and than any commit request naming it could still be in flight, give or take
+        the clock skew."""
+        return max(gc_delay_ms, self.max_request_age_ms + self.max_clock_skew_ms)
+
+
+def check_against_skew(name: str, value_ms: int, max_clock_skew_ms: int) -> None:
+    """Refuse a delay or expiry ``name`` shorter than the clock skew assumed (ValueError, saying why)."""
+    if value_ms < max_clock_skew_ms:
+        raise ValueError(
+            f"{name} ({value_ms:,} ms) is shorter than the clock skew cleanup assumes ({max_clock_skew_ms:,} "
+            "ms): a clock that far ahead would see a file or claim made now as that old already. Use a "
+            "longer one, or a max_clock_skew of 0 where every clock is the same one"
+        )
+
+
+# Each setting of the policy that an environment variable (in minutes) may set: the cleanup Lambda's, where
+# the stack sets the last two from the instance's config, and the CLI's and the local runtime's defaults.
+POLICY_ENVIRONMENT = {
+    "log_min_snapshot_age_ms": "STATESTORE_LOG_MIN_SNAPSHOT_AGE_MINUTES",
+    "snapshot_retention_ms": "STATESTORE_SNAPSHOT_RETENTION_MINUTES",
+    "gc_delay_ms": GC_DELAY_ENV,
+    "claim_expiry_ms": CLAIM_EXPIRY_ENV,
+    "max_clock_skew_ms": "STATESTORE_MAX_CLOCK_SKEW_MINUTES",
+    # Only for queues that keep messages for less than the stack's (instance.REQUEST_MAX_LIFETIME_SECONDS).
+    "max_request_age_ms": "STATESTORE_MAX_REQUEST_AGE_MINUTES",
+}
+
+
+def policy_from_environment(
+    environ: Mapping[str, str] | None = None, overrides: Mapping[str, int] | None = None
+) -> CleanupPolicy:
+    """The policy with each setting of :data:`POLICY_ENVIRONMENT` whose variable is set (in minutes) taken
+    from it, then ``overrides`` (settings in ms). Raises ValueError naming a variable that is not a number of
+    minutes, or a value the policy refuses."""
+    env = os.environ if environ is None else environ
+    values: dict[str, int] = {}
+    for setting, variable in POLICY_ENVIRONMENT.items():
+        raw = env.get(variable)
+        if not raw:
+            continue
+        try:
+            minutes = float(raw)
+        except ValueError:
+            minutes = math.nan
+        if not math.isfinite(minutes):
+            raise ValueError(f"{variable}={raw!r} is not a number of minutes")
+        values[setting] = int(minutes * _MINUTE_MS)
+    try:
+        return CleanupPolicy(**{**values, **(overrides or {})})
+    except ValueError as e:
+        given = ", ".join(f"{POLICY_ENVIRONMENT[s]}={env[POLICY_ENVIRONMENT[s]]!r}" for s in values)
+        raise ValueError(f"cleanup settings refused ({given or 'none from the environment'}): {e}") from None
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What cleanup did to one table."""
+
+    table_id: str
+    log_entries_deleted: int = 0
+    log_retained_from: int | None = None  # the base snapshot's number: entries up to it are gone
+    snapshots_deleted: int = 0
+    data_files_deleted: int = 0
+    delete_files_commits: int = 0
+    refused_files: tuple[str, ...] = ()  # unreferenced files whose names are not ours to delete
+    request_bodies_deleted: int = 0
+    claims_released: int = 0  # references whose expired claims were released
+    released_jobs: tuple[str, ...] = ()  # the jobs that held them, presumed dead
+    orphan_files_deleted: int = 0  # data objects nothing named, older than the GC delay
+    orphan_log_bodies_deleted: int = 0  # objects under the log prefix no log entry holds
+    files_marked_unreferenced: int = 0  # postgres tables: files found with no reference, marked for GC
+    requests_forgotten: int = 0  # postgres tables: request ids older than any redelivery, forgotten
+
+
+def gc_delay_ms(table: TableInfo, default_ms: int = DEFAULT_GC_DELAY_MS) -> int:
+    """The table's garbage collection delay: its property ``gc_delay_minutes`` if set, else ``default_ms``
+    (the instance's, :attr:`CleanupPolicy.gc_delay_ms`)."""
+    raw = table.properties.get(GC_DELAY_PROPERTY)
+    if raw is None:
+        return default_ms
+    try:
+        minutes = float(raw)
+    except ValueError:
+        raise StateStoreError(
+            f"table {table.table_name!r}: property {GC_DELAY_PROPERTY}={raw!r} is not a number of minutes"
+        ) from None
+    if minutes < 0:
+        raise StateStoreError(
+            f"table {table.table_name!r}: property {GC_DELAY_PROPERTY} must not be negative"
+        )
+    return int(minutes * _MINUTE_MS)
+
+
+def may_delete_data_file(table_id: str, filename: str) -> bool:
+    """Whether garbage collection may delete the object ``filename``: under the table's prefix, not one of
+    the store's own objects (snapshots, log bodies, request bodies), no ``..`` segment."""
+    own = (
+        layout.snapshot_prefix(table_id),
+        layout.log_body_prefix(table_id),
+        layout.request_body_prefix(table_id),
+    )
+    return (
+        layout.is_under_table(table_id, filename)
+        and not filename.startswith(own)
+        and ".." not in filename.split("/")
+        and len(filename) > len(layout.table_prefix(table_id))
+    )
+
+
+def cleanup_table(
+    store: TableStateStore,
+    table: TableInfo,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    now: int | None = None,
+) -> CleanupReport:
+    """Clean up one table (see the module's docstring). ``store`` commits the ``DeleteFiles`` transactions."""
+    policy = policy or CleanupPolicy()
+    now = now_millis() if now is None else now
+    table_id = table.table_id
+    log = store.log
+
+    # Log and snapshots.
+    recorded = snapshots.metadata.list(table_id)
+    latest = snapshots.metadata.latest(table_id)
+    old_enough = [s for s in recorded if s.created_time <= now - policy.log_min_snapshot_age_ms]
+    base = _intact_base(snapshots, table.schema, old_enough)
+    log_deleted = log.delete_up_to(table_id, base.transaction_number) if base is not None else 0
+    keep = {s.transaction_number for s in (latest, base) if s is not None}
+    # Without an intact base nothing older may go: it could be what a load falls back to.
+    expired = [
+        s
+        for s in recorded
+        if base is not None
+        and s.transaction_number not in keep
+        and s.created_time <= now - policy.snapshot_retention_ms
+    ]
+    for snapshot in expired:
+        snapshots.delete(snapshot)
+
+    released_jobs, claims_released = release_expired_claims(store, before=now - policy.claim_expiry_ms)
+
+    # Data files. A table whose files are rows collects them in two phases: files that lost their last
+    # reference are marked now, and those marked before the delay are deleted (the rows keep no history
+    # of when a reference went, so the mark stands in for the log's update time).
+    delay = gc_delay_ms(table, policy.gc_delay_ms)
+    try:
+        check_against_skew(
+            f"table {table.table_name!r}'s {GC_DELAY_PROPERTY}", delay, policy.max_clock_skew_ms
+        )
+    except ValueError as e:
+        raise StateStoreError(str(e)) from None
+    gc_before = now - delay
+    marked = forgotten = 0
+    if isinstance(store, RowFilesStateStore):
+        marked = store.file_store.mark_unreferenced(table_id, now)
+        ready = sorted(store.file_store.files_ready_for_gc(table_id, before=gc_before))
+        forgotten = store.file_store.forget_requests(
+            table_id, before=now - instance.COMMIT_STATUS_RETENTION_SECONDS * 1000
+        )
+    else:
+        ready = sorted(store.state().files_ready_for_gc(before=gc_before))
+    refused = tuple(f for f in ready if not may_delete_data_file(table_id, f))
+    if refused:
+        logger.warning(
+            "table %r: %d unreferenced file(s) not deleted: not data files under %r, e.g. %r",
+            table_id, len(refused), layout.table_prefix(table_id), refused[0],
+        )  # fmt: skip
+    deletable = [f for f in ready if may_delete_data_file(table_id, f)]
+    commits = 0
+    for start in range(0, len(deletable), policy.delete_files_batch_size):
+        batch = deletable[start : start + policy.delete_files_batch_size]
+        blobs.delete(batch)
+        commits += _commit_delete_files(store, batch)
+
+    orphans = [
+        o.filename
+        for o in find_orphan_files(
+            store, snapshots.metadata, blobs, before=now - policy.orphan_delay_ms(delay)
+        )
+        if may_delete_data_file(table_id, o.filename)
+    ]
+    blobs.delete(orphans)
+
+    # Request bodies nobody can still be waiting to commit.
+    old_bodies = [
+        key
+        for key in blobs.list(layout.request_body_prefix(table_id))
+        if (made := body_key_time(key)) is not None and made <= now - policy.request_body_max_age_ms
+    ]
+    blobs.delete(old_bodies)
+
+    # Log bodies no entry holds. Listed before the entries are read, so one whose entry is put in between is
+    # seen as held; only old ones are candidates, so no commit can still be about to put an entry naming one.
+    stale = [
+        key
+        for key, modified in blobs.list_modified(layout.log_body_prefix(table_id))
+        if modified <= now - policy.orphan_log_body_age_ms
+    ]
+    orphan_bodies = []
+    if stale:
+        held = log.stored_body_keys(table_id)
+        orphan_bodies = [key for key in stale if key not in held]
+        blobs.delete(orphan_bodies)
+
+    return CleanupReport(
+        table_id=table_id,
+        log_entries_deleted=log_deleted,
+        log_retained_from=base.transaction_number if base is not None else None,
+        snapshots_deleted=len(expired),
+        data_files_deleted=len(deletable),
+        delete_files_commits=commits,
+        refused_files=refused,
+        request_bodies_deleted=len(old_bodies),
+        claims_released=claims_released,
+        released_jobs=released_jobs,
+        orphan_files_deleted=len(orphans),
+        orphan_log_bodies_deleted=len(orphan_bodies),
+        files_marked_unreferenced=marked,
+        requests_forgotten=forgotten,
+    )
+
+
+def _intact_base(
+    snapshots: SnapshotStore, schema: Schema, old_enough: list[SnapshotInfo]
+) -> SnapshotInfo | None:
+    """The newest of ``old_enough`` that can be read: the log up to it and the snapshots before it may go.
+    A damaged one is passed over (with a warning naming it), so cleanup never deletes the last intact
+    snapshot or the log entries after it."""
+    for info in sorted(old_enough, key=lambda s: s.transaction_number, reverse=True):
+        try:
+            snapshots.verify(info, schema)
+        except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
+            logger.warning("%s; cleanup keeps the log after an older, intact snapshot", e)
+            continue
+        return info
+    return None
+
+
+def release_expired_claims(store: TableStateStore, before: int) -> tuple[tuple[str, ...], int]:
+    """Release every claim made before ``before`` (epoch ms) in one ``ReleaseClaims``; returns the jobs that
+    held them and how many references were freed.
+
+    The transaction carries ``before`` itself, so a claim made after the state was read (by a job reusing an
+    id) is left alone however long the commit takes. It is never rejected for what the state holds (a job
+    that committed meanwhile simply holds nothing), so there is nothing to retry.
+    """
+    expired = store.state().claimed_references(before)
+    if not expired:
+        return (), 0
+    jobs = tuple(sorted(expired))
+    store.commit(ReleaseClaims(jobs, claimed_before=before))
+    count = sum(len(refs) for refs in expired.values())
+    logger.warning(
+        "table %r: released %d expired claim(s) of %d job(s) presumed dead, e.g. %r",
+        store.table_id, count, len(jobs), jobs[0],
+    )  # fmt: skip
+    return jobs, count
+
+
+def _commit_delete_files(store: TableStateStore, filenames: list[str]) -> int:
+    """Commit ``DeleteFiles`` for those of ``filenames`` still in the state (another cleanup may have been
+    first); returns how many commits were made (0 or 1)."""
+    try:
+        store.commit(DeleteFiles(tuple(filenames)))
+        return 1
+    except TransactionValidationError:
+        state = store.state()
+        remaining = [
+            f for f in filenames if f in state.files_by_name and not state.files_by_name[f].references
+        ]
+        if not remaining:
+            return 0
+        store.commit(DeleteFiles(tuple(remaining)))
+        return 1
+
+
+# --- running over every table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    table_id: str
+    snapshot: SnapshotInfo | None = None  # the snapshot written, if any
+    skipped: str | None = None  # why none was written
+    error: str | None = None
+
+
+def snapshot_tables(
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    *,
+    min_transactions: int = 1,
+    clock: Callable[[], int] = now_millis,
+    stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+) -> list[SnapshotOutcome]:
+    """Snapshot every table whose log moved at least ``min_transactions`` since its latest snapshot, one
+    after another (see :func:`snapshot_table`). A failing table is reported and the others go on."""
+    stores = {} if stores is None else stores
+    return [
+        snapshot_table(table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores)
+        for table in tables.list()
+    ]
+
+
+def transactions_since_snapshot(table_id: str, log: TransactionLogStore, snapshots: SnapshotStore) -> int:
+    """How far the table's log moved since its latest snapshot: one read of the log head and one of the
+    latest snapshot record, without loading the table."""
+    latest = snapshots.metadata.latest(table_id)
+    return log.latest_number(table_id) - (latest.transaction_number if latest else 0)
+
+
+def snapshot_table(
+    table: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    *,
+    min_transactions: int = 1,
+    clock: Callable[[], int] = now_millis,
+    stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+) -> SnapshotOutcome:
+    """Snapshot ``table`` if its log moved at least ``min_transactions`` since its latest snapshot.
+
+    A table that has not moved is skipped without loading it (:func:`transactions_since_snapshot`).
+    A table whose files are rows is snapshotted from its log alone: its partitions (the file store keeps
+    the files and needs no snapshot), and it moves only when its partitions do.
+    ``stores`` keeps tables' states warm between calls (a Lambda container's). A failure of the store is
+    reported in the outcome, not raised.
+    """
+    stores = {} if stores is None else stores
+    table_id = table.table_id
+    try:
+        since = transactions_since_snapshot(table_id, log, snapshots)
+        if since < min_transactions:
+            return SnapshotOutcome(table_id, skipped=f"{since} transaction(s) since the last snapshot")
+        store = stores.get(table_id)
+        if store is None or store.schema != table.schema:
+            store = stores[table_id] = TransactionLogStateStore(
+                table_id, table.schema, log, snapshots, clock=clock
+            )
+        state = store.state()
+        try:
+            written = snapshots.write(table_id, state, clock())
+        except StaleSnapshotError as e:
+            return SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}")
+        if not table.files_in_rows:  # a postgres table's log holds no file transaction: no job history
+            save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
+        return SnapshotOutcome(table_id, snapshot=written)
+    except StateStoreError as e:
+        logger.exception("could not snapshot table %r", table_id)
+        stores.pop(table_id, None)
+        return SnapshotOutcome(table_id, error=str(e))
+
+
+@dataclass(frozen=True)
+class CleanupOutcome:
+    table_id: str
+    report: CleanupReport | None = None
+    error: str | None = None
+    skipped: str | None = None  # why the table was not cleaned up (its work was superseded, it was deleted)
+
+
+def cleanup_tables(
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
+) -> list[CleanupOutcome]:
+    """Clean up every table, one after another (see :func:`cleanup_one`); a failing table is reported and the
+    others go on."""
+    return [
+        cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)
+        for table in tables.list()
+    ]
+
+
+def cleanup_one(
+    table: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    policy: CleanupPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
+) -> CleanupOutcome:
+    """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised.
+    ``file_store`` holds the files of a table that keeps them as rows (without it such a table is reported
+    as an error)."""
+    try:
+        store = open_state_store(
+            table,
+            log,
+            snapshots,
+            file_store,
+            missing_file_store="cleanup was given no file store (set STATESTORE_POSTGRES_URL)",
+            clock=clock,
+        )
+        report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
+    except StateStoreError as e:
+        logger.exception("could not clean up table %r", table.table_id)
+        return CleanupOutcome(table.table_id, error=str(e))
+    return CleanupOutcome(table.table_id, report=report)

@@ -1,0 +1,357 @@
+"""The committer's loop: a batch of messages in, one result per message out, each request applied once."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from statestore import instance
+from statestore.engine.log_store import RetryPolicy
+from statestore.engine.row_store import open_state_store
+from statestore.engine.snapshots import SnapshotStore
+from statestore.errors import StateStoreError, TableNotFoundError
+from statestore.model.clock import now_millis
+from statestore.services.committer.decisions import (
+    DeadLettered,
+    Decision,
+    Duplicate,
+    ParsedMessage,
+    Retry,
+    already_decided,
+    decision_for_copy,
+    is_final,
+    is_stray,
+    result_of,
+    status_of,
+    transaction_number_of,
+)
+from statestore.services.committer.group import WarmTable, commit_fresh
+from statestore.services.committer.messages import CommitterStats, MessageResult, ReceivedMessage
+from statestore.services.committer.senders import refusal, sender_allowed
+from statestore.services.committer.sorting import (
+    FreshRequest,
+    SortedBatch,
+    parse_message,
+    sort_batch,
+    split_copies,
+)
+from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
+from statestore.store.ports import (
+    DEAD_LETTER_REASON_ATTRIBUTE,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
+    BlobStore,
+    CommitOutcome,
+    CommitQueue,
+    CommitStatusStore,
+    FileReferenceStore,
+    QueueMessage,
+    TableIndex,
+    TransactionLogStore,
+)
+
+logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
+
+# Message attributes of a dead letter (defined beside the ports, which read them back).
+REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
+MAX_REASON_CHARS = instance.MAX_DEAD_LETTER_REASON_CHARS
+
+
+@dataclass
+class BatchCommitter:
+    """Commits batches of commit request messages. Keep one per process: it keeps tables warm between calls.
+
+    Not thread-safe; the queue gives each table's messages to one consumer at a time.
+
+    Whether a request was applied is answered by one durable fact: its status, which the log writes in the
+    same transaction as the entry that holds it (``log.request_statuses``, required). So a redelivery, a
+    resend or a redrive is recognised by any committer, warm or cold, at any time within the status
+    retention.
+
+    ``file_store`` holds the files of tables whose record says they keep them as rows (postgres). Without
+    one, such a table's messages are retried (not dead-lettered): the committer is misconfigured, the
+    requests are fine, and they commit once it is given one; the queue's redrive policy dead-letters them
+    if that never happens.
+    """
+
+    tables: TableIndex
+    log: TransactionLogStore
+    snapshots: SnapshotStore | None
+    blobs: BlobStore
+    dead_letters: CommitQueue
+    file_store: FileReferenceStore | None = None
+    retry_policy: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
+    clock: Callable[[], int] = now_millis
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+    # How long a table's record is trusted before it is read again (a deleted table stops being committed to).
+    table_info_ttl_ms: int = 60_000
+    stats: CommitterStats = field(default_factory=CommitterStats)
+    # Seconds from an arbitrary origin, to time cold table loads.
+    timer: Callable[[], float] = time.perf_counter
+    # What the latest call of :meth:`process` did (for metrics).
+    last_batch: BatchStats = field(default_factory=BatchStats, init=False)
+    _batch: BatchStatsBuilder = field(default_factory=BatchStatsBuilder, init=False, repr=False)
+    _tables: dict[str, WarmTable] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.log.request_statuses is None:
+            raise ValueError(
+                "the committer needs a log that writes each request's status with its entry "
+                "(build the log with its commit status store)"
+            )
+
+    @property
+    def statuses(self) -> CommitStatusStore:
+        """Where requests' outcomes are (the log's status store)."""
+        statuses = self.log.request_statuses
+        assert statuses is not None  # checked when built
+        return statuses
+
+    # --- the batch ------------------------------------------------------------------------------
+
+    def process(self, messages: Sequence[ReceivedMessage]) -> list[MessageResult]:
+        """Process a batch of messages; returns one result per message, in the same order.
+
+        Never raises for a message's content or a store's failure: those become DEAD_LETTERED or RETRY
+        results. Messages of one group are retried all together, keeping their order.
+        """
+        self._batch = BatchStatsBuilder(messages=len(messages))
+        try:
+            return self._process(messages)
+        finally:
+            self.last_batch = self._batch.build()
+
+    def _process(self, messages: Sequence[ReceivedMessage]) -> list[MessageResult]:
+        parsed: list[ParsedMessage] = []
+        malformed: dict[int, Decision] = {}
+        for index, message in enumerate(messages):
+            one, decision = parse_message(message, self.clock)
+            parsed.append(one)
+            if decision is not None:
+                malformed[index] = decision
+        self.stats.messages += len(parsed)
+
+        keys = sorted({p.envelope.key for p in parsed if p.envelope is not None})
+        try:
+            known = self.statuses.get_many(keys) if keys else {}
+            self.stats.status_reads += 1 if keys else 0
+        except StateStoreError as e:
+            reason = f"could not read commit statuses: {e}"
+            logger.warning("retrying a whole batch of %d message(s): %s", len(parsed), reason)
+            self.stats.retries += len(parsed)
+            return [result_of(p, Retry(reason)) for p in parsed]
+        final = {key: s for key, s in known.items() if s.is_final}
+        batch = sort_batch(parsed, malformed, final)
+
+        decisions = dict(batch.decided)
+        for group_id, indexes in batch.groups.items():
+            fresh = batch.fresh.get(group_id)
+            if not fresh:
+                continue
+            try:
+                decisions.update(self._decide_table(group_id, fresh))
+            except Exception as e:
+                if not isinstance(e, StateStoreError):
+                    # A bug, or a state we cannot trust: start the table afresh next time.
+                    logger.exception("committing to table %r failed unexpectedly", group_id)
+                    self._tables.pop(group_id, None)
+                else:
+                    logger.warning(
+                        "committing to table %r failed; its messages will be retried: %s", group_id, e
+                    )
+                decisions.update(_retry(indexes, f"could not commit to table {group_id!r}: {e}"))
+
+        decisions.update(_strays_decided_here(batch.messages, decisions))
+        decisions.update(self._record_statuses(batch, decisions))
+        decisions.update(self._send_dead_letters(batch, decisions))
+        results = [result_of(p, decisions[index]) for index, p in enumerate(batch.messages)]
+        for result in results:
+            self.stats.count(result.outcome)
+        return results
+
+    # --- one table ------------------------------------------------------------------------------
+
+    def _decide_table(self, table_id: str, fresh: Sequence[FreshRequest]) -> dict[int, Decision]:
+        """Decide one table's fresh requests (by batch position). Raises StateStoreError (or a bug's error):
+        the caller retries the table's messages then."""
+        try:
+            table = self._table(table_id)
+        except TableNotFoundError as e:
+            reason = f"{e}; create the table (or fix the request's table id), then redrive the message"
+            return {request.position: DeadLettered(reason, time=self.clock()) for request in fresh}
+        # Requests from senders the table does not allow are refused before anything of theirs is read.
+        refused: dict[int, Decision] = (
+            {
+                r.position: refusal(table.info, r.message.sender_id, r.request_id, self.clock())
+                for r in fresh
+                if not sender_allowed(r.message.sender_id, table.info.allowed_senders)
+            }
+            if table.info.allowed_senders
+            else {}
+        )
+        fresh = [r for r in fresh if r.position not in refused]
+        if not fresh:
+            return refused
+        self._load(table)
+
+        firsts, copies = split_copies(fresh)
+        by_request = commit_fresh(
+            table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch
+        )
+        state = table.store.loaded_state
+        if state is not None:
+            self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
+        decisions = {request.position: by_request[request.request_id] for request in firsts}
+        for copy, first in copies:
+            decisions[copy.position] = decision_for_copy(by_request[first.request_id])
+        return {**decisions, **refused}
+
+    def _load(self, table: WarmTable) -> None:
+        """Make sure the table's state is loaded, counting a warm (kept) or cold (read) load."""
+        if table.store.loaded_state is not None:
+            self._batch.warm_loads += 1
+            return
+        started = self.timer()
+        table.store.cached_state()
+        self._batch.cold_load_ms.append((self.timer() - started) * 1000)
+
+    def _table(self, table_id: str) -> WarmTable:
+        now = self.clock()
+        table = self._tables.get(table_id)
+        if table is not None and now - table.checked_time < self.table_info_ttl_ms:
+            return table
+        try:
+            info = self.tables.get(table_id)
+        except TableNotFoundError:
+            self._tables.pop(table_id, None)
+            raise
+        if table is not None and (table.info.schema, table.info.file_store) == (info.schema, info.file_store):
+            table.info, table.checked_time = info, now
+            return table
+        store = open_state_store(
+            info,
+            self.log,
+            self.snapshots,
+            self.file_store,
+            missing_file_store="this committer has no file store (set STATESTORE_POSTGRES_URL); its "
+            "requests wait for one",
+            retry=self.retry_policy,
+            clock=self.clock,
+            sleep=self.sleep,
+            rng=self.rng,
+        )
+        table = self._tables[table_id] = WarmTable(info, store, now)
+        return table
+
+    def forget(self, table_id: str) -> None:
+        """Drop a table's warm state (the next batch for it loads it again)."""
+        self._tables.pop(table_id, None)
+
+    # --- after the tables -----------------------------------------------------------------------
+
+    def _record_statuses(self, batch: SortedBatch, decisions: Mapping[int, Decision]) -> dict[int, Decision]:
+        """Record every status in one write; returns the decisions that change: duplicates where a final
+        status was recorded before, or retries of every group with a status to record if the write fails."""
+        statuses = {
+            index: status
+            for index, p in enumerate(batch.messages)
+            if (status := status_of(p, decisions[index])) is not None
+        }
+        if not statuses:
+            return {}
+        try:
+            kept = self.statuses.record(list(statuses.values()))
+        except StateStoreError as e:
+            # The log holds the commits: when the messages come back they are recognised there.
+            logger.warning(
+                "could not record %d commit status(es); retrying their messages: %s", len(statuses), e
+            )
+            failed = {batch.messages[index].message.group_id for index in statuses}
+            return _retry_groups(batch, failed, f"could not record commit statuses: {e}")
+        self.stats.status_writes += 1
+        self.stats.status_items += len(statuses)
+        changed: dict[int, Decision] = {}
+        for index, status in statuses.items():
+            final = kept.get(status.key)
+            if final is None or (final.outcome, final.transaction_number) == (
+                status.outcome,
+                status.transaction_number,
+            ):
+                continue  # recorded, or the same outcome was (by a committer that died before acking)
+            if status.outcome is CommitOutcome.COMMITTED:
+                # Only a request committed to a file store (whose rows hold its id) records its committed
+                # status here; a final status other than that one means it was processed concurrently,
+                # which the queue's visibility timeout rules out.
+                logger.error(
+                    "request %r was committed at %s but its status was already final: %s",
+                    status.request_id, status.transaction_number, final,
+                )  # fmt: skip
+            changed[index] = already_decided(final)
+        return changed
+
+    def _send_dead_letters(
+        self, batch: SortedBatch, decisions: Mapping[int, Decision]
+    ) -> dict[int, Decision]:
+        """Send every dead letter in one call; if that fails, returns retries of every group with one."""
+        dead = [
+            (batch.messages[index].message, decision.reason)
+            for index, decision in sorted(decisions.items())
+            if isinstance(decision, DeadLettered)
+        ]
+        if not dead:
+            return {}
+        letters = [
+            QueueMessage(
+                body=message.body,
+                group_id=message.group_id or "ungrouped",
+                deduplication_id=message.message_id,
+                attributes=(
+                    (REASON_ATTRIBUTE, reason[:MAX_REASON_CHARS]),
+                    (SOURCE_MESSAGE_ID_ATTRIBUTE, message.message_id),
+                ),
+            )
+            for message, reason in dead
+        ]
+        for message, reason in dead:
+            logger.warning("dead-lettering message %s: %s", message.message_id, reason)
+        try:
+            self.dead_letters.send(letters)
+        except StateStoreError as e:
+            failed = {message.group_id for message, _ in dead}
+            return _retry_groups(batch, failed, f"could not send to the dead-letter queue: {e}")
+        return {}
+
+
+def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:
+    return dict.fromkeys(indexes, Retry(reason))
+
+
+def _retry_groups(batch: SortedBatch, group_ids: set[str], reason: str) -> dict[int, Decision]:
+    """Retry every message of the groups (a group's messages are retried together, keeping their order)."""
+    retries: dict[int, Decision] = {}
+    for group_id in group_ids:
+        retries.update(_retry(batch.groups[group_id], reason))
+    return retries
+
+
+def _strays_decided_here(
+    messages: Sequence[ParsedMessage], decisions: Mapping[int, Decision]
+) -> dict[int, Decision]:
+    """A stray copy (wrong group) of a request this very batch decided is a duplicate of it."""
+    stray = [index for index, decision in decisions.items() if is_stray(decision)]
+    if not stray:
+        return {}  # the usual batch: no statuses to derive twice
+    decided = {
+        (p.envelope.table_id, p.envelope.request_id): decision
+        for index, p in enumerate(messages)
+        if p.envelope is not None and (decision := decisions[index]) is not None and is_final(decision)
+    }
+    strays: dict[int, Decision] = {}
+    for index in stray:
+        envelope = messages[index].envelope
+        if envelope is not None and (first := decided.get((envelope.table_id, envelope.request_id))):
+            strays[index] = Duplicate(transaction_number_of(first), "decided in this batch")
+    return strays

@@ -1,0 +1,264 @@
+"""Scheduled upkeep fanned out one table at a time: a *plan* lists the tables and queues one unit of work
+per table that needs it; a *worker* does one table's work (a snapshot, or a cleanup) per message.
+
+Why a queue between them: one invocation walking every table in turn runs out of time with many tables, and
+one slow table holds up the rest. With one message per table each table gets its own invocation, timeout
+and memory, tables run in parallel, and a failing table is retried (then dead-lettered) on its own.
+
+The work queue is FIFO with ``MessageGroupId = table_id``: a table's work is never done by two workers at
+once (the guarantee one run at a time used to give, now per table). Its deduplication id names the kind, the
+table and the schedule's period, so a plan that runs twice in a period (a retried schedule) queues the
+table once.
+
+A table whose work takes longer than the period: the next plan queues another message behind the one being
+worked on. A message that waited longer than a period before its first delivery has been *superseded* by
+a newer one for the same table, so the worker drops it without loading the table; work never piles up
+behind a slow table, and a slow table is worked on back to back. When all the tables' work together outlasts
+a period (too little ``upkeep_max_concurrency``), the messages at the back of the queue are the ones
+superseded: each plan queues the tables in a new random order, so that is not the same tables every time.
+
+Snapshots: the plan skips a table whose log has not moved enough since its latest snapshot without
+loading it (two reads), so an unmoved table costs no message; the worker checks again (another snapshot
+may have been written meanwhile). Cleanup: every table is queued (orphans and expired claims need no new
+transaction to appear).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.snapshots import SnapshotStore
+from statestore.errors import StateStoreError, TableNotFoundError
+from statestore.model.clock import now_millis
+from statestore.services.cleanup import (
+    CleanupOutcome,
+    CleanupPolicy,
+    SnapshotOutcome,
+    cleanup_one,
+    snapshot_table,
+    transactions_since_snapshot,
+)
+from statestore.store.ports import (
+    BlobStore,
+    CommitQueue,
+    FileReferenceStore,
+    QueueMessage,
+    TableIndex,
+    TransactionLogStore,
+)
+from statestore.store.tables import TableInfo
+
+logger = logging.getLogger(__name__)
+
+WORK_FORMAT_VERSION = 1
+_MINUTE_MS = 60_000
+
+
+class UpkeepKind(StrEnum):
+    SNAPSHOT = "snapshot"
+    CLEANUP = "cleanup"
+
+
+class MalformedWorkError(StateStoreError):
+    """A work message that is not one a plan writes (a bug, or a message sent by hand)."""
+
+
+@dataclass(frozen=True)
+class UpkeepWork:
+    """One table's work of one kind, planned at ``planned_at`` (epoch ms) by a schedule of ``period_ms``."""
+
+    kind: UpkeepKind
+    table_id: str
+    planned_at: int
+    period_ms: int
+
+    def to_message(self) -> QueueMessage:
+        body = {
+            "version": WORK_FORMAT_VERSION,
+            "kind": self.kind.value,
+            "table_id": self.table_id,
+            "planned_at": self.planned_at,
+            "period_ms": self.period_ms,
+        }
+        period = self.planned_at // self.period_ms
+        return QueueMessage(
+            json.dumps(body, sort_keys=True), self.table_id, f"{self.kind.value}-{self.table_id}-{period}"
+        )
+
+    @classmethod
+    def from_body(cls, body: str) -> UpkeepWork:
+        """Parse a work message's body; raises MalformedWorkError saying what is wrong."""
+        try:
+            data = json.loads(body)
+            if data.get("version") != WORK_FORMAT_VERSION:
+                raise ValueError(f"version {data.get('version')!r} is not {WORK_FORMAT_VERSION}")
+            work = cls(
+                UpkeepKind(data["kind"]),
+                str(data["table_id"]),
+                int(data["planned_at"]),
+                int(data["period_ms"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MalformedWorkError(f"not an upkeep work message ({e}): {body[:200]!r}") from None
+        if work.period_ms < 1 or not work.table_id:
+            raise MalformedWorkError(f"not an upkeep work message (no table or period): {body[:200]!r}")
+        return work
+
+    def superseded(self, first_received_at: int) -> bool:
+        """Whether the message waited more than a period before it was first delivered: the plan of a later
+        period has queued a newer one for the table behind it."""
+        return first_received_at - self.planned_at > self.period_ms
+
+
+# The schedule's period of each kind of upkeep, set by the stack from the instance's config (and by the local
+# runtime from its intervals): a plan's work is superseded by the next plan's after one period.
+UPKEEP_PERIOD_ENV = {
+    UpkeepKind.SNAPSHOT: "STATESTORE_SNAPSHOT_PERIOD_MINUTES",
+    UpkeepKind.CLEANUP: "STATESTORE_CLEANUP_PERIOD_MINUTES",
+}
+DEFAULT_UPKEEP_PERIOD_MINUTES = {UpkeepKind.SNAPSHOT: 15.0, UpkeepKind.CLEANUP: 60.0}
+
+
+def period_ms_from_minutes(minutes: float) -> int:
+    if minutes <= 0:
+        raise ValueError(f"an upkeep period must be positive, got {minutes} minutes")
+    return max(1, int(minutes * _MINUTE_MS))
+
+
+# --- planning ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpkeepPlan:
+    """What a plan queued: the tables given work, those that needed none, and those it could not check."""
+
+    kind: UpkeepKind
+    planned: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def plan_snapshots(
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    queue: CommitQueue,
+    *,
+    period_ms: int,
+    min_transactions: int = 1,
+    now: int | None = None,
+    rng: random.Random | None = None,
+) -> UpkeepPlan:
+    """Queue a snapshot of every table whose log moved at least ``min_transactions`` since its latest
+    snapshot, checked without loading it. A table that cannot be checked is reported; the others go on.
+    Raises what ``queue.send`` raises (sending the plan again is safe: it is deduplicated per period)."""
+    now = now_millis() if now is None else now
+    planned: list[str] = []
+    skipped: list[str] = []
+    errors: dict[str, str] = {}
+    for table in tables.list():
+        try:
+            moved = transactions_since_snapshot(table.table_id, log, snapshots)
+        except StateStoreError as e:
+            logger.exception("could not check whether table %r moved", table.table_id)
+            errors[table.table_id] = str(e)
+            continue
+        (planned if moved >= min_transactions else skipped).append(table.table_id)
+    _send(queue, UpkeepKind.SNAPSHOT, planned, now, period_ms, rng)
+    return UpkeepPlan(UpkeepKind.SNAPSHOT, tuple(planned), tuple(skipped), errors)
+
+
+def plan_cleanup(
+    tables: TableIndex,
+    queue: CommitQueue,
+    *,
+    period_ms: int,
+    now: int | None = None,
+    rng: random.Random | None = None,
+) -> UpkeepPlan:
+    """Queue a cleanup of every table."""
+    now = now_millis() if now is None else now
+    planned = [table.table_id for table in tables.list()]
+    _send(queue, UpkeepKind.CLEANUP, planned, now, period_ms, rng)
+    return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned))
+
+
+def _send(
+    queue: CommitQueue,
+    kind: UpkeepKind,
+    table_ids: list[str],
+    now: int,
+    period_ms: int,
+    rng: random.Random | None,
+) -> None:
+    """Send one message per table, in a random order (see the module's docstring)."""
+    ordered = list(table_ids)
+    (rng or random.Random()).shuffle(ordered)
+    queue.send([UpkeepWork(kind, table_id, now, period_ms).to_message() for table_id in ordered])
+
+
+# --- working -------------------------------------------------------------------------------------------
+
+
+def _table_for(work: UpkeepWork, tables: TableIndex, first_received_at: int) -> TableInfo | str:
+    """The work's table, or why there is nothing to do."""
+    if work.superseded(first_received_at):
+        return (
+            f"superseded: first delivered {first_received_at - work.planned_at} ms after its plan, over "
+            f"the {work.period_ms} ms period; a newer plan queued the table again"
+        )
+    try:
+        return tables.get(work.table_id)
+    except TableNotFoundError:
+        return "the table was deleted after the plan"
+
+
+def run_snapshot_work(
+    work: UpkeepWork,
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    *,
+    first_received_at: int,
+    min_transactions: int = 1,
+    clock: Callable[[], int] = now_millis,
+    stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+) -> SnapshotOutcome:
+    """Snapshot the work's table if it still needs one (see
+    :func:`statestore.services.cleanup.snapshot_table`)."""
+    if work.kind is not UpkeepKind.SNAPSHOT:
+        raise MalformedWorkError(f"{work.kind.value} work on the snapshot queue, for table {work.table_id!r}")
+    table = _table_for(work, tables, first_received_at)
+    if isinstance(table, str):
+        return SnapshotOutcome(work.table_id, skipped=table)
+    return snapshot_table(
+        table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores
+    )
+
+
+def run_cleanup_work(
+    work: UpkeepWork,
+    tables: TableIndex,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    blobs: BlobStore,
+    *,
+    first_received_at: int,
+    policy: CleanupPolicy | None = None,
+    clock: Callable[[], int] = now_millis,
+    file_store: FileReferenceStore | None = None,
+) -> CleanupOutcome:
+    """Clean up the work's table (see :func:`statestore.services.cleanup.cleanup_table`); ``file_store``
+    holds the files of tables that keep them as rows."""
+    if work.kind is not UpkeepKind.CLEANUP:
+        raise MalformedWorkError(f"{work.kind.value} work on the cleanup queue, for table {work.table_id!r}")
+    table = _table_for(work, tables, first_received_at)
+    if isinstance(table, str):
+        return CleanupOutcome(work.table_id, skipped=table)
+    return cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)

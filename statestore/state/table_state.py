@@ -1,0 +1,873 @@
+"""TableState: the partitions and files of one table, as of one transaction number.
+
+The state is changed only by :meth:`statestore.transactions.Transaction.apply`, always after the
+transaction's ``validate`` passed, so a rejected transaction never leaves a trace. Every value held is
+immutable, which makes :meth:`TableState.copy` cheap.
+
+To try changes without copying the whole state (the committer's group commit, a batch's validation), open
+an undo journal with :meth:`TableState.begin_changes`: every mutator then records what it replaced, and
+:meth:`TableState.undo_changes` puts it back, so trying a batch costs in proportion to the batch, not to
+the table. Undoing puts back every value; the iteration order of files may differ (it carries no meaning,
+like the order of a file's references).
+
+Files are held column-wise (:class:`statestore.state.file_columns.FileColumns`, ~110 B per reference instead
+of one Python object each) as an immutable **base**, plus an **overlay** of the files changed since it
+(filename -> ``TableFile``, or None for a base file removed). The mutators write the overlay; when it grows
+past a fraction of the base, and no undo journal is open, it is folded into a new base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, cast
+
+import numpy as np
+
+from statestore.errors import (
+    FileNotFoundInStateError,
+    FileReferenceAssignedToJobError,
+    FileReferenceNotFoundError,
+    InvalidQueryError,
+    PartitionNotFoundError,
+)
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition, PartitionTree
+from statestore.model.schema import Schema
+from statestore.state.cycle_collector import collector_paused
+from statestore.state.file_columns import FileColumns
+from statestore.state.partition_columns import PartitionColumns
+
+_ABSENT: Any = object()  # in an undo record: the key was not there before
+# The overlay is folded into the base when it holds more files than this, and more than a quarter of the
+# base's: folding costs in proportion to the table, so it happens after changes of a similar size.
+FOLD_MIN_FILES = 65_536
+_CHUNK = 65_536  # base files made into TableFile objects at a time while iterating
+# What clear_files and replace_partitions replace whole, saved as one undo record each.
+_FILE_FIELDS = (
+    "_base",
+    "_shadowed",
+    "_overlay",
+    "_shadowing",
+    "_overlay_claims",
+    "_file_count",
+    "_reference_count",
+)
+# What add_new_files replaces when it appends to the base (the overlay is left as it is).
+_APPENDED_FIELDS = ("_base", "_shadowed", "_file_count", "_reference_count")
+# A batch of new files is appended to the base when it holds at least 1/_APPEND_RATIO of the base's files.
+# Appending to a base of 1M files costs ~80 ms (its columns copied), what ~9,000 files cost put into the
+# overlay one object each: at 64 an append never costs more per file than the overlay would.
+_APPEND_RATIO = 64
+_PARTITION_FIELDS = ("_partition_base", "_partitions", "_partition_shadowed", "_partition_count")
+
+
+class PartitionTotals(NamedTuple):
+    """A partition's references in figures (see :meth:`TableState.reference_totals`)."""
+
+    references: int
+    assigned_to_jobs: int
+    rows: int
+    rows_approximate: bool  # whether any of their row counts is approximate
+
+
+class TableState:
+    """Partitions + files + the number of the last transaction applied (0 = none).
+
+    ``files_by_name`` and ``partitions_by_id`` are for reading; change them through the mutators, which
+    keep the reference count and the undo journal. Assigning ``files_by_name`` whole is allowed (outside a
+    journal): it recounts the references.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        partitions_by_id: Mapping[str, Partition] | None = None,
+        files_by_name: Mapping[str, TableFile] | None = None,
+        transaction_number: int = 0,
+        *,
+        file_columns: FileColumns | None = None,
+        partition_columns: PartitionColumns | None = None,
+    ) -> None:
+        self.schema = schema
+        if isinstance(partitions_by_id, _PartitionsView):  # another state's: share its loaded columns
+            partition_columns = partitions_by_id._state._partition_base
+            partitions_by_id = dict(partitions_by_id._state._partitions)
+        elif partitions_by_id is not None and not isinstance(partitions_by_id, dict):
+            partitions_by_id = dict(partitions_by_id)
+        self._set_partitions(partition_columns, {} if partitions_by_id is None else partitions_by_id)
+        # Undo records, newest last, while a journal is open (None: changes are not recorded).
+        self._undo: list[tuple[Any, ...]] | None = None
+        self._set_base(FileColumns.empty() if file_columns is None else file_columns)
+        if files_by_name:
+            self.files_by_name = files_by_name
+        self.transaction_number = transaction_number
+        # The update time of the log entry at ``transaction_number`` (epoch ms; 0: not known, e.g. loaded
+        # from a snapshot written before it was kept). The next entry's time is never before it.
+        self.last_update_time = 0
+        # The table's data prefix (statestore.model.layout.data_prefix), where a new data file's name must be
+        # a key; None for a state that knows no table (built by hand: tests, tools).
+        self.data_prefix: str | None = None
+
+    def _set_partitions(self, base: PartitionColumns | None, changed: dict[str, Partition]) -> None:
+        # Partitions are a snapshot's columns (if loaded from one) under a dictionary of those changed
+        # since; a partition is never removed alone, so the dictionary needs no tombstones.
+        self._partition_base = base
+        self._partitions = changed
+        self._partition_shadowed = np.zeros(0 if base is None else len(base), np.bool_)
+        shadowed = 0
+        if base is not None:
+            for partition_id in changed:
+                row = base.row_of(partition_id)
+                if row is not None:
+                    self._partition_shadowed[row] = True
+                    shadowed += 1
+        self._partition_count = (0 if base is None else len(base)) + len(changed) - shadowed
+
+    def has_partition(self, partition_id: str) -> bool:
+        """``partition_id in self.partitions_by_id``, without making the view: a check every new reference
+        makes on the commit path."""
+        if partition_id in self._partitions:
+            return True
+        base = self._partition_base
+        return base is not None and base.row_of(partition_id) is not None
+
+    @property
+    def partitions_by_id(self) -> Mapping[str, Partition]:
+        """Every partition by id: read-only (change them through the mutators)."""
+        if self._partition_base is None:
+            return self._partitions
+        return _PartitionsView(self)
+
+    def _set_base(self, base: FileColumns) -> None:
+        self._base = base
+        self._shadowed = np.zeros(base.file_count, np.bool_)  # base rows the overlay replaces or removes
+        self._overlay: dict[str, TableFile | None] = {}
+        self._shadowing: dict[str, int] = {}  # overlay filename -> the base row it shadows
+        # Job id -> the overlay's files with a reference it holds: made on the first release of claims
+        # (files_claimed_by), then kept as the overlay changes.
+        self._overlay_claims: dict[str, set[str]] | None = None
+        self._file_count = base.file_count
+        self._reference_count = base.total_reference_count
+
+    @property
+    def files_by_name(self) -> Mapping[str, TableFile]:
+        """Every file by name: a read-only view that makes a ``TableFile`` on each access."""
+        return _FilesView(self)
+
+    @files_by_name.setter
+    def files_by_name(self, files: Mapping[str, TableFile]) -> None:
+        if self._undo is not None:
+            raise RuntimeError("files_by_name cannot be replaced while an undo journal is open")
+        self._set_base(FileColumns.from_table_files(files.values()))
+
+    def file_columns(self) -> FileColumns:
+        """All files as one :class:`FileColumns` (what a snapshot writes); folds the overlay in when no
+        undo journal is open."""
+        if not self._overlay:
+            return self._base
+        folded = self._folded()
+        if self._undo is None:
+            self._set_base(folded)
+        return folded
+
+    def _folded(self) -> FileColumns:
+        with collector_paused():
+            kept = self._base.take_files(np.flatnonzero(~self._shadowed))
+            changed = FileColumns.from_table_files(f for f in self._overlay.values() if f is not None)
+            return kept.concat(changed)
+
+    def _maybe_fold(self) -> None:
+        if self._undo is None and len(self._overlay) > max(FOLD_MIN_FILES, self._base.file_count // 4):
+            self._set_base(self._folded())
+
+    def _get(self, filename: str) -> TableFile | None:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry
+        if type(filename) is not str:  # held by no state, as a dict of names would say
+            return None
+        row = self._base.row_of(filename)
+        return None if row is None else self._base.table_file(row)
+
+    def _contains(self, filename: str) -> bool:
+        entry = self._overlay.get(filename, _ABSENT)
+        if entry is not _ABSENT:
+            return entry is not None
+        return type(filename) is str and self._base.row_of(filename) is not None
+
+    def _iter_names(self) -> Iterator[str]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.filenames(live[start : start + _CHUNK])
+        yield from [name for name, f in self._overlay.items() if f is not None]
+
+    def _iter_files(self) -> Iterator[TableFile]:
+        live = np.flatnonzero(~self._shadowed)
+        for start in range(0, len(live), _CHUNK):
+            yield from self._base.table_files(live[start : start + _CHUNK])
+        yield from [f for f in self._overlay.values() if f is not None]
+
+    def _visible(self, entry: Any, row: int | None) -> tuple[int, int]:
+        """(files, references) seen for one filename with overlay ``entry`` over base ``row``."""
+        if entry is _ABSENT:
+            return (0, 0) if row is None else (1, self._base.reference_count_of(row))
+        return (0, 0) if entry is None else (1, len(entry.references))
+
+    def _set_entry(self, filename: str, entry: Any, row: int | None) -> None:
+        """Make the overlay entry of ``filename`` (over base ``row``) ``entry`` (_ABSENT: none)."""
+        overlay = self._overlay
+        before = overlay.get(filename, _ABSENT)
+        files_before, refs_before = self._visible(before, row)
+        files_after, refs_after = self._visible(entry, row)
+        if self._overlay_claims is not None:
+            self._index_claims(filename, before, entry)
+        if entry is _ABSENT:
+            overlay.pop(filename, None)
+            if row is not None:
+                del self._shadowing[filename]
+                self._shadowed[row] = False
+        else:
+            overlay[filename] = entry
+            if row is not None:
+                self._shadowing[filename] = row
+                self._shadowed[row] = True
+        self._file_count += files_after - files_before
+        self._reference_count += refs_after - refs_before
+
+    def _index_claims(self, filename: str, before: Any, after: Any) -> None:
+        """Keep ``_overlay_claims`` true as the overlay entry of ``filename`` goes from ``before`` to
+        ``after`` (each a TableFile, None for removed, or _ABSENT for none)."""
+        claims = cast(dict[str, set[str]], self._overlay_claims)
+        for ref in getattr(before, "references", ()):
+            names = claims.get(ref.job_id) if ref.job_id is not None else None
+            if names is not None:
+                names.discard(filename)
+                if not names:
+                    del claims[ref.job_id]
+        for ref in getattr(after, "references", ()):
+            if ref.job_id is not None:
+                claims.setdefault(ref.job_id, set()).add(filename)
+
+    def _base_row(self, filename: str) -> int | None:
+        if filename in self._overlay:
+            return self._shadowing.get(filename)
+        return self._base.row_of(filename)
+
+    # --- partitions -----------------------------------------------------------------------------
+
+    @property
+    def partition_tree(self) -> PartitionTree:
+        return PartitionTree(self.partitions_by_id, self._root_partitions)
+
+    def _root_partitions(self) -> list[Partition]:
+        """The partitions with no parent (one, in a valid tree), found on the columns: a walk down the tree
+        (a query's partitions, a key's leaf) must not make an object of every partition to start."""
+        roots = [p for p in self._partitions.values() if p.parent_id is None]
+        base = self._partition_base
+        if base is None:
+            return roots
+        rows = self._unchanged_partition_rows(base.rows_without_parent())
+        return [base.partition(row) for row in rows.tolist()] + roots
+
+    def partitions(self) -> list[Partition]:
+        return list(self.partitions_by_id.values())
+
+    def leaf_partitions(self) -> list[Partition]:
+        changed = [p for p in self._partitions.values() if p.leaf]
+        base = self._partition_base
+        if base is None:
+            return changed
+        return base.partitions(self._unchanged_partition_rows(base.leaf_rows())) + changed
+
+    def leaf_ids(self) -> list[str]:
+        """The ids of the leaf partitions, in the order of :meth:`leaf_partitions`, without making them."""
+        changed = [p.id for p in self._partitions.values() if p.leaf]
+        base = self._partition_base
+        if base is None:
+            return changed
+        return base.ids(self._unchanged_partition_rows(base.leaf_rows())) + changed
+
+    def _unchanged_partition_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Those of ``rows`` of the partition columns whose partition was not changed since (the changed ones
+        are in the dictionary over them)."""
+        return rows[~self._partition_shadowed[rows]]
+
+    def partition(self, partition_id: str) -> Partition:
+        try:
+            return self.partitions_by_id[partition_id]
+        except KeyError:
+            raise PartitionNotFoundError(partition_id) from None
+
+    def _partition_row(self, partition_id: str) -> int | None:
+        return None if self._partition_base is None else self._partition_base.row_of(partition_id)
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def file(self, filename: str) -> TableFile:
+        table_file = self._get(filename)
+        if table_file is None:
+            raise FileNotFoundInStateError(filename)
+        return table_file
+
+    def files(self) -> list[TableFile]:
+        return list(self._iter_files())
+
+    def has_files(self) -> bool:
+        return self._file_count > 0
+
+    def files_present(self, filenames: Sequence[object]) -> list[bool]:
+        """Whether the state holds a file of each name (one vectorised search of the base for them all;
+        a name that is not a string is held by no state)."""
+        overlay = self._overlay
+        if len(filenames) == 1:  # the commit path's usual case, without the batch's bookkeeping
+            name = filenames[0]
+            if type(name) is not str:
+                return [False]
+            entry = overlay.get(name, _ABSENT)
+            return [self._base.row_of(name) is not None if entry is _ABSENT else entry is not None]
+        if not overlay and set(map(type, filenames)) == {str}:  # no changes since the base: search it whole
+            return [row is not None for row in self._base.rows_of(cast(Sequence[str], filenames))]
+        out = [False] * len(filenames)
+        searched: list[str] = []
+        positions: list[int] = []
+        for i, name in enumerate(filenames):
+            if type(name) is not str:
+                continue
+            entry = overlay.get(name, _ABSENT)
+            if entry is _ABSENT:
+                searched.append(name)
+                positions.append(i)
+            else:
+                out[i] = entry is not None
+        for i, row in zip(positions, self._base.rows_of(searched), strict=True):
+            out[i] = row is not None
+        return out
+
+    def file_references(self) -> Iterator[FileReference]:
+        for table_file in self._iter_files():
+            yield from table_file.references
+
+    def reference_count(self) -> int:
+        """How many file references the state holds (kept up to date by the mutators)."""
+        return self._reference_count
+
+    def references_with_no_job(self) -> list[FileReference]:
+        base = self._base
+        return self._base_references_where(base.job_codes < 0) + [
+            r for f in self._changed_files() for r in f.references if r.job_id is None
+        ]
+
+    def _changed_files(self) -> list[TableFile]:
+        return [f for f in self._overlay.values() if f is not None]
+
+    def _base_references_where(self, selected: np.ndarray) -> list[FileReference]:
+        """The base's references where ``selected`` (one bool per base reference) holds, but not those of
+        files the overlay replaced or removed."""
+        rows = np.flatnonzero(selected)
+        rows = rows[~self._shadowed[self._base.file_rows_of_references(rows)]]
+        return self._base.references_at(rows)
+
+    def _base_files_where(self, selected: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(selected & ~self._shadowed)
+
+    def claimed_references(self, before: int | None = None) -> dict[str, list[FileReference]]:
+        """References assigned to a job, by job id; with ``before`` (epoch ms) only claims made before it
+        (a claimed reference's ``last_update_time`` is when it was claimed). An object is made for each
+        claimed reference only, not for every reference of the table."""
+        base = self._base
+        selected = base.job_codes >= 0
+        if before is not None:
+            selected &= base.reference_times < before
+        out: dict[str, list[FileReference]] = {}
+        for ref in self._base_references_where(selected):
+            out.setdefault(cast(str, ref.job_id), []).append(ref)
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if ref.job_id is not None and (before is None or ref.last_update_time < before):
+                    out.setdefault(ref.job_id, []).append(ref)
+        return out
+
+    def files_claimed_by(self, job_ids: Iterable[str], before: int | None = None) -> list[TableFile]:
+        """The files with a reference claimed by one of ``job_ids`` (with ``before``, claimed before that
+        time): what a ``ReleaseClaims`` rewrites. Found through the columns' claimed rows by job and the
+        index of the overlay's claims, so it costs what it finds; an object is made for each such file
+        only."""
+        jobs = set(job_ids)
+        base = self._base
+        codes = base.job_codes_of(jobs)
+        files: list[TableFile] = []
+        if codes:
+            claimed = base.reference_rows_claimed_by(codes)
+            if before is not None:
+                claimed = claimed[base.reference_times[claimed] < before]
+            rows = np.unique(base.file_rows_of_references(claimed))
+            files = base.table_files(rows[~self._shadowed[rows]])
+
+        # The changed files holding a claim of one of the jobs, then, if a time is given, those with such a
+        # claim made before it.
+        claims = self._overlay_claims
+        if claims is None:
+            claims = self._overlay_claims = {}
+            for name, table_file in self._overlay.items():
+                self._index_claims(name, _ABSENT, table_file)
+        names = set().union(*(claims.get(job, ()) for job in jobs))
+        changed = [cast(TableFile, self._overlay[name]) for name in sorted(names)]
+        if before is not None:
+            changed = [
+                f
+                for f in changed
+                if any(r.job_id in jobs and r.last_update_time < before for r in f.references)
+            ]
+        return files + changed
+
+    def is_assigned(self, job_id: str, partition_id: str, filenames: Iterable[str]) -> bool:
+        """Whether compaction job ``job_id`` holds its claim: every file's reference in ``partition_id`` is
+        assigned to it. False while a reference is assigned to no job (not claimed yet, or released).
+
+        Raises FileNotFoundInStateError or FileReferenceNotFoundError naming a file with no reference in
+        the partition (already replaced, or never there), FileReferenceAssignedToJobError naming a file
+        another job holds, InvalidQueryError for no filenames.
+        """
+        names = list(filenames)
+        if not names:
+            raise InvalidQueryError(f"is_assigned of job {job_id!r} needs at least one filename")
+        held = True
+        for filename in names:
+            ref = self.file(filename).reference_in(partition_id)
+            if ref is None:
+                raise FileReferenceNotFoundError(filename, partition_id)
+            if ref.job_id is None:
+                held = False
+            elif ref.job_id != job_id:
+                raise FileReferenceAssignedToJobError(filename, partition_id, ref.job_id)
+        return held
+
+    def references_by_partition(self) -> dict[str, list[FileReference]]:
+        """Every partition that has references, mapped to them."""
+        return self._references_by_partition(
+            np.ones(self._base.total_reference_count, np.bool_), lambda ref: True
+        )
+
+    def _references_by_partition(
+        self, selected: np.ndarray | None, keep: Callable[[FileReference], bool]
+    ) -> dict[str, list[FileReference]]:
+        """The base's references where ``selected`` holds (None: none of them) and the changed files' that
+        ``keep`` keeps, by partition id."""
+        out: dict[str, list[FileReference]] = {}
+        if selected is not None:
+            with collector_paused():  # possibly an object per reference of the table, none of them garbage
+                for ref in self._base_references_where(selected):
+                    out.setdefault(ref.partition_id, []).append(ref)
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if keep(ref):
+                    out.setdefault(ref.partition_id, []).append(ref)
+        return out
+
+    def reference_totals(self) -> dict[str, PartitionTotals]:
+        """For each partition with references: how many, how many a job holds, their rows, and whether any
+        row count is approximate. Summed on the columns, with no object made per reference."""
+        base = self._base
+        width = len(base.partition_ids)
+        live = np.repeat(~self._shadowed, np.diff(base.reference_starts))  # references of unchanged files
+        codes = base.partition_codes[live]
+        rows = base.number_of_rows[live]
+        references = np.bincount(codes, minlength=width)
+        assigned = np.bincount(codes[base.job_codes[live] >= 0], minlength=width)
+        approximate = np.bincount(codes[base.count_approximate[live]], minlength=width) > 0
+        if len(rows) and int(rows.max()) < (1 << 63) // len(rows):  # no int64 sum can overflow
+            row_sums = np.zeros(width, np.int64)
+            np.add.at(row_sums, codes, rows)
+            sums: list[int] = row_sums.tolist()
+        else:  # exact in Python (counts near the int64 limit, which a codec accepts one by one)
+            sums = [0] * width
+            for code, count in zip(codes.tolist(), rows.tolist(), strict=True):
+                sums[code] += count
+        totals: dict[str, list[Any]] = {}
+        for code in np.flatnonzero(references).tolist():
+            entry = totals.setdefault(base.partition_ids[code], [0, 0, 0, False])
+            entry[0] += int(references[code])
+            entry[1] += int(assigned[code])
+            entry[2] += sums[code]
+            entry[3] = entry[3] or bool(approximate[code])
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                entry = totals.setdefault(ref.partition_id, [0, 0, 0, False])
+                entry[0] += 1
+                entry[1] += ref.job_id is not None
+                entry[2] += ref.number_of_rows
+                entry[3] = entry[3] or ref.count_approximate
+        return {partition_id: PartitionTotals(*entry) for partition_id, entry in totals.items()}
+
+    def references_in_partitions(
+        self, partition_ids: Iterable[str], *, unassigned: bool = False, claimed_before: int | None = None
+    ) -> dict[str, list[FileReference]]:
+        """The references on each of ``partition_ids`` that has any: what a query of a few partitions reads,
+        selected on the columns, with an object made for each of those references only.
+
+        With ``unassigned``, only references assigned to no job, and with ``claimed_before`` (epoch ms) also
+        those claimed before that time (whose job a take-over presumes dead).
+        """
+        if claimed_before is not None and not unassigned:
+            raise ValueError("claimed_before selects among unassigned references: pass unassigned=True")
+        wanted = set(partition_ids)
+        base = self._base
+        codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
+        selected = None
+        if codes:
+            selected = np.isin(base.partition_codes, codes)
+            if unassigned:
+                free = base.job_codes < 0
+                if claimed_before is not None:
+                    free |= base.reference_times < claimed_before
+                selected &= free
+        return self._references_by_partition(
+            selected,
+            lambda ref: (
+                ref.partition_id in wanted
+                and (
+                    not unassigned
+                    or ref.job_id is None
+                    or (claimed_before is not None and ref.last_update_time < claimed_before)
+                )
+            ),
+        )
+
+    def oldest_unassigned_files(
+        self,
+        partition_ids: Iterable[str],
+        *,
+        at_least: int,
+        at_most: int,
+        claimed_before: int | None = None,
+    ) -> dict[str, list[str]]:
+        """For each of ``partition_ids`` with at least ``at_least`` references assigned to no job, the files
+        of its oldest ``at_most`` such references: oldest first (``last_update_time``), by name among equals.
+        What a compaction job takes in. With ``claimed_before`` (epoch ms) references claimed before that
+        time count as unassigned (their job is presumed dead).
+
+        Selected and sorted on the columns, with no object made per reference: at 1M references over
+        100,000 leaves, every leaf's are chosen in ~1.3 s (``benchmarks/bench_planners.py``).
+        """
+        if at_least < 1 or at_most < 1:
+            raise ValueError(f"need at_least >= 1 and at_most >= 1, got {at_least} and {at_most}")
+        wanted = set(partition_ids)
+
+        def free(job_id: str | None, claimed_at: int) -> bool:
+            return job_id is None or (claimed_before is not None and claimed_at < claimed_before)
+
+        changed: dict[str, list[tuple[int, str]]] = {}
+        for table_file in self._changed_files():
+            for ref in table_file.references:
+                if ref.partition_id in wanted and free(ref.job_id, ref.last_update_time):
+                    changed.setdefault(ref.partition_id, []).append((ref.last_update_time, ref.filename))
+        base = self._base
+        codes = [code for code, partition_id in enumerate(base.partition_ids) if partition_id in wanted]
+        out: dict[str, list[str]] = {}
+        with collector_paused():  # a name per reference chosen, none of them garbage
+            if codes:
+                selected = np.isin(base.partition_codes, codes)
+                unassigned = base.job_codes < 0
+                if claimed_before is not None:
+                    unassigned |= base.reference_times < claimed_before
+                rows = np.flatnonzero(selected & unassigned)
+                rows = rows[~self._shadowed[base.file_rows_of_references(rows)]]  # changed files: above
+                oldest = base.oldest_by_partition(rows, at_most)
+                for code, (count, start, stop) in oldest.groups.items():
+                    partition_id = base.partition_ids[code]
+                    more = changed.pop(partition_id, None)
+                    if more is None:
+                        if count >= at_least:
+                            out[partition_id] = oldest.names[start:stop]
+                    elif count + len(more) >= at_least:  # the oldest of the columns' and the changed together
+                        times = oldest.times[start:stop].tolist()
+                        chosen = list(zip(times, oldest.names[start:stop], strict=True))
+                        out[partition_id] = _names_of_oldest(chosen + more, at_most)
+            for partition_id, more in changed.items():  # partitions only the changed files reference
+                if len(more) >= at_least:
+                    out[partition_id] = _names_of_oldest(more, at_most)
+        return out
+
+    def references_in_partition(self, partition_id: str) -> list[FileReference]:
+        return self.references_in_partitions((partition_id,)).get(partition_id, [])
+
+    def files_ready_for_gc(self, before: int) -> list[str]:
+        """Names of files with no references whose last update was before ``before`` (epoch ms)."""
+        base = self._base
+        no_references = np.diff(base.reference_starts) == 0
+        rows = self._base_files_where(no_references & (base.file_times < before))
+        return base.filenames(rows) + [
+            f.filename for f in self._changed_files() if not f.references and f.last_update_time < before
+        ]
+
+    def unreferenced_files(self) -> list[TableFile]:
+        base = self._base
+        rows = self._base_files_where(np.diff(base.reference_starts) == 0)
+        return base.table_files(rows) + [f for f in self._changed_files() if not f.references]
+
+    # --- used by transactions, and by snapshot loading ------------------------------------------
+
+    def put_file(self, table_file: TableFile) -> None:
+        self.put_files((table_file,))
+
+    def put_files(self, table_files: Iterable[TableFile]) -> None:
+        """:meth:`put_file` of each, in order (one call for a big AddFiles)."""
+        table_files = list(table_files)
+        overlay, undo = self._overlay, self._undo
+        names = [f.filename for f in table_files]
+        # One vectorised search of the base for the names the overlay does not hold yet.
+        unknown = [name for name in names if name not in overlay]
+        base_rows = dict(zip(unknown, self._base.rows_of(unknown), strict=True))
+        added_files = added_references = 0
+        for name, table_file in zip(names, table_files, strict=True):
+            row = base_rows.pop(name, None) if name in base_rows else self._shadowing.get(name)
+            if row is None and name not in overlay:  # a new file (an AddFiles): no base row to shadow
+                if undo is not None:
+                    undo.append(("file", name, _ABSENT, None))
+                if self._overlay_claims is not None:
+                    self._index_claims(name, _ABSENT, table_file)
+                overlay[name] = table_file
+                added_files += 1
+                added_references += len(table_file.references)
+                continue
+            if undo is not None:
+                undo.append(("file", name, overlay.get(name, _ABSENT), row))
+            self._set_entry(name, table_file, row)
+        self._file_count += added_files
+        self._reference_count += added_references
+        self._maybe_fold()
+
+    def add_new_files(self, added: FileColumns) -> None:
+        """Add files the state does not hold (the caller validated that: a bulk AddFiles).
+
+        A batch big against the base (at least 1/``_APPEND_RATIO`` of its files) is appended to it as
+        columns, no object made per file: the base's columns are copied once, in C. A smaller one goes
+        into the overlay like any change.
+        """
+        if added.file_count * _APPEND_RATIO < self._base.file_count:
+            self.put_files(added.table_files())
+            return
+        if self._undo is not None:
+            self._undo.append(("fields", _APPENDED_FIELDS, self._fields(_APPENDED_FIELDS)))
+        # Base rows keep their numbers, so the overlay's entries still shadow the rows they did.
+        self._base = self._base.append(added)
+        self._shadowed = np.concatenate([self._shadowed, np.zeros(added.file_count, np.bool_)])
+        self._file_count += added.file_count
+        self._reference_count += added.total_reference_count
+
+    def remove_file(self, filename: str) -> None:
+        """Remove ``filename`` (KeyError if the state does not hold it)."""
+        if not self._contains(filename):
+            raise KeyError(filename)
+        row = self._base_row(filename)
+        if self._undo is not None:
+            self._undo.append(("file", filename, self._overlay.get(filename, _ABSENT), row))
+        self._set_entry(filename, _ABSENT if row is None else None, row)
+        self._maybe_fold()
+
+    def clear_files(self) -> None:
+        if self._undo is not None:
+            self._undo.append(("fields", _FILE_FIELDS, self._fields(_FILE_FIELDS)))
+        self._set_base(FileColumns.empty())
+
+    def put_partitions(self, partitions: Iterable[Partition]) -> None:
+        for p in partitions:
+            row = self._partition_row(p.id)
+            if self._undo is not None:
+                self._undo.append(("partition", p.id, self._partitions.get(p.id, _ABSENT), row))
+            self._set_partition(p.id, p, row)
+
+    def _set_partition(self, partition_id: str, entry: Any, row: int | None) -> None:
+        """Make the changed partition ``partition_id`` (over base ``row``) ``entry`` (_ABSENT: unchanged)."""
+        was_there = partition_id in self._partitions or row is not None
+        if entry is _ABSENT:
+            self._partitions.pop(partition_id, None)
+        else:
+            self._partitions[partition_id] = entry
+        if row is not None:
+            self._partition_shadowed[row] = entry is not _ABSENT
+        self._partition_count += int(partition_id in self._partitions or row is not None) - int(was_there)
+
+    def replace_partitions(self, partitions: Iterable[Partition]) -> None:
+        if self._undo is not None:
+            self._undo.append(("fields", _PARTITION_FIELDS, self._fields(_PARTITION_FIELDS)))
+        self._set_partitions(None, {p.id: p for p in partitions})
+
+    def _fields(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in names)
+
+    # --- trying changes -------------------------------------------------------------------------
+
+    def begin_changes(self) -> int:
+        """Start recording changes so they can be undone; returns a mark for :meth:`undo_changes` and
+        :meth:`keep_changes`. Journals nest: an inner mark is undone or kept inside the outer one."""
+        if self._undo is None:
+            self._undo = []
+        return len(self._undo)
+
+    def undo_changes(self, mark: int) -> None:
+        """Put back everything changed since ``mark`` (newest first); closes the journal at the outer mark."""
+        undo = self._undo
+        if undo is None or mark > len(undo):
+            raise RuntimeError(f"no open undo journal at mark {mark}")
+        while len(undo) > mark:
+            record = undo.pop()
+            kind = record[0]
+            if kind == "file":
+                _, filename, old, row = record
+                self._set_entry(filename, old, row)
+            elif kind == "partition":
+                _, partition_id, old, row = record
+                self._set_partition(partition_id, old, row)
+            else:  # "fields": a whole set put back; older records belong to what it restores
+                _, names, values = record
+                for name, value in zip(names, values, strict=True):
+                    setattr(self, name, value)
+        if mark == 0:
+            self._undo = None
+            self._maybe_fold()
+
+    def keep_changes(self, mark: int) -> None:
+        """Keep the changes made since ``mark``; at the outer mark this closes the journal (no undo)."""
+        if self._undo is None or mark > len(self._undo):
+            raise RuntimeError(f"no open undo journal at mark {mark}")
+        if mark == 0:
+            self._undo = None
+            self._maybe_fold()
+
+    # --- whole-state ----------------------------------------------------------------------------
+
+    def copy(self) -> TableState:
+        """An independent copy (the base is immutable and shared; the overlay is copied)."""
+        copy = TableState(self.schema, None, None, self.transaction_number)
+        copy.last_update_time = self.last_update_time
+        copy.data_prefix = self.data_prefix
+        copy._partition_base, copy._partitions = self._partition_base, dict(self._partitions)
+        copy._partition_shadowed = self._partition_shadowed.copy()
+        copy._partition_count = self._partition_count
+        copy._base = self._base
+        copy._shadowed = self._shadowed.copy()
+        copy._overlay = dict(self._overlay)
+        copy._shadowing = dict(self._shadowing)
+        copy._overlay_claims = None  # made again on the copy's first use
+        copy._file_count, copy._reference_count = self._file_count, self._reference_count
+        return copy
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TableState):
+            return NotImplemented
+        return (
+            self.transaction_number == other.transaction_number
+            and self.schema == other.schema
+            and self.partitions_by_id == other.partitions_by_id
+            and self._file_count == other._file_count
+            and _files_equal(
+                dict(zip(self._iter_names(), self._iter_files(), strict=True)),
+                dict(zip(other._iter_names(), other._iter_files(), strict=True)),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TableState(transaction_number={self.transaction_number}, "
+            f"partitions={self._partition_count}, files={self._file_count}, "
+            f"references={self.reference_count()})"
+        )
+
+
+def _names_of_oldest(references: list[tuple[int, str]], at_most: int) -> list[str]:
+    """The names of the oldest ``at_most`` of ``(last_update_time, filename)`` pairs, by name among equals."""
+    return [filename for _, filename in sorted(references)[:at_most]]
+
+
+def _files_equal(a: dict[str, TableFile], b: dict[str, TableFile]) -> bool:
+    # The order of a file's references carries no meaning.
+    if a.keys() != b.keys():
+        return False
+    for name, fa in a.items():
+        fb = b[name]
+        if fa.last_update_time != fb.last_update_time or len(fa.references) != len(fb.references):
+            return False
+        if sorted(fa.references, key=_ref_key) != sorted(fb.references, key=_ref_key):
+            return False
+    return True
+
+
+def _ref_key(ref: FileReference) -> str:
+    return ref.partition_id
+
+
+class _FilesView(Mapping[str, TableFile]):
+    """``TableState.files_by_name``: a read-only mapping over the base and overlay of one state."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, filename: str) -> TableFile:
+        table_file = self._state._get(filename)
+        if table_file is None:
+            raise KeyError(filename)
+        return table_file
+
+    def __contains__(self, filename: object) -> bool:
+        return isinstance(filename, str) and self._state._contains(filename)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._state._iter_names()
+
+    def __len__(self) -> int:
+        return self._state._file_count
+
+    def values(self) -> Any:
+        return list(self._state._iter_files())
+
+    def items(self) -> Any:
+        return [(f.filename, f) for f in self._state._iter_files()]
+
+
+class _PartitionsView(Mapping[str, Partition]):
+    """``TableState.partitions_by_id`` over a loaded snapshot's partition columns and the changes since."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def __getitem__(self, partition_id: str) -> Partition:
+        state = self._state
+        changed = state._partitions.get(partition_id)
+        if changed is not None:
+            return changed
+        row = state._partition_row(partition_id)
+        if row is None or state._partition_base is None:
+            raise KeyError(partition_id)
+        return state._partition_base.partition(row)
+
+    def __contains__(self, partition_id: object) -> bool:
+        state = self._state
+        if not isinstance(partition_id, str):
+            return False
+        return partition_id in state._partitions or state._partition_row(partition_id) is not None
+
+    def _unchanged_rows(self) -> np.ndarray:
+        return np.flatnonzero(~self._state._partition_shadowed)
+
+    def __iter__(self) -> Iterator[str]:
+        state = self._state
+        base_ids = [] if state._partition_base is None else state._partition_base.ids(self._unchanged_rows())
+        return iter([*base_ids, *state._partitions])
+
+    def __len__(self) -> int:
+        return self._state._partition_count
+
+    def values(self) -> Any:
+        state = self._state
+        base = (
+            [] if state._partition_base is None else state._partition_base.partitions(self._unchanged_rows())
+        )
+        return [*base, *state._partitions.values()]
+
+    def items(self) -> Any:
+        return [(p.id, p) for p in self.values()]

@@ -1,0 +1,502 @@
+"""The small interfaces the engine needs from its backends, each with an in-memory twin in ``memory.py``.
+
+AWS adapters (``statestore.adapters.aws``) implement the same interfaces; one behaviour suite runs against
+all. Implementations raise only :mod:`statestore.errors` exceptions, never a backend's own.
+
+:class:`TableIndex` holds the tables by id and by name (its values are in ``tables.py``).
+:class:`CommitterSwitch` pauses the committer for maintenance: requests sent while it is paused wait on
+the commit queue (SQS keeps them for the queue's retention period) and are committed in order once it
+resumes. Its adapters are :class:`statestore.adapters.aws.committer_switch.LambdaCommitterSwitch` (the
+committer Lambda's SQS event source mapping) and
+:class:`statestore.adapters.aws.committer_switch.LocalCommitterSwitch` (the local runtime's poller).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statestore.errors import TransactionValidationError
+    from statestore.model.files import TableFile
+    from statestore.model.partitions import Partition
+    from statestore.model.schema import Schema
+    from statestore.store.tables import TableInfo
+    from statestore.transactions import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One transaction in a table's log: ``body`` is the codec's output, ``compressed`` how to read it.
+
+    ``writer_token`` is unique to the append that wrote the entry: a writer whose put failed ambiguously (the
+    response was lost, or a retry of a put that had landed failed its condition) reads the entry back and
+    recognises its own by it. Empty on entries written before tokens existed.
+
+    ``attachments`` are ``(key, bytes)`` of bodies the entry's ``body`` names by key instead of holding them
+    (a group commit member whose request body was in the bucket): objects under the table's
+    ``layout.log_body_prefix`` that belong to the entry. On append they must already be in the blob store
+    (the log records their keys and deletes them with the entry); on read the log gives their bytes.
+    """
+
+    transaction_number: int
+    update_time: int  # epoch milliseconds; every replica stamps the transaction's changes with it
+    transaction_type: str
+    body: bytes
+    compressed: bool = False
+    writer_token: str = ""
+    attachments: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms).
+
+    ``checksums`` are the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
+    every read; empty for snapshots recorded before they were kept.
+    """
+
+    table_id: str
+    transaction_number: int
+    created_time: int
+    partitions_key: str
+    files_key: str
+    checksums: tuple[str, ...] = ()
+
+
+class TransactionLogStore(ABC):
+    """An ordered, append-only log of transactions per table."""
+
+    @abstractmethod
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        """Store ``entry`` if its number is unused; raise TransactionNumberTakenError if it is taken.
+
+        Taken includes "taken by this very entry": a retried put whose first try landed fails its condition.
+        StoreUnavailableError means the outcome is unknown (the entry may or may not be stored); putting the
+        same entry again is safe. May raise TransactionTooLargeError if the body cannot be stored at all.
+
+        ``outcomes`` are the ``committed`` statuses of the requests the entry holds: they are written in
+        :attr:`request_statuses` together with the entry, all or nothing, so a request in the log always has
+        its status (a redelivery, resend or redrive finds it there, whatever committer gets it, whenever).
+        Where one of those requests already has a final status, nothing is written and
+        RequestsAlreadyDecidedError names them. Raises StateStoreError when ``outcomes`` are given to a log
+        that records no statuses.
+        """
+
+    @property
+    def request_statuses(self) -> CommitStatusStore | None:
+        """The store the log writes its entries' request outcomes to (see :meth:`append`), or None."""
+        return None
+
+    @abstractmethod
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        """Entries ``from_number <= n <= to_number`` (unbounded if None), in order, strongly consistent."""
+
+    @abstractmethod
+    def latest_number(self, table_id: str) -> int:
+        """The highest transaction number in the log, 0 if the log has never had an entry."""
+
+    @abstractmethod
+    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
+        """Delete entries numbered ``<= transaction_number`` (with any stored bodies); return how many.
+
+        The table's latest entry is always kept, so ``latest_number`` never goes back and a reader that
+        fell behind sees a gap (and reloads from a snapshot) instead of an empty log it could append to.
+        """
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every entry of a table."""
+
+    @abstractmethod
+    def stored_body_keys(self, table_id: str) -> set[str]:
+        """The blob keys the table's entries hold (bodies stored aside and attachments), without reading
+        them: what the orphan sweep of the log prefix must keep."""
+
+
+class SnapshotMetadataStore(ABC):
+    """Records of snapshots and each table's "latest" pointer."""
+
+    @abstractmethod
+    def record(self, snapshot: SnapshotInfo) -> None:
+        """Record ``snapshot`` and move the latest pointer to it, atomically.
+
+        Raises StaleSnapshotError (and records nothing) if the latest is already at or past its number.
+        """
+
+    @abstractmethod
+    def latest(self, table_id: str) -> SnapshotInfo | None:
+        """The table's latest snapshot, or None."""
+
+    @abstractmethod
+    def list(self, table_id: str) -> list[SnapshotInfo]:
+        """Every recorded snapshot of the table, oldest first."""
+
+    @abstractmethod
+    def delete(self, table_id: str, transaction_number: int) -> None:
+        """Delete one snapshot's record. Raises StateStoreError if it is the latest."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every record and the pointer of a table."""
+
+
+class BlobStore(ABC):
+    """Named byte objects (S3 in AWS): snapshot files, large transaction bodies."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes, tags: Mapping[str, str] | None = None) -> None:
+        """Store ``data`` under ``key`` (replacing it), with object ``tags`` if given."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; raises BlobNotFoundError if absent."""
+
+    @abstractmethod
+    def copy(self, source: str, destination: str) -> None:
+        """Copy object ``source`` to ``destination`` inside the store (S3: server-side, no download), without
+        its tags. Raises BlobNotFoundError if ``source`` is absent."""
+
+    @abstractmethod
+    def delete(self, keys: list[str]) -> None:
+        """Delete objects; absent keys are ignored."""
+
+    @abstractmethod
+    def list_modified(self, prefix: str) -> list[tuple[str, int]]:
+        """``(key, last modified epoch ms)`` of the keys starting with ``prefix``, sorted by key.
+
+        The time is the store's (S3's ``LastModified``), of the object's last write: how old a file is that a
+        job wrote and nothing has committed yet, which the garbage collection delay is measured against.
+        """
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys starting with ``prefix``, sorted."""
+
+
+# --- asynchronous commits ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessage:
+    """A message for a FIFO queue: kept in order within ``group_id``; dropped if ``deduplication_id`` is a
+    repeat from the last five minutes.
+
+    ``attributes`` are string message attributes (the dead-letter queue carries the reason in one).
+    """
+
+    body: str
+    group_id: str
+    deduplication_id: str
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+# Message attributes the committer sends a dead letter with: why, and the id of the message it came in.
+DEAD_LETTER_REASON_ATTRIBUTE = "reason"
+SOURCE_MESSAGE_ID_ATTRIBUTE = "source_message_id"
+
+
+class CommitQueue(ABC):
+    """A FIFO queue of commit requests (SQS FIFO in AWS). The dead-letter queue has the same shape."""
+
+    @abstractmethod
+    def send(self, messages: Sequence[QueueMessage]) -> None:
+        """Send ``messages``, keeping their order within each group.
+
+        Raises StoreUnavailableError if some could not be sent; sending them all again is safe, as the queue
+        drops a message whose deduplication id it saw in the last five minutes.
+        """
+
+
+class CommitOutcome(StrEnum):
+    COMMITTED = "committed"
+    REJECTED = "rejected"
+    # Malformed, or for a table that does not exist: moved to the dead-letter queue, where it can be
+    # inspected and redriven. Not final, so a redriven request is processed again.
+    DEAD_LETTERED = "dead_lettered"
+    # Written by committers before a committed request's status was written with its log entry: a
+    # redelivered request they could neither find in the log nor rule out. Final, so no copy of it is ever
+    # applied. No committer records it any more; old statuses still read.
+    UNKNOWN = "unknown"
+
+
+# A commit request is named by its table and its id: request ids are scoped to their table, so one
+# table's request can never stand for, or be mistaken for, another table's.
+RequestKey = tuple[str, str]  # (table_id, request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStatus:
+    """What became of a commit request.
+
+    ``transaction_number`` is the log entry holding it (when committed); ``reason`` says why it was rejected
+    or dead-lettered, or, for a committed request, which of its parts were skipped and why.
+    """
+
+    request_id: str
+    table_id: str
+    outcome: CommitOutcome
+    recorded_time: int  # epoch ms
+    transaction_number: int | None = None
+    reason: str | None = None
+
+    @property
+    def key(self) -> RequestKey:
+        return (self.table_id, self.request_id)
+
+    @property
+    def is_final(self) -> bool:
+        """Committed, rejected or unknown: processing the request again must not change anything."""
+        return self.outcome is not CommitOutcome.DEAD_LETTERED
+
+
+def one_status_per_request(statuses: Iterable[CommitStatus]) -> list[CommitStatus]:
+    """One status per request (table and id), in first-seen order: the first final one, else the last one."""
+    chosen: dict[RequestKey, CommitStatus] = {}
+    for status in statuses:
+        current = chosen.get(status.key)
+        if current is None or not current.is_final:
+            chosen[status.key] = status
+    return list(chosen.values())
+
+
+class CommitStatusStore(ABC):
+    """Outcomes of commit requests by (table id, request id), kept for
+    ``resources.COMMIT_STATUS_RETENTION_SECONDS``.
+
+    A committed request's status is written by the log together with its entry
+    (:meth:`TransactionLogStore.append`); the others (rejected, dead-lettered) with :meth:`record`.
+    """
+
+    @abstractmethod
+    def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
+        """Store ``statuses``, except over a final one: a final status never changes.
+
+        A status replaces none or a dead-lettered one; where the request already has a final status, that
+        one is kept and returned (by request key) instead. Where ``statuses`` names a request twice, a final
+        status wins over a dead-lettered one (see :func:`one_status_per_request`). Each write is
+        conditional on what is stored, so racing writers cannot overwrite a final status either.
+        Raises StoreUnavailableError.
+        """
+
+    @abstractmethod
+    def get(self, table_id: str, request_id: str) -> CommitStatus | None:
+        """The status of one request of a table, or None if none is recorded (strongly consistent)."""
+
+    @abstractmethod
+    def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
+        """Statuses by request key for those of ``keys`` that have one (strongly consistent)."""
+
+
+# --- dead letters --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message on the dead-letter queue, as received (and left there).
+
+    ``reason`` is the committer's (the message attribute it sends a dead letter with), None when the commit
+    queue's redrive policy moved the message (received too often without being acknowledged).
+    ``receive_count`` counts receives from the dead-letter queue itself (listing it receives too).
+    """
+
+    message_id: str
+    body: str
+    group_id: str
+    sent_time: int  # epoch ms, when the message reached the dead-letter queue
+    reason: str | None = None
+    source_message_id: str | None = None
+    receive_count: int = 1
+
+
+class DeadLetterQueue(ABC):
+    """A dead-letter queue (the commit queue's, or the upkeep work queues'), for an operator: look at the
+    messages, remove chosen ones."""
+
+    @abstractmethod
+    def peek(self) -> list[DeadLetter]:
+        """Every message on the queue, oldest first; they stay on it. Raises StoreUnavailableError."""
+
+    @abstractmethod
+    def delete(self, message_ids: Collection[str]) -> list[str]:
+        """Delete the messages with these ids; returns the ids deleted (an id not on the queue is not).
+        Raises StoreUnavailableError."""
+
+
+# --- file references kept as rows ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileCommitMember:
+    """One transaction of a commit to a :class:`FileReferenceStore`: a row transaction (see
+    ``statestore.views.row_decisions``), with the id of the commit request it came in, recorded with the
+    commit so a request is never applied twice."""
+
+    transaction: Transaction
+    request_id: str
+
+
+@dataclass(frozen=True)
+class FileCommitOutcome:
+    """What a :meth:`FileReferenceStore.commit` did with each member, by position.
+
+    ``commit_number`` numbers the commit that wrote the ``committed`` members (None when nothing was
+    written); ``found`` maps members whose request id an earlier commit recorded to that commit's number;
+    ``rejected`` holds each invalid member's error; ``skipped_parts`` the skipped parts of committed members.
+    """
+
+    commit_number: int | None
+    update_time: int
+    committed: tuple[int, ...]
+    found: Mapping[int, int]
+    rejected: Mapping[int, TransactionValidationError]
+    skipped_parts: Mapping[int, tuple[tuple[str, str], ...]]
+
+
+class FileReferenceStore(ABC):
+    """A table's files and references as rows of a database with transactions (PostgreSQL): the file half
+    of a table whose partitions stay on the log. Only the current state is kept (no time travel).
+
+    Commits are decided by ``statestore.views.row_decisions``: the store reads the rows a commit reads,
+    locking the reference rows, so concurrent commits that touch different references (compactions of
+    different partitions of the same files) never wait for each other, and those that touch the same are
+    serialised.
+    """
+
+    @abstractmethod
+    def commit(
+        self,
+        table_id: str,
+        schema: Schema,
+        partitions_by_id: Mapping[str, Partition],
+        members: Sequence[FileCommitMember],
+        update_time: int,
+    ) -> FileCommitOutcome:
+        """Decide and write ``members`` atomically, in order.
+
+        A member whose request id is already recorded is found, not applied again; each other member is
+        validated against the rows as the members before it changed them (``partitions_by_id``: the table's
+        partition tree) and rejected if invalid; the valid ones are written with their request ids under one
+        new commit number, all or nothing. A race lost to a concurrent commit is redone inside (bounded),
+        against the rows it left. Raises CommitConflictError when every try lost; StoreUnavailableError
+        when the database could not be reached (nothing written), CommitOutcomeUnknownError when it failed
+        so that it cannot be told (the request ids tell afterwards, see :meth:`committed_requests`).
+        ValueError for a member that is not a row transaction.
+        """
+
+    @abstractmethod
+    def files(self, table_id: str) -> dict[str, TableFile]:
+        """Every file of the table with its references, read at one point in time (a consistent view).
+
+        A file with no reference has ``last_update_time`` = when garbage collection marked it (or it was
+        added with none), else when it was added."""
+
+    @abstractmethod
+    def has_files(self, table_id: str) -> bool:
+        """Whether the table has any file (referenced or not)."""
+
+    @abstractmethod
+    def committed_requests(self, table_id: str, request_ids: Iterable[str]) -> dict[str, int]:
+        """The commit number of each of ``request_ids`` that a commit recorded (for the table)."""
+
+    @abstractmethod
+    def clear(self, table_id: str) -> int:
+        """Delete every file and reference of the table in one commit; returns its number."""
+
+    @abstractmethod
+    def mark_unreferenced(self, table_id: str, now: int) -> int:
+        """Garbage collection's first phase: stamp ``now`` (epoch ms) on files that have lost their last
+        reference and are not marked yet; returns how many were marked."""
+
+    @abstractmethod
+    def files_ready_for_gc(self, table_id: str, before: int, limit: int | None = None) -> list[str]:
+        """Garbage collection's second phase: files with no reference, marked (or added with none) before
+        ``before`` (epoch ms), oldest first, at most ``limit``. Delete their objects, then commit a
+        DeleteFiles of them (which checks again that they have no reference)."""
+
+    @abstractmethod
+    def forget_requests(self, table_id: str, before: int) -> int:
+        """Forget request ids recorded before ``before`` (epoch ms: older than any redelivery); returns how
+        many."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete every row of the table."""
+
+
+class TableIndex(ABC):
+    """Tables by id and by name. Names are unique; ids never change."""
+
+    @abstractmethod
+    def create(self, table: TableInfo) -> None:
+        """Add ``table``. Raises TableAlreadyExistsError if its name is taken (nothing is written)."""
+
+    @abstractmethod
+    def get(self, table_id: str) -> TableInfo:
+        """Raises TableNotFoundError if no table has this id."""
+
+    @abstractmethod
+    def get_by_name(self, table_name: str) -> TableInfo:
+        """Raises TableNotFoundError if no table has this name."""
+
+    @abstractmethod
+    def list(self) -> list[TableInfo]:
+        """Every table, ordered by name."""
+
+    @abstractmethod
+    def rename(self, table_id: str, new_name: str) -> TableInfo:
+        """Give a table a new name; returns the renamed info.
+
+        Raises TableNotFoundError for an unknown id, TableAlreadyExistsError if the name is taken.
+        """
+
+    @abstractmethod
+    def delete(self, table_id: str) -> None:
+        """Forget a table (its id and its name). Raises TableNotFoundError for an unknown id."""
+
+    @abstractmethod
+    def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
+        """Replace the table's allowed senders (empty: anyone); returns the changed info. Raises
+        TableNotFoundError for an unknown id, StateStoreError for an id no sender can have."""
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """The commit queue's approximate message counts (as SQS reports them, a few seconds behind)."""
+
+    waiting: int  # visible: not yet taken by the committer
+    in_flight: int  # taken by a committer invocation and not yet acknowledged
+    delayed: int = 0
+
+
+@dataclass(frozen=True)
+class CommitterState:
+    """Whether the committer takes requests off the queue, and how full the queue is.
+
+    ``state`` is what the mechanism itself reports (an event source mapping's ``Enabled``, ``Disabled``,
+    ``Disabling``, ...); ``paused`` is True once it is disabled or disabling.
+    """
+
+    paused: bool
+    state: str
+    queue: QueueDepth
+    where: str  # what was switched: the mapping's id and function, or the local runtime's queue
+
+
+class CommitterSwitch(ABC):
+    """Pauses and resumes one instance's committer."""
+
+    @abstractmethod
+    def set_paused(self, paused: bool) -> CommitterState:
+        """Stop (``True``) or restart (``False``) taking commit requests off the queue; returns the new state.
+
+        Idempotent. Raises :class:`statestore.errors.StateStoreError` naming what could not be found or
+        changed (no committer function or mapping, no permission, an unreachable endpoint).
+        """
+
+    @abstractmethod
+    def state(self) -> CommitterState:
+        """Whether the committer is paused and the queue's depth. Raises as :meth:`set_paused`."""

@@ -1,0 +1,2 @@
+"""Models derived from the state or the log, pure: the job history, reports, the row decisions of row
+transactions."""
