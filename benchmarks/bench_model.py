@@ -41,7 +41,7 @@ from spark_client.read_plan import plan_read
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.codec.transaction_json import decode_transaction, encode_transaction
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, ReleaseClaims

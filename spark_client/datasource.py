@@ -82,7 +82,8 @@ from spark_client.source_options import (
 from spark_client.tables import schema_of
 from statestore.errors import TableAlreadyExistsError, TableNotFoundError
 from statestore.model.files import FileReference
-from statestore.model.partitions import PartitionTree, Range, Region
+from statestore.model.partition_tree import PartitionTree
+from statestore.model.partitions import Range, Region
 from statestore.model.schema import Schema
 from statestore.services.client import StateStoreClient
 from statestore.store.tables import TableInfo

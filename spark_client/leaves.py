@@ -17,7 +17,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from spark_client.columns import field_type
-from statestore.model.partitions import Partition, PartitionTree
+from statestore.model.partition_tree import PartitionTree
+from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
 
 

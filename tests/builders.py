@@ -11,7 +11,8 @@ import pytest
 from statestore.codec.transaction_json import encode_transaction
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import Partition, partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
+from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
 from statestore.state.file_columns import FileColumns
 from statestore.state.table_state import TableState

@@ -90,7 +90,7 @@ def register(commands: Any, command: Command) -> None:
 
 
 def cmd_tables_create(s: Session) -> int:
-    from statestore.model.partitions import partitions_from_split_points
+    from statestore.model.partition_tree import partitions_from_split_points
     from statestore.store.tables import check_table_name, parse_schema
 
     args = s.args

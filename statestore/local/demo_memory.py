@@ -12,7 +12,7 @@ from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
 from statestore.model.clock import now_millis
 from statestore.model.files import FileReference
-from statestore.model.partitions import partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.transactions import (

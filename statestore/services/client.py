@@ -17,7 +17,8 @@ from statestore.errors import StateStoreError, TableNotFoundError, UnsupportedBy
 from statestore.instance import ResourceNames
 from statestore.model import layout
 from statestore.model.files import TableFile
-from statestore.model.partitions import Partition, partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
+from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
 from statestore.state.table_state import TableState
 from statestore.store.memory import (

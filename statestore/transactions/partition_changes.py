@@ -13,14 +13,8 @@ from statestore.errors import (
     PartitionNotFoundError,
     PartitionNotLeafError,
 )
-from statestore.model.partitions import (
-    Partition,
-    check_partition_for_schema,
-    check_split,
-    children_in_key_order,
-    extend_tree,
-    validate_tree,
-)
+from statestore.model.partition_tree import check_split, children_in_key_order, extend_tree, validate_tree
+from statestore.model.partitions import Partition, check_partition_for_schema
 from statestore.state.table_state import TableState
 from statestore.transactions.base import Transaction
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from statestore.errors import InvalidQueryError
 from statestore.model.files import TableFile
 from statestore.model.partitions import Partition
-from statestore.state.table_state import PartitionTotals, TableState
+from statestore.state.table_queries import PartitionTotals
+from statestore.state.table_state import TableState
 
 _NO_REFERENCES = PartitionTotals(0, 0, 0, False)  # a partition no reference is on
 

@@ -64,7 +64,7 @@ from statestore.errors import (
 )
 from statestore.model import layout
 from statestore.model.files import FileReference
-from statestore.model.partitions import partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
 from statestore.services.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from spark_client.leaves import rows_by_leaf
 from spark_client.pushdown import MAX_REGIONS, Predicate, key_regions, predicate_of, predicates_expression
 from spark_client.read_plan import ReadPart, group_parts
-from statestore.model.partitions import PartitionTree, Range, Region, partitions_from_split_points
+from statestore.model.partition_tree import PartitionTree, partitions_from_split_points
+from statestore.model.partitions import Range, Region
 from statestore.model.schema import INT64_MAX, Schema
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
-from statestore.model.partitions import Partition, partitions_from_split_points
+from statestore.model.partition_tree import partitions_from_split_points
+from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
 from statestore.state import partition_columns
 from statestore.state.table_state import TableState

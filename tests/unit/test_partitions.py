@@ -14,16 +14,13 @@ from statestore.errors import (
     InvalidPartitionTreeError,
     PartitionNotFoundError,
 )
-from statestore.model.partitions import (
-    Partition,
+from statestore.model.partition_tree import (
     PartitionTree,
-    Range,
-    Region,
     check_split,
     partitions_from_split_points,
-    root_partition,
     validate_tree,
 )
+from statestore.model.partitions import Partition, Range, Region, root_partition
 from statestore.model.schema import Key, Schema
 from tests.builders import BYTES_SCHEMA, INT_SCHEMA, LONG_SCHEMA, STRING_SCHEMA, TWO_KEY_SCHEMA, tree
 

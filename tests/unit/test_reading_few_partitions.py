@@ -10,11 +10,13 @@ import pytest
 from spark_client.read_plan import plan_read
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import Partition, PartitionTree, Range, Region, partitions_from_split_points
+from statestore.model.partition_tree import PartitionTree, partitions_from_split_points
+from statestore.model.partitions import Partition, Range, Region
 from statestore.model.schema import Schema
 from statestore.state.file_columns import FileColumns
 from statestore.state.partition_columns import PartitionColumns
-from statestore.state.table_state import PartitionTotals, TableState
+from statestore.state.table_queries import PartitionTotals
+from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds, SplitPartition
 from tests.builders import commit, count_files_made, ref
 
