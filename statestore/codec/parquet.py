@@ -38,8 +38,9 @@ import pyarrow.parquet as pq
 from statestore.errors import CodecError, InvalidPartitionTreeError
 from statestore.model.schema import KeyType, Schema
 from statestore.state.cycle_collector import collector_paused
-from statestore.state.file_columns import ALL_HASH_BITS, FileColumns, one_array, split_filename
+from statestore.state.file_columns import FileColumns
 from statestore.state.partition_columns import PartitionColumns
+from statestore.state.string_column import ALL_HASH_BITS, one_array, split_filename
 from statestore.state.table_state import TableState
 
 FORMAT_VERSION = 3

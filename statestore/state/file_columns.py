@@ -23,118 +23,39 @@ in an overlay and folds them into a new ``FileColumns`` now and then.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain
 from operator import attrgetter, methodcaller
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestore.model.files import FileReference, TableFile
+from statestore.state.file_column_reads import _FEW_ROWS, _RECENT_ROWS, FileColumnReads, _ranges
 from statestore.state.hash_search import HashSearch
-from statestore.state.name_hash import hash_bytes, hash_directory, hash_strings
+from statestore.state.name_hash import hash_strings
+from statestore.state.string_column import (
+    _ALL_BITS,
+    SplitNames,
+    StringColumn,
+    _combined_hashes,
+    _hash_of,
+    _split_filenames,
+    split_filename,
+)
+from statestore.state.string_column import (
+    ALL_HASH_BITS as ALL_HASH_BITS,  # the hash's bits, read with HASH_MASK
+)
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: mixing the directory's hash keeps every bit
-_MIX_INT = int(_MIX)
-_ALL_BITS = ALL_HASH_BITS = (1 << 64) - 1
 # Tests narrow this to force hash collisions; it is read when a FileColumns is built.
 HASH_MASK = _ALL_BITS
-_FEW_ROWS = 64  # up to this many rows, filenames are read one by one rather than converting every directory
-_RECENT_ROWS = 4096  # rows of names looked up lately, remembered (see FileColumns.row_of)
+
 _ABSENT: Any = object()
 _FILENAME = attrgetter("filename")
 _REFERENCES = attrgetter("references")
 _LAST_UPDATE_TIME = attrgetter("last_update_time")
 _SPLIT_AT_LAST_SLASH = methodcaller("rpartition", "/")  # (directory without its "/", "/" or "", base name)
-
-
-def one_array(column: pa.ChunkedArray) -> pa.Array:
-    """The column as one array: its only chunk as it is (``combine_chunks`` copies even one chunk, and
-    the state keeps views of these buffers)."""
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-
-
-def split_filename(filename: str) -> tuple[str, str]:
-    """``(directory, base name)``: the directory keeps its trailing ``/`` (empty for a bare name)."""
-    cut = filename.rfind("/") + 1
-    return filename[:cut], filename[cut:]
-
-
-def _hash_of(directory: str, base_bytes: bytes, mask: int) -> int:
-    # The scalar twin of _combined_hashes (uint64 arithmetic, wrapping); the base name as its UTF-8 bytes,
-    # which a lookup compares with the stored name's after.
-    return (hash_directory(directory) * _MIX_INT + hash_bytes(base_bytes)) & _ALL_BITS & mask
-
-
-class StringColumn:
-    """Single values of an Arrow string column read straight from its buffers: ``Array[i].as_py()`` costs
-    ~10 µs, this ~0.2 µs (what each lookup on the commit path pays). The buffers are read through
-    ``memoryview``s: an item is a Python int, with no NumPy scalar made.
-
-    A ``memoryview`` does not pickle (and cloudpickle, which PySpark ships objects to its workers with,
-    turns one into ``bytes``, whose items are single bytes, not offsets), so a column pickles as its two
-    NumPy arrays and makes its views again when unpickled: a state loaded from a snapshot travels to Spark
-    tasks whole."""
-
-    __slots__ = ("_offsets", "_data")
-
-    def __init__(self, strings: pa.Array) -> None:
-        large = pa.types.is_large_string(strings.type) or pa.types.is_large_binary(strings.type)
-        _, offsets, data = strings.buffers()
-        count = len(strings)
-        self._set_views(
-            np.zeros(1, np.int64)
-            if offsets is None
-            else np.frombuffer(offsets, np.int64 if large else np.int32)[
-                strings.offset : strings.offset + count + 1
-            ],
-            np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8),
-        )
-
-    def _set_views(self, offsets: np.ndarray, data: np.ndarray) -> None:
-        self._offsets = offsets.data
-        self._data = data.data
-
-    def __getstate__(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self._offsets), np.asarray(self._data)
-
-    def __setstate__(self, state: tuple[np.ndarray, np.ndarray]) -> None:
-        self._set_views(*state)
-
-    def bytes_at(self, row: int) -> bytes:
-        offsets = self._offsets
-        return self._data[offsets[row] : offsets[row + 1]].tobytes()
-
-    def at(self, row: int) -> str:
-        return self.bytes_at(row).decode()
-
-
-def _combined_hashes(directory_hashes: np.ndarray, base_name_hashes: np.ndarray, mask: int) -> np.ndarray:
-    """The vectorised :func:`_hash_of`: one hash per row from its directory's and its base name's."""
-    with np.errstate(over="ignore"):
-        hashes = directory_hashes * _MIX + base_name_hashes
-    hashes &= np.uint64(mask)
-    return hashes
-
-
-class SplitNames(NamedTuple):
-    """A batch of filenames split as the columns hold them, and hashed: what a bulk AddFiles needs to look
-    its names up (:meth:`FileColumns.rows_of`) and then to add them (:meth:`FileColumns.of_new_files`)."""
-
-    directories: pa.Array  # the distinct directories (``string``), each with its "/"; "" for a bare name
-    directory_codes: np.ndarray  # int32: each name's directory, read-only
-    base_names: pa.Array  # ``large_string``: each name's base name
-    hashes: np.ndarray  # uint64: each name's hash with every bit (``_hash_of``), read-only
-    order: np.ndarray  # int64: the names in ascending order of ``hashes``, read-only
-
-    def sorted_hashes(self, mask: int) -> tuple[np.ndarray, np.ndarray]:
-        """The hashes under ``mask``, in ascending order, and the name of each (its position)."""
-        if mask == _ALL_BITS:
-            return self.hashes[self.order], self.order
-        hashes = self.hashes & np.uint64(mask)
-        order = np.argsort(hashes)
-        return hashes[order], order
 
 
 # The names split last and their split: a bulk AddFiles splits the same names in validate and in apply.
@@ -158,40 +79,7 @@ def forget_split_filenames() -> None:
     _last_split = ((), None)
 
 
-def _split_filenames(filenames: Sequence[str]) -> SplitNames:
-    names = pa.array(filenames, pa.large_string())  # a batch's names may pass 2 GB
-    parts = pc.split_pattern(names, "/", max_splits=1, reverse=True)
-    offsets = parts.offsets.to_numpy()
-    values = parts.values
-    base_names = values.take(pa.array(offsets[1:] - 1))
-    has_directory = np.diff(offsets) == 2
-    # Each name's directory without its "/" (null for a bare name), encoded: a batch names few directories,
-    # so the "/" is added and the hash computed once per directory, not once per name.
-    heads = pc.dictionary_encode(values.take(pa.array(offsets[:-1], mask=~has_directory)))
-    directories = pc.binary_join_element_wise(
-        heads.dictionary, pa.scalar("", pa.large_string()), pa.scalar("/", pa.large_string())
-    ).cast(pa.string())
-    codes = heads.indices.fill_null(len(directories)).to_numpy().astype(np.int32)
-    if not has_directory.all():
-        directories = pa.concat_arrays([directories, pa.array([""], pa.string())])
-    hashes = _combined_hashes(hash_strings(directories)[codes], hash_strings(base_names), _ALL_BITS)
-    order = np.argsort(hashes)
-    for column in (codes, hashes, order):  # shared by the columns made from them: never changed
-        column.setflags(write=False)
-    return SplitNames(directories, codes, base_names, hashes, order)
-
-
-class OldestReferences(NamedTuple):
-    """What :meth:`FileColumns.oldest_by_partition` chose: the names and times of the references chosen,
-    partition after partition, and for each partition code how many references it has and where its chosen
-    ones are (``names[start:stop]``)."""
-
-    names: list[str]
-    times: np.ndarray  # int64
-    groups: dict[int, tuple[int, int, int]]  # partition code -> (count, start, stop)
-
-
-class FileColumns:
+class FileColumns(FileColumnReads):
     """An immutable, column-wise set of files and their references (see the module docstring).
 
     Files: ``directories`` (Arrow strings) indexed by ``directory_codes``, ``base_names`` (Arrow large
@@ -422,31 +310,6 @@ class FileColumns:
             seen.add(name)
         return None
 
-    def job_codes_of(self, job_ids: Iterable[str]) -> list[int]:
-        """The codes in ``job_codes`` of those of ``job_ids`` these columns name (a release of claims asks
-        for a few jobs among thousands; the dictionary of them is made on the first call)."""
-        by_id = self._job_codes_by_id
-        if by_id is None:
-            by_id = self._job_codes_by_id = {}
-            for code, job_id in enumerate(self.job_ids):
-                by_id.setdefault(job_id, []).append(code)
-        return [code for job_id in job_ids for code in by_id.get(job_id, ())]
-
-    def reference_rows_claimed_by(self, job_codes: Sequence[int]) -> np.ndarray:
-        """The rows of the references held by the jobs of ``job_codes`` (codes in ``job_ids``), ascending
-        (int64). A release of claims frees a few jobs' among the table's: the claimed rows ordered by job
-        are made on the first call (~8 bytes per claimed reference), so each call costs what it finds."""
-        index = self._claims_by_job
-        if index is None:
-            claimed = np.flatnonzero(self.job_codes >= 0)
-            by_job = claimed[np.argsort(self.job_codes[claimed], kind="stable")]
-            starts = np.searchsorted(self.job_codes[by_job], np.arange(len(self.job_ids) + 1))
-            index = self._claims_by_job = (by_job, starts)
-        by_job, starts = index
-        codes = np.unique(np.asarray(job_codes, np.int64))
-        firsts = starts[codes]
-        return np.sort(by_job[_ranges(firsts, starts[codes + 1] - firsts)])
-
     def rows_of(self, filenames: Sequence[str]) -> list[int | None]:
         """:meth:`row_of` of each name, with one vectorised search for all of them."""
         out: list[int | None] = [None] * len(filenames)
@@ -469,125 +332,6 @@ class FileColumns:
             out[i] = self.row_of(filenames[i])
         self._last_search = (list(filenames), out)
         return list(out)
-
-    def reference_count_of(self, row: int) -> int:
-        return int(self.reference_starts[row + 1] - self.reference_starts[row])
-
-    def table_file(self, row: int) -> TableFile:
-        """The file at ``row``, read scalar by scalar (a lookup on the commit path: no array is made).
-        Files made lately are remembered: a transaction's apply reads what its validate just read."""
-        made = self._recent_files
-        table_file = made.get(row)
-        if table_file is not None:
-            return table_file
-        if len(made) >= _RECENT_ROWS:
-            made.clear()
-        name = self.filename(row)
-        start, end = int(self.reference_starts[row]), int(self.reference_starts[row + 1])
-        table_file = made[row] = TableFile(
-            name, tuple(self._reference(name, r) for r in range(start, end)), int(self.file_times[row])
-        )
-        return table_file
-
-    def _reference(self, filename: str, row: int) -> FileReference:
-        job_code = int(self.job_codes[row])
-        return FileReference(
-            filename,
-            self.partition_ids[int(self.partition_codes[row])],
-            int(self.number_of_rows[row]),
-            bool(self.count_approximate[row]),
-            bool(self.whole_file[row]),
-            None if job_code < 0 else self.job_ids[job_code],
-            int(self.reference_times[row]),
-        )
-
-    def filenames(self, rows: np.ndarray | None = None) -> list[str]:
-        if rows is not None and len(rows) <= _FEW_ROWS:
-            return [self.filename(row) for row in rows.tolist()]
-        codes = self.directory_codes if rows is None else self.directory_codes[rows]
-        bases = self.base_names if rows is None else self.base_names.take(pa.array(rows, pa.int64()))
-        directories = self.directories.to_pylist()
-        return list(map(str.__add__, map(directories.__getitem__, codes.tolist()), bases.to_pylist()))
-
-    def table_files(self, rows: np.ndarray | None = None) -> list[TableFile]:
-        """The files at ``rows`` (all, in row order, by default) as ``TableFile`` objects."""
-        if rows is None:
-            rows = np.arange(self.file_count, dtype=np.int64)
-        names = self.filenames(rows)
-        starts = self.reference_starts[rows]
-        counts = self.reference_starts[rows + 1] - starts
-        # The reference rows of these files, in order.
-        reference_rows = _ranges(starts, counts)
-        ref_names = list(_repeat_each(names, counts.tolist()))
-        references = self._references(reference_rows, ref_names)
-        times = self.file_times[rows].tolist()
-        out: list[TableFile] = []
-        i = 0
-        for name, count, time in zip(names, counts.tolist(), times, strict=True):
-            out.append(TableFile(name, tuple(references[i : i + count]), time))
-            i += count
-        return out
-
-    def references_at(self, reference_rows: np.ndarray) -> list[FileReference]:
-        """The references at ``reference_rows`` (reference row numbers), as ``FileReference`` objects."""
-        file_rows = np.searchsorted(self.reference_starts, reference_rows, "right") - 1
-        return self._references(reference_rows, self.filenames(file_rows))
-
-    def oldest_by_partition(self, reference_rows: np.ndarray, at_most: int) -> OldestReferences:
-        """The references at ``reference_rows`` by partition code: how many each code has, and the names and
-        times of its oldest ``at_most``, oldest first and by name among equals (names compare as ``str`` do:
-        UTF-8 bytes sort in code point order). Sorted in C, with a name made only for those chosen."""
-        if not len(reference_rows):
-            return OldestReferences([], np.zeros(0, np.int64), {})
-        file_rows = self.file_rows_of_references(reference_rows)
-        codes = self.partition_codes[reference_rows]
-        times = self.reference_times[reference_rows]
-        names = pc.binary_join_element_wise(
-            self.directories.take(pa.array(self.directory_codes[file_rows])).cast(pa.large_string()),
-            self.base_names.take(pa.array(file_rows)),
-            pa.scalar("", pa.large_string()),
-        )
-        order = pc.sort_indices(
-            pa.table({"code": codes, "time": times, "name": names}),
-            [("code", "ascending"), ("time", "ascending"), ("name", "ascending")],
-        ).to_numpy()
-        sorted_codes = codes[order]
-        starts = np.flatnonzero(np.concatenate([[True], sorted_codes[1:] != sorted_codes[:-1]]))
-        counts = np.diff(np.append(starts, len(order)))
-        chosen = order[np.arange(len(order)) - np.repeat(starts, counts) < at_most]
-        taken = np.minimum(counts, at_most)
-        stops = np.cumsum(taken)
-        groups = dict(
-            zip(
-                sorted_codes[starts].tolist(),
-                zip(counts.tolist(), (stops - taken).tolist(), stops.tolist(), strict=True),
-                strict=True,
-            )
-        )
-        return OldestReferences(names.take(pa.array(chosen)).to_pylist(), times[chosen], groups)
-
-    def reference_rows_of(self, rows: np.ndarray) -> np.ndarray:
-        """The reference rows of the files at ``rows``, file after file in that order."""
-        starts = self.reference_starts[rows]
-        return _ranges(starts, self.reference_starts[rows + 1] - starts)
-
-    def file_rows_of_references(self, reference_rows: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.reference_starts, reference_rows, "right") - 1
-
-    def _references(self, reference_rows: np.ndarray, filenames: Sequence[str]) -> list[FileReference]:
-        partition_ids, job_ids = self.partition_ids, self.job_ids
-        return list(
-            map(
-                FileReference,
-                filenames,
-                map(partition_ids.__getitem__, self.partition_codes[reference_rows].tolist()),
-                self.number_of_rows[reference_rows].tolist(),
-                self.count_approximate[reference_rows].tolist(),
-                self.whole_file[reference_rows].tolist(),
-                [None if code < 0 else job_ids[code] for code in self.job_codes[reference_rows].tolist()],
-                self.reference_times[reference_rows].tolist(),
-            )
-        )
 
     def take_files(self, rows: np.ndarray) -> FileColumns:
         """A new ``FileColumns`` of only the files at ``rows`` (with all their references)."""
@@ -720,18 +464,3 @@ def _extend_dictionary(values: list[Any], other_values: list[Any], other_codes: 
             values.append(value)
     renumber = np.array([*map(position.__getitem__, other_values), -1], np.int32)
     return renumber[other_codes]  # -1 picks the last entry: still none
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``concat(arange(s, s + c) for s, c in zip(starts, counts))``, vectorised."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(counts)
-    out = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
-    return out + np.repeat(starts, counts)
-
-
-def _repeat_each(values: Sequence[str], counts: Sequence[int]) -> Iterable[str]:
-    for value, count in zip(values, counts, strict=True):
-        yield from repeat(value, count)

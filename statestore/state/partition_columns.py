@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from statestore.errors import InvalidPartitionTreeError
 from statestore.model.partitions import Partition, Range, Region
-from statestore.state.file_columns import StringColumn, one_array
 from statestore.state.hash_search import HashSearch
+from statestore.state.string_column import StringColumn, one_array
 
 _ALL_BITS = (1 << 64) - 1
 _RECENT_ROWS = 4096  # ids looked up lately, remembered (see PartitionColumns.row_of)

@@ -17,7 +17,8 @@ from statestore.errors import FileNotFoundInStateError
 from statestore.model.files import TableFile
 from statestore.state import file_columns
 from statestore.state import table_state as state_module
-from statestore.state.file_columns import FileColumns, split_filename, split_filenames
+from statestore.state.file_columns import FileColumns, split_filenames
+from statestore.state.string_column import split_filename
 from statestore.state.table_state import TableState
 from tests.builders import new_state, ref
 

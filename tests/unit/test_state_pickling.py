@@ -20,8 +20,8 @@ from pyspark import cloudpickle
 from statestore.model.files import FileReference
 from statestore.model.schema import Key, Schema
 from statestore.services.client import StateStoreClient
-from statestore.state.file_columns import StringColumn
 from statestore.state.hash_search import HashSearch
+from statestore.state.string_column import StringColumn
 from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, SplitPartition
 
