@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.memory_files import InMemoryFileReferenceStore
 from statestore.store.ports import FileReferenceStore
 
 

@@ -76,7 +76,8 @@ class StateStoreClient:
     @classmethod
     def in_memory(cls, file_store: FileReferenceStore | None = None) -> StateStoreClient:
         """Everything in this process: for tests, examples and the in-memory demo. ``file_store`` (e.g. an
-        :class:`statestore.store.memory.InMemoryFileReferenceStore`) holds the files of postgres tables."""
+        :class:`statestore.store.memory_files.InMemoryFileReferenceStore`) holds the files of postgres
+        tables."""
         blobs = InMemoryBlobStore()
         log = InMemoryTransactionLog(blobs, InMemoryCommitStatusStore())
         return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs, file_store=file_store)

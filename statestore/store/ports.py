@@ -1,14 +1,9 @@
-"""The small interfaces the engine needs from its backends, each with an in-memory twin in ``memory.py``.
-
-AWS adapters (``statestore.adapters.aws``) implement the same interfaces; one behaviour suite runs against
-all. Implementations raise only :mod:`statestore.errors` exceptions, never a backend's own.
-
-:class:`TableIndex` holds the tables by id and by name (its values are in ``tables.py``).
-:class:`CommitterSwitch` pauses the committer for maintenance: requests sent while it is paused wait on
-the commit queue (SQS keeps them for the queue's retention period) and are committed in order once it
-resumes. Its adapters are :class:`statestore.adapters.aws.committer_switch.LambdaCommitterSwitch` (the
-committer Lambda's SQS event source mapping) and
-:class:`statestore.adapters.aws.committer_switch.LocalCommitterSwitch` (the local runtime's poller).
+"""The small interfaces the engine needs from its backends, each with an in-memory twin in ``memory.py``
+(``memory_files.py`` for the file reference store). The adapters (``statestore.adapters``) implement the
+same interfaces; one behaviour suite runs against all. Implementations raise only :mod:`statestore.errors`
+exceptions, never a backend's own. :class:`TableIndex`'s values are in ``tables.py``. Requests sent while
+the :class:`CommitterSwitch` has the committer paused wait on the commit queue (SQS keeps them for the
+queue's retention period) and are committed in order once it resumes.
 """
 
 from __future__ import annotations

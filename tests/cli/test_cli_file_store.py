@@ -13,7 +13,7 @@ from statestore.cli.errors import CliError
 from statestore.instance import POSTGRES_URL_ENV
 from statestore.model.files import FileReference
 from statestore.services.client import StateStoreClient
-from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.memory_files import InMemoryFileReferenceStore
 from statestore.store.ports import FileReferenceStore
 from statestore.transactions import AddFiles
 from tests.cli.conftest import Cli

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.memory_files import InMemoryFileReferenceStore
 from statestore.store.ports import FileReferenceStore
 from tests.builders import data_key
 

@@ -12,7 +12,8 @@ from statestore.engine.log_store import GroupMember, TransactionLogStateStore
 from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import TransactionValidationError
 from statestore.state.table_state import TableState
-from statestore.store.memory import InMemoryFileReferenceStore, InMemoryTransactionLog
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.memory_files import InMemoryFileReferenceStore
 from statestore.store.ports import FileReferenceStore
 from statestore.transactions import InitialisePartitions, Transaction
 from tests.builders import STRING_SCHEMA, tree
