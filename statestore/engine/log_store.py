@@ -4,7 +4,8 @@ Commit (one transaction, or a group of requests as one entry): validate against 
 number ``state + 1``; on a collision catch up, validate again and retry after a full-jitter exponential
 backoff; apply locally only once the put succeeded. Each entry carries a unique writer token, by which a
 writer whose put failed ambiguously recognises its own entry.
-Load: the newest snapshot at or before the wanted point, then the log after it.
+Load: the newest snapshot at or before the wanted point, then the log after it (``log_loading.py``, a
+mixin the store inherits).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from statestore.codec.transaction_json import decode_entry, encode_transaction
+from statestore.codec.transaction_json import encode_transaction
+from statestore.engine.log_loading import LogStateLoading
+from statestore.engine.log_loading import entries_after as entries_after
 from statestore.engine.results import (
     CommitResult,
     GroupCommitResult,
@@ -30,17 +33,12 @@ from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     RequestsAlreadyDecidedError,
-    SnapshotNotFoundError,
-    StateNotRecoverableError,
     StateStoreError,
     StoreUnavailableError,
     ThrottledError,
-    TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionValidationError,
-    UnreadableSnapshotError,
 )
-from statestore.model import layout
 from statestore.model.backoff import full_jitter_delay
 from statestore.model.clock import now_millis
 from statestore.model.schema import Schema
@@ -88,26 +86,7 @@ class _Draft:
     outcomes: tuple[CommitStatus, ...] = ()
 
 
-def entries_after(
-    log: TransactionLogStore, table_id: str, after: int, to_number: int | None, covered_by: str
-) -> Iterator[LogEntry]:
-    """The log entries numbered ``after + 1`` to ``to_number`` (to the end if None), with no gap.
-
-    A gap means cleanup deleted entries a reader still needed: raises TransactionNotRetainedError saying no
-    ``covered_by`` (a snapshot, a saved model) covers them.
-    """
-    expected = after + 1
-    for entry in log.read(table_id, expected, to_number):
-        if entry.transaction_number != expected:
-            raise TransactionNotRetainedError(
-                f"table {table_id!r}: log entries {expected}..{entry.transaction_number - 1} were deleted "
-                f"and no {covered_by} covers them"
-            )
-        yield entry
-        expected += 1
-
-
-class TransactionLogStateStore:
+class TransactionLogStateStore(LogStateLoading):
     """A table's state, kept up to date from its log; commits go through :meth:`commit`.
 
     Not thread-safe: give each thread its own instance (they coordinate through the log).
@@ -138,121 +117,6 @@ class TransactionLogStateStore:
         self.max_unread_ms = max_unread_ms
         self._read_to_end_at = 0
         self.retries = 0  # collisions seen by this instance, for benchmarks and metrics
-
-    # --- reading --------------------------------------------------------------------------------
-
-    def require_file_log(self, what: str) -> None:
-        """Nothing: every file transaction of this table is on its log (``what`` needs them)."""
-
-    def read_log_to_end(self) -> int:
-        """Catch up with the log; returns the number of its last entry."""
-        return self.state().transaction_number
-
-    def state(self) -> TableState:
-        """The up-to-date state (strongly consistent). Treat it as read-only."""
-        if self._state is None:
-            self._state = self.load()
-        else:
-            self._state = self._catch_up(self._state)
-        return self._state
-
-    @property
-    def loaded_state(self) -> TableState | None:
-        """The state as last seen, or None if it was never loaded; reads nothing. Treat it as read-only."""
-        return self._state
-
-    def cached_state(self) -> TableState:
-        """The state as last seen, without reading the log (loads it the first time).
-
-        A state not read to the end of the log for ``max_unread_ms`` is caught up first: cleanup deletes
-        only entries older than its minimum age, so an append from a state read more recently than that
-        can never reuse a deleted number (a collision on a live number is caught by the conditional put).
-        """
-        if self._state is None:
-            self._state = self.load()
-        elif self._clock() - self._read_to_end_at > self.max_unread_ms:
-            self._state = self._catch_up(self._state)
-        return self._state
-
-    def load(self, as_of: int | None = None) -> TableState:
-        """A fresh, independent state: the newest snapshot at or before ``as_of``, then the log up to it.
-
-        ``as_of=None`` means the latest transaction. A snapshot that cannot be read (an object gone,
-        truncated or altered) is skipped with a warning naming it, and the one before it is used with the
-        log after it: a damaged snapshot never stops a table while an intact one and the log cover it.
-        Raises StateNotRecoverableError (naming each snapshot tried and why) when none does,
-        TransactionNotRetainedError when cleanup already deleted the entries needed, and StateStoreError
-        when ``as_of`` is beyond the log.
-        """
-        if as_of is not None:
-            if as_of < 0:
-                raise StateStoreError(f"transaction number must be >= 0, got {as_of}")
-            latest = self.log.latest_number(self.table_id)
-            if as_of > latest:
-                raise StateStoreError(
-                    f"table {self.table_id!r} has no transaction {as_of} yet (latest is {latest})"
-                )
-        return self._fresh(as_of)
-
-    def _fresh(self, as_of: int | None) -> TableState:
-        """The newest readable snapshot at or before ``as_of`` (or none), followed by the log up to it."""
-        unreadable: list[str] = []
-        for info in self._snapshots_to_try(as_of):
-            if info is None:
-                state = TableState(self.schema)
-            else:
-                try:
-                    state = self.snapshots.read(info, self.schema)  # type: ignore[union-attr]
-                except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
-                    logger.warning("%s; loading from the snapshot before it, and the log after that", e)
-                    unreadable.append(str(e))
-                    continue
-            state.data_prefix = layout.data_prefix(self.table_id)
-            try:
-                self._follow(state, as_of)
-            except TransactionNotRetainedError as e:
-                if not unreadable:
-                    raise
-                raise StateNotRecoverableError(self.table_id, [*unreadable, str(e)]) from e
-            return state
-        raise AssertionError("the last candidate, no snapshot, always loads or raises")
-
-    def _snapshots_to_try(self, as_of: int | None) -> Iterator[SnapshotInfo | None]:
-        """The snapshot to load from, then (only if it cannot be read) each older one, then none."""
-        if self.snapshots is not None:
-            first = self.snapshots.latest_at_or_before(self.table_id, as_of)
-            if first is not None:
-                yield first
-                older = self.snapshots.at_or_before(self.table_id, first.transaction_number - 1)
-                yield from older
-        yield None
-
-    def _catch_up(self, state: TableState) -> TableState:
-        """``state`` brought up to date, or a fresh load if cleanup deleted entries it had not seen."""
-        try:
-            self._follow(state, None)
-            return state
-        except TransactionNotRetainedError:
-            return self._fresh(None)
-
-    def _follow(self, state: TableState, to_number: int | None) -> None:
-        if to_number is not None and to_number <= state.transaction_number:
-            return
-        entries = entries_after(self.log, self.table_id, state.transaction_number, to_number, "snapshot")
-        for entry in entries:
-            transaction = decode_entry(entry, self.table_id)
-            transaction.apply(state, entry.update_time)
-            state.transaction_number = entry.transaction_number
-            state.last_update_time = entry.update_time
-        if to_number is None:
-            # Read to the end. The log never deletes its latest entry, so an empty read means the state
-            # is current, not that cleanup removed everything after it.
-            self._read_to_end_at = self._clock()
-            return
-        if to_number is not None and state.transaction_number < to_number:
-            raise TransactionNotRetainedError(
-                f"table {self.table_id!r}: transaction {state.transaction_number + 1} is no longer in the log"
-            )
 
     # --- writing --------------------------------------------------------------------------------
 
