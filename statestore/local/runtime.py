@@ -62,9 +62,7 @@ import atexit
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -79,6 +77,7 @@ from statestore.engine.requests import CommitSender
 from statestore.errors import EndpointUnavailableError
 from statestore.instance import ResourceNames
 from statestore.local.data_dir import DataDirLock
+from statestore.local.draining import LocalDeadLetter, wait_until_drained
 from statestore.local.dynamodb_local import DynamoDBLocal
 from statestore.local.endpoints import (
     configured_region,
@@ -117,45 +116,6 @@ _FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 
 _active_lock = threading.Lock()
 _active: LocalRuntime | None = None
-
-
-@dataclass(frozen=True)
-class LocalDeadLetter:
-    """A message on the dead-letter queue. ``reason`` is the committer's, None if the queue's redrive
-    policy moved it (received too often without being acknowledged)."""
-
-    body: str
-    group_id: str
-    reason: str | None
-    source_message_id: str | None
-    receive_count: int
-
-
-def wait_until_drained(
-    what: str,
-    queued: Callable[[], int],
-    busy: Callable[[], bool],
-    timeout: float,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> None:
-    """Wait until ``queued()`` is 0 and ``busy()`` is false. The deadline is ``timeout`` seconds after the
-    count last fell (to fewer messages than ever seen in this wait), not after the call: raises TimeoutError
-    once that long passes with no message leaving ``what``."""
-    count = fewest = queued()
-    deadline = clock() + timeout
-    while True:
-        # Messages stay counted (in flight) until the poller deletes them, and it is busy until it has
-        # counted them: so an empty queue, then a poller not busy, means every earlier request is done.
-        if count == 0 and not busy():
-            return
-        if clock() > deadline:
-            raise TimeoutError(f"{what} still holds {count} message(s): none has left it for {timeout:.0f}s")
-        sleep(0.1)  # each count scans the whole queue on moto: do not ask too often
-        count = queued()
-        if count < fewest:
-            fewest, deadline = count, clock() + timeout
 
 
 class LocalRuntime(CommitQueueMapping, UpkeepSchedules):

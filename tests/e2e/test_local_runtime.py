@@ -15,7 +15,8 @@ import pytest
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.requests import CommitRequest, encode_request
-from statestore.local.runtime import LocalDeadLetter, LocalRuntime
+from statestore.local.draining import LocalDeadLetter
+from statestore.local.runtime import LocalRuntime
 from statestore.model.files import FileReference
 from statestore.services import upkeep
 from statestore.services.cleanup import SnapshotOutcome

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from statestore.local.runtime import wait_until_drained
+from statestore.local.draining import wait_until_drained
 
 
 class FakeTime:
