@@ -13,7 +13,8 @@ What it does not: partitions (they stay on the log), time travel (only the curre
 which read the log, need the log backend.
 """
 
-from statestore.adapters.postgres.file_store import PostgresFileReferenceStore, conninfo_from_secret
+from statestore.adapters.postgres.file_store import PostgresFileReferenceStore
 from statestore.adapters.postgres.schema import ensure_schema
+from statestore.adapters.postgres.tls import conninfo_from_secret
 
 __all__ = ["PostgresFileReferenceStore", "conninfo_from_secret", "ensure_schema"]

@@ -3,26 +3,23 @@
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from functools import partial
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from statestore.adapters.postgres import schema
-from statestore.adapters.postgres.rows import REFERENCE_COLUMNS, file_reference, read_rows, write_changes
-from statestore.adapters.postgres.schema import COMMIT_NUMBERS, FILES, REFERENCES, REQUESTS
-from statestore.adapters.postgres.storable import check_text, text_problem, transaction_problem
-from statestore.adapters.postgres.tls import VERIFYING, bundled_ca_file, secure_conninfo
+from statestore.adapters.postgres.row_reads import PostgresRowReads, _one_value
+from statestore.adapters.postgres.rows import read_rows, write_changes
+from statestore.adapters.postgres.schema import COMMIT_NUMBERS, REQUESTS
+from statestore.adapters.postgres.storable import check_text, transaction_problem
+from statestore.adapters.postgres.tls import secure_conninfo
 from statestore.errors import (
     AccessDeniedError,
     CommitConflictError,
@@ -37,10 +34,8 @@ from statestore.errors import (
 from statestore.model import layout
 from statestore.model.backoff import full_jitter_delay
 from statestore.model.clock import now_millis
-from statestore.model.files import FileReference, TableFile
 from statestore.model.partitions import Partition
 from statestore.model.schema import Schema
-from statestore.state.cycle_collector import collector_paused
 from statestore.store.ports import FileCommitMember, FileCommitOutcome, FileReferenceStore
 from statestore.views import row_decisions
 
@@ -54,10 +49,6 @@ _RACE_LOST: tuple[type[psycopg.Error], ...] = (
 )
 
 _T = TypeVar("_T")
-
-_READ_BATCH = 50_000
-# Files marked unreferenced per transaction by garbage collection's first phase.
-_MARK_CHUNK = 10_000
 
 
 class _Redo(Exception):
@@ -77,7 +68,7 @@ class _Refused(Exception):
         self.cause = cause
 
 
-class PostgresFileReferenceStore(FileReferenceStore):
+class PostgresFileReferenceStore(PostgresRowReads, FileReferenceStore):
     """A table's files and references as rows in PostgreSQL (see :mod:`statestore.adapters.postgres.schema`).
 
     Isolation: READ COMMITTED with explicit row locks, not SERIALIZABLE. A commit locks exactly the rows it
@@ -426,208 +417,6 @@ class PostgresFileReferenceStore(FileReferenceStore):
                         f"{member.transaction.TYPE}: PostgreSQL cannot hold a value of it: {e}"
                     )
         return refused
-
-    @staticmethod
-    def _found_requests(
-        conn: psycopg.Connection, table_id: str, request_ids: Sequence[str]
-    ) -> dict[str, int]:
-        if not request_ids:
-            return {}
-        cursor = conn.execute(
-            f"SELECT request_id, commit_number FROM {REQUESTS} WHERE table_id = %s AND request_id = ANY(%s)",
-            (table_id, list(request_ids)),
-        )
-        return dict(cursor.fetchall())
-
-    # --- reads and upkeep -----------------------------------------------------------------------------
-
-    def files(self, table_id: str) -> dict[str, TableFile]:
-        check_text("table id", table_id)
-
-        def read(conn: psycopg.Connection) -> dict[str, TableFile]:
-            with collector_paused():
-                times = conn.execute(
-                    f"SELECT filename, added_time, unreferenced_since FROM {FILES} WHERE table_id = %s",
-                    (table_id,),
-                ).fetchall()
-                references: dict[str, list[FileReference]] = {name: [] for name, _, _ in times}
-                # A server-side cursor streams the references in batches: a million never sit in memory
-                # twice.
-                with conn.cursor(name="statestore_files") as cursor:
-                    cursor.execute(
-                        f"SELECT {REFERENCE_COLUMNS} FROM {REFERENCES} WHERE table_id = %s", (table_id,)
-                    )
-                    while rows := cursor.fetchmany(_READ_BATCH):
-                        for row in rows:
-                            references[row[0]].append(file_reference(row))
-                return {
-                    name: TableFile(name, tuple(references[name]), added if since is None else since)
-                    for name, added, since in times
-                }
-
-        return self._run("reading a table's files", read, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-
-    def has_files(self, table_id: str) -> bool:
-        check_text("table id", table_id)
-        query = f"SELECT EXISTS (SELECT 1 FROM {FILES} WHERE table_id = %s)"
-        return bool(
-            self._run(
-                "reading whether a table has files", lambda conn: _one_value(conn.execute(query, (table_id,)))
-            )
-        )
-
-    def committed_requests(self, table_id: str, request_ids: Iterable[str]) -> dict[str, int]:
-        check_text("table id", table_id)
-        # A request id no row can hold was never committed here.
-        wanted = [r for r in request_ids if text_problem(r) is None]
-        return self._run(
-            "reading committed requests", lambda conn: self._found_requests(conn, table_id, wanted)
-        )
-
-    def clear(self, table_id: str) -> int:
-        check_text("table id", table_id)
-
-        def clear(conn: psycopg.Connection) -> int:
-            conn.execute(f"DELETE FROM {REFERENCES} WHERE table_id = %s", (table_id,))
-            conn.execute(f"DELETE FROM {FILES} WHERE table_id = %s", (table_id,))
-            number: int = _one_value(conn.execute(f"SELECT nextval('{COMMIT_NUMBERS}')"))
-            return number
-
-        return self._run("clearing a table's files", clear, "BEGIN ISOLATION LEVEL READ COMMITTED")
-
-    def mark_unreferenced(self, table_id: str, now: int) -> int:
-        # A file never gains a reference once it has none, so a file found with none stays so. The set
-        # difference is an EXCEPT, not a NOT EXISTS: with statistics that predate the table's rows (a new
-        # table id is in no histogram) the planner made the anti-join a nested loop over every reference of
-        # the table for every file, and 2,000 files took 36 s; a set operation has no such plan. The rows are
-        # then locked in name order, as commits lock them, so a concurrent DeleteFiles cannot deadlock with
-        # it, a chunk per transaction so no lock is held for the whole table; each chunk is a range of names,
-        # so it reads its own part of the primary key, not the table's.
-        check_text("table id", table_id)
-        names = sorted(
-            name
-            for (name,) in self._run(
-                "finding unreferenced files",
-                lambda conn: conn.execute(
-                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND unreferenced_since IS NULL "
-                    f"EXCEPT SELECT filename FROM {REFERENCES} WHERE table_id = %s",
-                    (table_id, table_id),
-                ).fetchall(),
-            )
-        )
-
-        def mark(conn: psycopg.Connection, chunk: list[str]) -> int:
-            locked = [
-                name
-                for (name,) in conn.execute(
-                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND filename BETWEEN %s AND %s "
-                    "AND filename = ANY(%s) AND unreferenced_since IS NULL ORDER BY filename FOR UPDATE",
-                    (table_id, chunk[0], chunk[-1], chunk),
-                )
-            ]
-            # Checked again under the lock: a file deleted and added again with references since the
-            # difference was read is a new row, and would otherwise be marked as if it had none.
-            referenced = {
-                name
-                for (name,) in conn.execute(
-                    f"SELECT DISTINCT filename FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
-                    (table_id, locked),
-                )
-            }
-            return conn.execute(
-                f"UPDATE {FILES} SET unreferenced_since = %s WHERE table_id = %s "
-                "AND filename BETWEEN %s AND %s AND filename = ANY(%s)",
-                (now, table_id, chunk[0], chunk[-1], [n for n in locked if n not in referenced]),
-            ).rowcount
-
-        marked = 0
-        for start in range(0, len(names), _MARK_CHUNK):
-            chunk = names[start : start + _MARK_CHUNK]
-            begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
-            marked += self._run("marking unreferenced files", partial(mark, chunk=chunk), begin)
-        return marked
-
-    def files_ready_for_gc(self, table_id: str, before: int, limit: int | None = None) -> list[str]:
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must not be negative, got {limit}")
-        check_text("table id", table_id)
-
-        def find(conn: psycopg.Connection) -> list[str]:
-            marked = [
-                name
-                for (name,) in conn.execute(
-                    f"SELECT filename FROM {FILES} WHERE table_id = %s AND unreferenced_since IS NOT NULL "
-                    "AND unreferenced_since < %s ORDER BY unreferenced_since, filename LIMIT %s",
-                    (table_id, before, limit),
-                )
-            ]
-            # A marked file has no references; checked again by name (an index lookup, whatever the
-            # statistics say) rather than trusted.
-            referenced = {
-                name
-                for (name,) in conn.execute(
-                    f"SELECT DISTINCT filename FROM {REFERENCES} WHERE table_id = %s AND filename = ANY(%s)",
-                    (table_id, marked),
-                )
-            }
-            return [name for name in marked if name not in referenced]
-
-        return self._run("finding files ready for garbage collection", find)
-
-    def forget_requests(self, table_id: str, before: int) -> int:
-        check_text("table id", table_id)
-        return self._run(
-            "forgetting old requests",
-            lambda conn: (
-                conn.execute(
-                    f"DELETE FROM {REQUESTS} WHERE table_id = %s AND recorded_time < %s", (table_id, before)
-                ).rowcount
-            ),
-        )
-
-    def delete_table(self, table_id: str) -> None:
-        check_text("table id", table_id)
-
-        def delete(conn: psycopg.Connection) -> None:
-            for table in (REFERENCES, FILES, REQUESTS):
-                conn.execute(f"DELETE FROM {table} WHERE table_id = %s", (table_id,))
-
-        self._run("deleting a table's rows", delete, "BEGIN ISOLATION LEVEL READ COMMITTED")
-
-
-def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "verify-full") -> str:
-    """A libpq connection string from a Secrets Manager secret of the shape RDS writes for a database user
-    (JSON ``{"host", "port", "username", "password", "dbname"}``; ``dbname`` defaults to ``postgres``).
-    ``sslmode="verify-full"`` encrypts the connection and verifies the server's certificate and name against
-    the bundled RDS certificate authorities (``statestore.adapters.postgres.tls``). Raises ValueError naming
-    what is missing from the secret."""
-    fields = json.loads(secret) if isinstance(secret, str) else dict(secret)
-    if not isinstance(fields, dict):
-        raise ValueError("the database secret must be a JSON object with host, port, username and password")
-    missing = [key for key in ("host", "username", "password") if not fields.get(key)]
-    if missing:
-        raise ValueError(f"the database secret has no {', '.join(missing)}: expected the JSON RDS writes")
-    verify = (
-        {"sslrootcert": bundled_ca_file()}
-        if sslmode in VERIFYING and not os.environ.get("PGSSLROOTCERT")
-        else {}
-    )
-    return make_conninfo(
-        host=str(fields["host"]),
-        port=str(fields.get("port") or 5432),
-        user=str(fields["username"]),
-        password=str(fields["password"]),
-        dbname=str(fields.get("dbname") or "postgres"),
-        sslmode=sslmode,
-        **verify,
-    )
-
-
-def _one_value(cursor: psycopg.Cursor[Any]) -> Any:
-    row = cursor.fetchone()
-    if row is None:
-        raise StoreUnavailableError("PostgreSQL returned no row where one was expected")
-    return row[0]
 
 
 def _rollback(conn: psycopg.Connection) -> None:

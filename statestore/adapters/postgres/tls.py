@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -72,3 +73,31 @@ def secure_conninfo(conninfo: str, environ: Mapping[str, str] | None = None) -> 
             sslmode,
         )
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def conninfo_from_secret(secret: str | Mapping[str, object], *, sslmode: str = "verify-full") -> str:
+    """A libpq connection string from a Secrets Manager secret of the shape RDS writes for a database user
+    (JSON ``{"host", "port", "username", "password", "dbname"}``; ``dbname`` defaults to ``postgres``).
+    ``sslmode="verify-full"`` encrypts the connection and verifies the server's certificate and name against
+    the bundled RDS certificate authorities. Raises ValueError naming
+    what is missing from the secret."""
+    fields = json.loads(secret) if isinstance(secret, str) else dict(secret)
+    if not isinstance(fields, dict):
+        raise ValueError("the database secret must be a JSON object with host, port, username and password")
+    missing = [key for key in ("host", "username", "password") if not fields.get(key)]
+    if missing:
+        raise ValueError(f"the database secret has no {', '.join(missing)}: expected the JSON RDS writes")
+    verify = (
+        {"sslrootcert": bundled_ca_file()}
+        if sslmode in VERIFYING and not os.environ.get("PGSSLROOTCERT")
+        else {}
+    )
+    return make_conninfo(
+        host=str(fields["host"]),
+        port=str(fields.get("port") or 5432),
+        user=str(fields["username"]),
+        password=str(fields["password"]),
+        dbname=str(fields.get("dbname") or "postgres"),
+        sslmode=sslmode,
+        **verify,
+    )
