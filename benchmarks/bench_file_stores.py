@@ -431,7 +431,8 @@ class DataDeletesSkipped(BlobStore):
 def case_gc(case: Mapping[str, Any]) -> dict[str, Any]:
     from statestore.engine.snapshots import SnapshotStore
     from statestore.model.files import FileReference
-    from statestore.services.cleanup import CleanupPolicy, cleanup_table
+    from statestore.services.cleanup import cleanup_table
+    from statestore.services.cleanup_policy import CleanupPolicy
     from statestore.transactions import (
         AddFiles,
         AssignJobIdRequest,

@@ -77,7 +77,7 @@ from typing import Any, Protocol
 from infra.asset import DEFAULT_ASSET_DIR, REPO_ROOT
 from statestore import instance
 from statestore.instance import ResourceNames
-from statestore.services.cleanup import (
+from statestore.services.cleanup_policy import (
     CLAIM_EXPIRY_ENV,
     DEFAULT_CLAIM_EXPIRY_MS,
     DEFAULT_GC_DELAY_MS,

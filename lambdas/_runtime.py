@@ -28,7 +28,7 @@ from statestore.instance import (
     ResourceNames,
 )
 from statestore.model.clock import now_millis
-from statestore.services.cleanup import CleanupPolicy, policy_from_environment
+from statestore.services.cleanup_policy import CleanupPolicy, policy_from_environment
 from statestore.services.committer import BatchCommitter
 from statestore.services.upkeep import (
     DEFAULT_UPKEEP_PERIOD_MINUTES,
@@ -254,7 +254,7 @@ def upkeep_period_ms(kind: UpkeepKind, environ: Mapping[str, str] | None = None)
 
 def cleanup_policy(environ: Mapping[str, str] | None = None) -> CleanupPolicy:
     """The cleanup policy from the environment (see
-    :func:`statestore.services.cleanup.policy_from_environment`)."""
+    :func:`statestore.services.cleanup_policy.policy_from_environment`)."""
     return policy_from_environment(os.environ if environ is None else environ)
 
 

@@ -57,7 +57,7 @@ from statestore.model.clock import now_millis
 from statestore.model.files import FileReference
 from statestore.model.partitions import Region
 from statestore.model.schema import Schema
-from statestore.services.cleanup import DEFAULT_CLAIM_EXPIRY_MS
+from statestore.services.cleanup_policy import DEFAULT_CLAIM_EXPIRY_MS
 from statestore.state.cycle_collector import collector_paused
 from statestore.state.table_state import TableState
 from statestore.transactions import (

@@ -164,7 +164,7 @@ DAY_SECONDS = 24 * 3600
 # The one assumption about clocks: any two of the clocks that stamp or judge the log's times (writers',
 # committers', cleanup's, the object store's last-modified times) differ by at most this. Log times never run
 # backwards whatever the clocks say; what remains is cleanup's delays measured against its own clock, which
-# must exceed it (statestore.services.cleanup.CleanupPolicy refuses less).
+# must exceed it (statestore.services.cleanup_policy.CleanupPolicy refuses less).
 MAX_CLOCK_SKEW_SECONDS = 10 * MINUTE_SECONDS
 
 # The Lambda functions' timeouts.

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from statestore.cli import commits, contents, jobs, local, maintenance, reports, tables
+from statestore.cli import commits, contents, dead_letters, jobs, local, maintenance, reports, tables
 from statestore.cli.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         commits.register_commit_requests,
         maintenance.register_upkeep,
         local.register,
-        maintenance.register_dead_letters,
+        dead_letters.register_dead_letters,
         commits.register_committer,
     ):
         register(commands, command)

@@ -9,8 +9,8 @@ latest snapshot names (a file added then removed again since, whose object a cle
 A file whose commit request still waits in the queue (or its dead-letter queue, to be redriven) is not named
 anywhere yet either: only its age protects it. So a file is an orphan only once its object's last write is
 older than any commit request can be in flight
-(:meth:`statestore.services.cleanup.CleanupPolicy.orphan_delay_ms`), measured from the store's last-modified
-time, never from when the sweep first saw it.
+(:meth:`statestore.services.cleanup_policy.CleanupPolicy.orphan_delay_ms`), measured from the store's
+last-modified time, never from when the sweep first saw it.
 """
 
 from __future__ import annotations

@@ -38,12 +38,12 @@ from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.cleanup import (
     CleanupOutcome,
-    CleanupPolicy,
     SnapshotOutcome,
     cleanup_one,
     snapshot_table,
     transactions_since_snapshot,
 )
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.store.ports import (
     BlobStore,
     CommitQueue,

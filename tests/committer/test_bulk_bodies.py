@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.engine.requests import CommitRequest, body_key, encode_request
 from statestore.model import layout
-from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.services.cleanup import cleanup_table
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.committer import ReceivedMessage
 from statestore.store.memory import InMemoryBlobStore, InMemoryTransactionLog
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry

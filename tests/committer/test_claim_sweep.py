@@ -9,13 +9,8 @@ import pytest
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.requests import CommitRequest
 from statestore.model import layout
-from statestore.services.cleanup import (
-    GC_DELAY_PROPERTY,
-    MAX_DELAY_MS,
-    CleanupPolicy,
-    CleanupReport,
-    cleanup_table,
-)
+from statestore.services.cleanup import CleanupReport, cleanup_table
+from statestore.services.cleanup_policy import GC_DELAY_PROPERTY, MAX_DELAY_MS, CleanupPolicy
 from statestore.store.ports import CommitOutcome
 from statestore.transactions import (
     AddFiles,

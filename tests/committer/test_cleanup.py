@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.model import layout
-from statestore.services.cleanup import GC_DELAY_PROPERTY, CleanupPolicy, cleanup_table, may_delete_data_file
+from statestore.services.cleanup import cleanup_table, may_delete_data_file
+from statestore.services.cleanup_policy import GC_DELAY_PROPERTY, CleanupPolicy
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry

@@ -10,7 +10,8 @@ from statestore import instance as resources
 from statestore.engine.requests import CommitRequest
 from statestore.errors import StateStoreError
 from statestore.model import layout
-from statestore.services.cleanup import CleanupPolicy, cleanup_table, policy_from_environment
+from statestore.services.cleanup import cleanup_table
+from statestore.services.cleanup_policy import CleanupPolicy, policy_from_environment
 from statestore.store.memory import InMemoryBlobStore
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles

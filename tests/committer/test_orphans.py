@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from statestore.engine.orphans import find_orphan_files
 from statestore.model import layout
-from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.services.cleanup import cleanup_table
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.store.memory import InMemoryBlobStore
 from statestore.transactions import AddFiles, ClearFiles
 from tests.builders import ref

@@ -8,7 +8,8 @@ from statestore import instance as resources
 from statestore.engine.row_store import RowFilesStateStore
 from statestore.model import layout
 from statestore.model.clock import now_millis
-from statestore.services.cleanup import CleanupPolicy, cleanup_one, cleanup_table
+from statestore.services.cleanup import cleanup_one, cleanup_table
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.store.ports import FileReferenceStore
 from statestore.store.tables import TableInfo
 from statestore.transactions import (

@@ -31,7 +31,7 @@ from statestore.engine.requests import CommitSender
 from statestore.errors import StateStoreError
 from statestore.instance import ResourceNames
 from statestore.model import layout
-from statestore.services.cleanup import GC_DELAY_PROPERTY
+from statestore.services.cleanup_policy import GC_DELAY_PROPERTY
 from statestore.services.committer import REASON_ATTRIBUTE
 from statestore.store.ports import CommitOutcome, QueueMessage
 from statestore.store.tables import TableInfo

@@ -26,7 +26,7 @@ from statestore.engine.row_store import RowFilesStateStore
 from statestore.errors import StateStoreError
 from statestore.instance import POSTGRES_SSLMODE_ENV
 from statestore.model import layout
-from statestore.services.cleanup import GC_DELAY_PROPERTY
+from statestore.services.cleanup_policy import GC_DELAY_PROPERTY
 from statestore.store.ports import CommitOutcome
 from statestore.store.tables import FILE_STORE_POSTGRES, TableInfo
 from statestore.transactions import (

@@ -16,7 +16,7 @@ from statestore import instance as resources
 from statestore.adapters.aws.commit_status import DEFAULT_RETENTION_SECONDS, MAX_REASON_CHARS
 from statestore.adapters.aws.sqs_queue import provision_queues, provision_upkeep_queues
 from statestore.instance import ResourceNames
-from statestore.services.cleanup import (
+from statestore.services.cleanup_policy import (
     CLAIM_EXPIRY_ENV,
     DEFAULT_CLAIM_EXPIRY_MS,
     DEFAULT_GC_DELAY_MS,

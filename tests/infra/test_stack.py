@@ -14,7 +14,12 @@ from infra.committer import COMMITTER_TIMEOUT
 from infra.data_bucket import REQUEST_BODY_TAG_KEY, REQUEST_BODY_TAG_VALUE
 from statestore import instance as resources
 from statestore.instance import ResourceNames
-from statestore.services.cleanup import CLAIM_EXPIRY_ENV, GC_DELAY_ENV, CleanupPolicy, policy_from_environment
+from statestore.services.cleanup_policy import (
+    CLAIM_EXPIRY_ENV,
+    GC_DELAY_ENV,
+    CleanupPolicy,
+    policy_from_environment,
+)
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match

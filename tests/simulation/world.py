@@ -66,7 +66,8 @@ from statestore.model import layout
 from statestore.model.files import FileReference
 from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
-from statestore.services.cleanup import CleanupPolicy, cleanup_tables, snapshot_tables
+from statestore.services.cleanup import cleanup_tables, snapshot_tables
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.state.table_state import TableState
 from statestore.store.memory import (

@@ -18,7 +18,8 @@ from statestore.errors import (
     UnreadableLogEntryError,
     UnreadableSnapshotError,
 )
-from statestore.services.cleanup import CleanupPolicy, cleanup_table
+from statestore.services.cleanup import cleanup_table
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.ports import LogEntry, SnapshotInfo
 from statestore.store.tables import TableInfo

@@ -8,7 +8,7 @@ import pytest
 
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
-from statestore.services.cleanup import CleanupPolicy
+from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.upkeep import (
     MalformedWorkError,
     UpkeepKind,
