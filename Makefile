@@ -12,8 +12,10 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
 export CDK_DISABLE_CLI_TELEMETRY ?= true
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PATH := $(abspath node_modules/.bin):$(PATH)
+# mkdocs-material prints a banner about its successor on every build; the pins are deliberate.
+export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
+.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint docs bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
 
 # requirements.lock pins every distribution of the dev extra with its hashes (pip-compile --generate-hashes;
 # docs/security.md says how to regenerate it). pip's hash-checking mode refuses an editable install and bare
@@ -81,8 +83,14 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet
 
-# Each script prints its figures, targets and ratios (the README's Benchmarks section).
+# The docs site (mkdocs.yml) into site/; the benchmarks page shows benchmarks/results/*.json.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+# Each script prints its figures, targets and ratios, and records them in benchmarks/results/ for the docs
+# site's benchmarks page.
 bench: venv
 	$(PY) benchmarks/bench_model.py
 	$(PY) benchmarks/bench_commit_path.py
@@ -92,16 +100,16 @@ bench: venv
 	$(PY) benchmarks/bench_compaction_memory.py
 	$(PY) benchmarks/bench_datasource.py
 
-# statestore side by side with Delta Lake and Iceberg (README: Benchmarks). DynamoDB Local needs node.
+# statestore side by side with Delta Lake and Iceberg (docs/benchmarks.md). DynamoDB Local needs node.
 bench-peers: venv-bench node
 	$(BENCH_PY) benchmarks/bench_peers.py
 
-# File references on the log against PostgreSQL, one run (README: Benchmarks). DynamoDB Local needs node;
+# File references on the log against PostgreSQL, one run (docs/benchmarks.md). DynamoDB Local needs node;
 # the PostgreSQL cluster it starts needs PostgreSQL 15's initdb and pg_ctl.
 bench-file-stores: venv node
 	$(PY) benchmarks/bench_file_stores.py
 
-# The commit-path simulation over many more seeds than make test runs (README: Correctness under faults).
+# The commit-path simulation over many more seeds than make test runs (docs/correctness.md).
 SOAK_SEEDS ?= 0:4000
 SOAK_STEPS ?= 250
 soak: venv
@@ -113,7 +121,7 @@ lambda-asset: venv
 	$(PY) -m infra.asset
 
 # What a Spark cluster (EMR Serverless emr-spark-8.0.0) needs to run the jobs, into build/spark/: the code
-# zip for --py-files, the Python environment for spark.archives, the entry point (README: Spark on EMR).
+# zip for --py-files, the Python environment for spark.archives, the entry point (docs/spark-cluster.md).
 spark-package: venv
 	$(PY) -m infra.spark_package
 
@@ -123,4 +131,4 @@ synth: venv node lambda-asset
 	PATH="$(abspath $(VENV)/bin):$$PATH" cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) $(SPARK_LATEST_VENV) $(BENCH_VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPARK_LATEST_VENV) $(BENCH_VENV) node_modules cdk.out build site .pytest_cache .mypy_cache .ruff_cache

@@ -147,7 +147,10 @@ def main() -> int:
         child(args.child[0], args.child[1], int(args.child[2]))
         return 0
 
+    from results import Figure, record  # beside this script; the child processes need none of it
+
     multipliers = [int(m) for m in args.multipliers.split(",")]
+    figures: list[Figure] = []
     print(f"{args.files} sorted inputs with interleaved keys; one merge per child process\n")
     print(
         f"{'rows':>11} {'Arrow MiB':>9} | {'merge':>8} {'rows/s':>9} {'pool MiB':>8} {'RSS MiB':>7} | "
@@ -164,6 +167,21 @@ def main() -> int:
         streams.append(stream)
         speed = stream.rows_per_second / load_all.rows_per_second
         print(f"{rows:>11,} {size / MIB:>9,.0f} | {stream.columns()} | {load_all.columns()} | {speed:>4.2f}x")
+        what = f"{rows:,} rows, {args.files} inputs"
+        figures += [
+            Figure(
+                f"{what}: streaming merge, Arrow pool peak",
+                stream.pool_peak / MIB,
+                "MiB",
+                "one batch per input",
+            ),
+            Figure(
+                f"{what}: streaming merge", stream.rows_per_second, "rows/s", "CPU: Parquet decoding, zstd"
+            ),
+            Figure(
+                f"{what}: load-all merge, Arrow pool peak", load_all.pool_peak / MIB, "MiB", "the partition"
+            ),
+        ]
     smallest, biggest = streams[0].pool_peak, streams[-1].pool_peak
     bound = BOUND_MIB + BOUND_PER_INPUT_MIB * args.files
     flat = biggest <= FLAT_RATIO * smallest and biggest <= bound * MIB
@@ -172,6 +190,23 @@ def main() -> int:
         f"{multipliers[0]}x, {biggest / MIB:.1f} MiB at {multipliers[-1]}x "
         f"(flat: within {FLAT_RATIO}x and under {bound} MiB) -> {'PASS' if flat else 'FAIL'}"
     )
+    figures += [
+        Figure.judged(
+            f"streaming pool peak at {multipliers[-1]}x / at {multipliers[0]}x the rows",
+            biggest / smallest,
+            "x",
+            bound_by="a row group being decoded and a batch per input",
+            at_most=FLAT_RATIO,
+        ),
+        Figure.judged(
+            f"streaming pool peak at {multipliers[-1]}x the rows",
+            biggest / MIB,
+            "MiB",
+            bound_by="a row group being decoded and a batch per input",
+            at_most=bound,
+        ),
+    ]
+    record(__file__, figures)
     return 0 if flat else 1
 
 

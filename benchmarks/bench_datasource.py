@@ -242,6 +242,19 @@ def main() -> None:
     print(f"{'ingest':<44}{'rows/s':>12}")
     print(f"{'  df.write.format(' + repr(FORMAT) + ')':<44}{args.rows / source_ingest:>12,.0f}")
     print(f"{'  ingest() (functional API)':<44}{args.rows / functional_ingest:>12,.0f}")
+    from results import Figure, record  # beside this script
+
+    spark_cpu = "CPU: local[2] on the machine's cores"
+    figures = [
+        Figure(
+            "planning a read through the data source",
+            reads["planning"][0],
+            "s",
+            "Python workers importing the client and reading the state from the emulator",
+        ),
+        Figure(f"df.write.format({FORMAT!r})", args.rows / source_ingest, "rows/s", spark_cpu),
+        Figure("ingest() (functional API)", args.rows / functional_ingest, "rows/s", spark_cpu),
+    ]
     paths = ("parquet", "read_table", "source", "query()")
     print(
         f"\n{'read':<12}{'rows':>11}" + "".join(f"{p + ' s':>14}" for p in paths) + "  read_table / parquet"
@@ -257,9 +270,23 @@ def main() -> None:
             + f"  {ratio:.2f}x <= {TARGET:g}x {verdict(ratio)}"
         )
         others = ", ".join(f"{p} {seconds[p] / seconds['parquet']:.2f}x" for p in ("source", "query()"))
+        figures.append(
+            Figure.judged(
+                f"{label}: read_table time / spark.read.parquet time (PySpark {pyspark.__version__})",
+                ratio,
+                "x",
+                bound_by=spark_cpu + "; Spark's per-file cost",
+                at_most=TARGET,
+            )
+        )
+        for p in ("source", "query()"):
+            figures.append(
+                Figure(f"{label}: {p} time / parquet time", seconds[p] / seconds["parquet"], "x", spark_cpu)
+            )
         print(f"{'':<12}{'':>11}  (time / parquet's: {others})")
     print("(seconds, best of the runs; read_table reads with Spark's Parquet reader, the data source and")
     print(" query() through Python workers)")
+    record(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_peers import Best, peak_rss_mb, rss_mb  # noqa: E402
 from bench_peers import Timer as EmulatorTimer  # noqa: E402
+from results import Figure, record  # noqa: E402
 
 from statestore.instance import POSTGRES_SERVER_SETTINGS  # noqa: E402
 from statestore.store.ports import BlobStore  # noqa: E402
@@ -773,8 +774,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         moto.terminate()
         moto.wait(timeout=10)
         shutil.rmtree(directory, ignore_errors=True)
-    ok = summarise(scale, systems, results)
+    figures: list[Figure] = []
+    ok = summarise(scale, systems, results, figures)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    if figures:
+        record(__file__, figures)
     return 0 if ok else 1
 
 
@@ -867,9 +871,10 @@ ROWS = (  # label, work, detail, unit ("rate": commits/s, else seconds)
 )
 
 
-def summarise(scale: Scale, systems: Sequence[str], results: Results) -> bool:
+def summarise(scale: Scale, systems: Sequence[str], results: Results, figures: list[Figure]) -> bool:
     """One table, both systems side by side with the ratio and the CPU seconds, then the checks, then a line
-    per figure saying what bounds it."""
+    per figure saying what bounds it. Each system's figure is added to ``figures`` (not judged: the run
+    compares the two)."""
     ok = True
     print("\n=== summary: the same work on each system, from the same run ===")
     print(
@@ -905,6 +910,10 @@ def summarise(scale: Scale, systems: Sequence[str], results: Results) -> bool:
         )
         print(line)
         bounds += [f"  {label:<36} {s:<8} {bound_by(r)}" for s, r in found.items()]
+        figures += [
+            Figure(f"{label}, {s}", values[s], "commits/s" if unit == "rate" else "s", bound_by(r))
+            for s, r in found.items()
+        ]
 
     print("\nchecks:")
     for writers in scale.writers:

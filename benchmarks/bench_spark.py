@@ -50,6 +50,9 @@ from statestore.engine.log_store import TableStateStore  # noqa: E402
 from statestore.model.schema import Schema  # noqa: E402
 from statestore.services.client import StateStoreClient  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Figure, record  # noqa: E402
+
 SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string", "amount": "double"})
 KEY_SPACE = 1_000_000_000
 
@@ -65,6 +68,30 @@ class Figures:
     region_query_seconds: float
     commit_latency_seconds: float | None
     commit_path: str
+
+    def figures(self) -> list[Figure]:
+        """The figures printed by :meth:`report`, for the benchmarks page (none is judged)."""
+        where = f"{self.setup} ({self.commit_path})"
+        cpu = "CPU: Spark local[2] and pyarrow in the tasks" + (
+            ", the emulator" if self.setup == "moto" else ""
+        )
+        out = [
+            Figure(f"{where}: ingest", self.rows / self.ingest_seconds, "rows/s", cpu),
+            Figure(f"{where}: query, all rows", self.rows / self.full_query_seconds, "rows/s", cpu),
+            Figure(
+                f"{where}: query, 1/4 of keys", self.region_rows / self.region_query_seconds, "rows/s", cpu
+            ),
+        ]
+        if self.commit_latency_seconds is not None:
+            out.append(
+                Figure(
+                    f"{where}: ingest end to commit applied",
+                    self.commit_latency_seconds * 1000,
+                    "ms",
+                    "the queue's poll and the committer's round trips to the emulator",
+                )
+            )
+        return out
 
     def report(self) -> None:
         print(f"\n== {self.setup} ({self.commit_path}) ==")
@@ -211,10 +238,14 @@ def main() -> None:
         warm_up(spark)
         print(f"{args.rows:,} rows, {args.leaves} leaf partitions, Spark local[2], pyarrow I/O in the tasks")
         runners = {"local": run_local, "moto": run_moto}
+        figures: list[Figure] = []
         for setup in setups:
-            runners[setup](spark, df, args.rows, args.leaves).report()
+            measured = runners[setup](spark, df, args.rows, args.leaves)
+            measured.report()
+            figures += measured.figures()
     finally:
         spark.stop()
+    record(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from statestore.transactions import AddFiles, InitialisePartitions, Transaction
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from baseline_s3_state_store import S3StateStore, create_revision_table  # noqa: E402
+from results import Figure, record  # noqa: E402
 
 SCHEMA = Schema.of({"key": "long"}, values={"value": "string"})
 INITIAL_FILES = 10_000
@@ -275,6 +276,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"table starting with {INITIAL_FILES:,} files\n"
     )
     print_table(results)
+    figures = [
+        Figure(
+            f"{'log' if r.design == 'log' else 'whole state in S3 (baseline)'}, {r.writers} writer(s)",
+            r.commits_per_second,
+            "commits/s",
+            "round trips to the emulator and lost races"
+            + ("" if r.design == "log" else "; each commit rewrites the whole state"),
+        )
+        for r in results
+    ]
     by_key = {(r.design, r.writers): r for r in results}
     if args.only is None:
         print("\nthroughput ratio log / baseline (commits per second):")
@@ -284,6 +295,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 log.commits_per_second / base.commits_per_second if base.commits_per_second else float("inf")
             )
             print(f"  {writers} writer(s): {ratio:5.1f}x")
+            if base.commits_per_second:
+                figures.append(
+                    Figure(f"log / baseline, {writers} writer(s)", ratio, "x", "round trips, lost races")
+                )
+    record(__file__, figures)
 
 
 if __name__ == "__main__":
