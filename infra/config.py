@@ -189,8 +189,12 @@ class InstanceConfig:
                 "context keys emr_subnet_ids and emr_security_group_ids go together: a VPC needs both "
                 "the subnets and the security groups for the jobs"
             )
+        # Cleanup refuses a delay shorter than the clock skew it assumes (a clock that far ahead would see
+        # a file or claim made now as that old already): refused here, not on every cleanup run.
         for key in ("gc_delay_minutes", "claim_expiry_minutes"):
-            _check_range(key, getattr(self, key), 1, MAX_DELAY_MS // 60_000)
+            _check_range(
+                key, getattr(self, key), instance.MAX_CLOCK_SKEW_SECONDS // 60, MAX_DELAY_MS // 60_000
+            )
         _check_range("postgres_max_acu", self.postgres_max_acu, 1, 256)
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(

@@ -73,7 +73,7 @@ def test_create_a_table_with_split_points_from_a_file_then_list_and_show_it(cli:
     splits = write(tmp_path / "splits.txt", "100\n200\n\n300\n")
     result = cli(
         "tables", "create", name, "--schema", write(tmp_path / "s.json", SCHEMA), "--split-points", splits,
-        "--property", "gc_delay_minutes=5",
+        "--property", "gc_delay_minutes=15",
     )  # fmt: skip
 
     assert result.code == EXIT_OK, result.err
@@ -85,12 +85,12 @@ def test_create_a_table_with_split_points_from_a_file_then_list_and_show_it(cli:
     [row] = [r for r in rows if r.startswith(name + " ")]
     assert "key:long" in row
     [entry] = [t for t in cli("tables", "list", "--json").json() if t["table_name"] == name]
-    assert entry["schema"] == SCHEMA and entry["properties"] == {"gc_delay_minutes": "5"}
+    assert entry["schema"] == SCHEMA and entry["properties"] == {"gc_delay_minutes": "15"}
     assert entry["transaction_number"] == 1
 
     shown = cli("tables", "show", name)
     assert shown.code == EXIT_OK
-    assert "partitions:  7 (4 leaves)" in shown.out and "properties:  gc_delay_minutes=5" in shown.out
+    assert "partitions:  7 (4 leaves)" in shown.out and "properties:  gc_delay_minutes=15" in shown.out
     details = cli("tables", "show", name, "--json").json()
     assert (details["partitions"], details["leaf_partitions"], details["files"]) == (7, 4, 0)
     assert details["latest_snapshot"] is None

@@ -667,6 +667,8 @@ def test_missing_asset_fails_synth_telling_to_run_make_lambda_asset(
         ("log_retention_days", "42"),
         ("deletion_protection", "maybe"),
         ("gc_delay_minutes", "0"),
+        ("gc_delay_minutes", "9"),  # below the clock skew cleanup assumes (10 minutes)
+        ("claim_expiry_minutes", "5"),
         ("gc_delay_minutes", "12h"),
         ("claim_expiry_minutes", 43_201),
         ("committer_max_concurrency", "1"),

@@ -28,7 +28,7 @@ from statestore.services.committer import MessageOutcome, ReceivedMessage
 from statestore.store.ports import CommitOutcome
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
-from tests.builders import INT_SCHEMA, ref, tree
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.infra.conftest import SynthStack
 from tests.infra.deployed_iam import (
     REGION,
@@ -82,7 +82,7 @@ class Instance:
         self.admin.tables.create(info)
         store = self.store(info.table_id)
         store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
-        store.commit(AddFiles((ref("early.parquet"),)))
+        store.commit(AddFiles((ref(data_key(info.table_id, "early.parquet")),)))
         store.create_snapshot()
         log_via_bucket = DynamoDBTransactionLog(
             self.backend.dynamodb,
@@ -91,7 +91,7 @@ class Instance:
             max_inline_body_bytes=0,
         )
         TransactionLogStateStore(info.table_id, INT_SCHEMA, log_via_bucket, self.admin.snapshots).commit(
-            AddFiles((ref("late.parquet"),))
+            AddFiles((ref(data_key(info.table_id, "late.parquet")),))
         )
         self.backend.blobs.put(self.data_file(info.table_id), b"parquet")
         self.snapshot_objects[info.table_id] = self.backend.blobs.list(layout.snapshot_prefix(info.table_id))
@@ -156,7 +156,9 @@ def test_table_a_s_job_role_reads_lists_writes_deletes_and_commits_on_table_a(in
     with iam_enforced():
         client = job.client()
         assert client.get_table("alpha").table_id == TABLE_A
-        assert set(client.state("alpha").files_by_name) == {"early.parquet", "late.parquet"}
+        assert set(client.state("alpha").files_by_name) == set(
+            data_keys(TABLE_A, "early.parquet", "late.parquet")
+        )
         job.backend.blobs.put(new_file, b"parquet")
         assert job.backend.blobs.get(new_file) == b"parquet"
         assert sorted(job.backend.blobs.list(layout.data_prefix(TABLE_A))) == sorted(
@@ -214,7 +216,9 @@ def test_a_commit_for_table_b_sent_as_table_a_s_job_is_refused_by_the_committer(
     before = instance.files(instance.b)
 
     with iam_enforced():
-        request_id = job.backend.commit_sender(job.sqs).send(instance.b, AddFiles((ref("forged.parquet"),)))
+        request_id = job.backend.commit_sender(job.sqs).send(
+            instance.b, AddFiles((ref(data_key(instance.b, "forged.parquet")),))
+        )
     [result] = instance.commit_waiting_requests()
 
     assert result.outcome is MessageOutcome.DEAD_LETTERED
@@ -227,12 +231,12 @@ def test_a_commit_for_table_b_from_its_allowed_sender_is_committed(instance: Ins
     keys = create_user_keys(instance, "table-b-writer")
     with iam_enforced():
         request_id = keys.backend.commit_sender(keys.sqs).send(
-            instance.b, AddFiles((ref("genuine.parquet"),))
+            instance.b, AddFiles((ref(data_key(instance.b, "genuine.parquet")),))
         )
     [result] = instance.commit_waiting_requests()
 
     assert result.outcome is MessageOutcome.COMMITTED, result.reason
-    assert "genuine.parquet" in instance.files(instance.b)
+    assert data_key(instance.b, "genuine.parquet") in instance.files(instance.b)
     status = instance.admin.statuses.get(instance.b, request_id)
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
 

@@ -13,7 +13,7 @@ from statestore.errors import ConnectionSettingsError
 from statestore.instance import ResourceNames
 from statestore.services.client import StateStoreClient
 from statestore.services.connect import connect
-from statestore.store.memory import InMemoryFileReferenceStore
+from statestore.store.memory_files import InMemoryFileReferenceStore
 
 
 def resources_of(client: StateStoreClient) -> str:
