@@ -166,7 +166,9 @@ def test_table_a_s_job_role_reads_lists_writes_deletes_and_commits_on_table_a(in
         )
         job.backend.blobs.delete([instance.data_file(TABLE_A)])
         sender = job.backend.commit_sender(job.sqs)
-        request_id = sender.send(TABLE_A, AddFiles(tuple(ref(name) for name in LARGE_BATCH)))
+        request_id = sender.send(
+            TABLE_A, AddFiles(tuple(ref(name) for name in data_keys(TABLE_A, *LARGE_BATCH)))
+        )
 
     [result] = instance.commit_waiting_requests()
     assert result.outcome is MessageOutcome.COMMITTED
@@ -190,7 +192,7 @@ B_DENIED: dict[str, Callable[[Caller, Instance], object]] = {
     "write a data file": lambda job, i: job.backend.blobs.put(i.data_file(i.b, "root/x.parquet"), b"x"),
     "delete a data file": lambda job, i: job.backend.blobs.delete([i.data_file(i.b)]),
     "stage a large request body": lambda job, i: job.backend.commit_sender(job.sqs).send(
-        i.b, AddFiles(tuple(ref(name) for name in LARGE_BATCH))
+        i.b, AddFiles(tuple(ref(name) for name in data_keys(i.b, *LARGE_BATCH)))
     ),
     "read its requests' statuses": lambda job, i: job.backend.commit_statuses.get(i.b, "any-request"),
 }
