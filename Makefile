@@ -15,7 +15,7 @@ export PATH := $(abspath node_modules/.bin):$(PATH)
 # mkdocs-material prints a banner about its successor on every build; the pins are deliberate.
 export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: venv venv-spark-latest venv-bench node demo test test-spark-latest lint docs bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
+.PHONY: venv venv-spark-latest venv-bench node demo test test-fast test-spark-latest lint docs bench bench-peers bench-file-stores soak synth lambda-asset spark-package clean
 
 # requirements.lock pins every distribution of the dev extra with its hashes (pip-compile --generate-hashes;
 # docs/security.md says how to regenerate it). pip's hash-checking mode refuses an editable install and bare
@@ -74,6 +74,14 @@ demo: venv node
 test: venv node venv-spark-latest
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-spark-latest
+
+# The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and
+# CLI on the in-memory twins and moto, in two processes. No Spark, DynamoDB Local, CDK, property or
+# end-to-end runs:
+# `make test` is the gate.
+FAST_TESTS := tests/unit tests/committer tests/cli
+test-fast: venv
+	$(PY) -m pytest -q -n 2 -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 
 test-spark-latest: venv-spark-latest
 	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q -m spark tests/spark

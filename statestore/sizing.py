@@ -8,11 +8,11 @@ worker invocation loads exactly one):
 
 - **bytes per reference**: :data:`MEASURED_BYTES_PER_REFERENCE`, the peak a fresh process reaches loading
   a snapshot of 1,000,000 references over 100,000 leaves and writing it again (what a snapshot worker
-  does), above what it held before: 572 MB measured 2026-11-23 with the column-wise state (the state
-  itself keeps ~217 B per reference once loaded; the rest is the Parquet bytes and the load's
-  temporaries), rounded up. One Python object per reference took 1,125 B.
+  does), above what it held before, rounded up: the state itself keeps far less once loaded; the rest is
+  the Parquet bytes and the load's temporaries. ``benchmarks/bench_model.py`` measures it (the
+  benchmarks page shows the current figure); raise the constant if that figure grows past it.
 - **runtime baseline**: :data:`RUNTIME_BASELINE_MB`, the handler's imports (Python 3.12, pyarrow, boto3,
-  Powertools: 109 MB measured) rounded up for the Lambda runtime's own.
+  Powertools) rounded up for the Lambda runtime's own.
 - **usable share**: :data:`USABLE_SHARE`, the memory alarm's default threshold (``memory_alarm_percent``):
   a table that needs more than this sets the alarm off before it runs out.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import settings
+
 os.environ.update(
     {
         "AWS_ACCESS_KEY_ID": "testing",
@@ -20,3 +22,8 @@ os.environ.pop("AWS_PROFILE", None)
 
 # A throwaway PostgreSQL server for the tests of the PostgreSQL file-reference store (and anyone else).
 pytest_plugins = ["tests.fixtures.postgres"]
+
+# Hypothesis's per-example deadline is a timed assertion: on a busy shared machine a correct example can take
+# longer than 200 ms and fail. Speed is measured in benchmarks/, not here.
+settings.register_profile("statestore", deadline=None)
+settings.load_profile("statestore")
