@@ -23,6 +23,7 @@ from statestore.store.tables import FILE_STORE_LOG, FILE_STORES
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
+    from statestore.model.schema import Schema
 
 
 def register(commands: Any, command: Command) -> None:
@@ -104,6 +105,7 @@ def cmd_tables_create(s: Session) -> int:
         raise CliError(f"invalid schema in {args.schema!r}: {e}", EXIT_USAGE) from None
     points = _split_points(args, schema)
     properties = _properties(args.property or [])
+    _check_gc_delay(args.name, schema, properties)
     senders = _senders(args.allowed_sender or [], "--allowed-sender")
     try:
         partitions = partitions_from_split_points(schema, points)
@@ -203,6 +205,27 @@ def _key_value(value: Any, field_name: str, key_type: str) -> Any:
             f"split point {value!r} is not a valid {key_type} for row key {field_name!r}; give {form}",
             EXIT_USAGE,
         ) from None
+
+
+def _check_gc_delay(name: str, schema: Schema, properties: dict[str, str]) -> None:
+    """Refuse a ``gc_delay_minutes`` property cleanup would refuse on every run: not a number of minutes,
+    or shorter than the clock skew it assumes ($STATESTORE_MAX_CLOCK_SKEW_MINUTES, else 10 minutes)."""
+    from statestore.services.cleanup_policy import (
+        GC_DELAY_PROPERTY,
+        check_against_skew,
+        gc_delay_ms,
+        policy_from_environment,
+    )
+    from statestore.store.tables import TableInfo
+
+    if GC_DELAY_PROPERTY not in properties:
+        return
+    try:
+        skew_ms = policy_from_environment().max_clock_skew_ms
+        delay_ms = gc_delay_ms(TableInfo(name, name, schema, properties))
+        check_against_skew(f"property {GC_DELAY_PROPERTY}", delay_ms, skew_ms)
+    except (ValueError, StateStoreError) as e:
+        raise CliError(f"--property: {e}", EXIT_USAGE) from None
 
 
 def _properties(pairs: Sequence[str]) -> dict[str, str]:

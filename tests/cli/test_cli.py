@@ -552,3 +552,20 @@ def test_statestore_local_refuses_a_data_dir_another_runtime_holds(tmp_path: Pat
         assert f"the data directory {tmp_path} is in use by another local runtime" in second.stderr
     finally:
         _stop(process)
+
+
+def test_a_gc_delay_property_cleanup_would_refuse_is_refused_when_the_table_is_created(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = write(tmp_path / "s.json", SCHEMA)
+    short, bad = unique("short"), unique("bad")
+
+    refused = cli("tables", "create", short, "--schema", schema, "--property", "gc_delay_minutes=5")
+    not_minutes = cli("tables", "create", bad, "--schema", schema, "--property", "gc_delay_minutes=soon")
+
+    assert refused.code == EXIT_USAGE and "gc_delay_minutes" in refused.err and "clock skew" in refused.err
+    assert not_minutes.code == EXIT_USAGE and "'soon' is not a number of minutes" in not_minutes.err
+    assert cli("tables", "show", short).code != EXIT_OK  # nothing was created
+    monkeypatch.setenv("STATESTORE_MAX_CLOCK_SKEW_MINUTES", "0")  # every clock is this machine's
+    created = cli("tables", "create", short, "--schema", schema, "--property", "gc_delay_minutes=5")
+    assert created.code == EXIT_OK
