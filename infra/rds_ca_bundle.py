@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from infra.asset import REPO_ROOT
 
-BUNDLE = REPO_ROOT / "statestore" / "postgres" / "rds-ca-bundle.pem"
+BUNDLE = REPO_ROOT / "statestore" / "adapters" / "postgres" / "rds-ca-bundle.pem"
 SOURCES = ("lib/profiles/ca/defaults.js", "lib/profiles/ca/proxies.js")
 _PEM = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.DOTALL)
 

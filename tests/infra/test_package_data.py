@@ -12,7 +12,7 @@ from pathlib import Path
 from infra.spark_package import write_code_archive
 from statestore.adapters.postgres.tls import BUNDLE_NAME
 
-BUNDLE = Path(__file__).resolve().parents[2] / "statestore" / "postgres" / BUNDLE_NAME
+BUNDLE = Path(__file__).resolve().parents[2] / "statestore" / "adapters" / "postgres" / BUNDLE_NAME
 
 
 def test_the_spark_code_archive_carries_the_bundle_and_the_client_reads_it_from_the_zip(

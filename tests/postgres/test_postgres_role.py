@@ -51,10 +51,10 @@ def test_the_app_role_commits_reads_collects_garbage_and_clears(migrated: str) -
 @pytest.mark.parametrize(
     "statement",
     [
-        "DROP TABLE statestore.model.files",
+        "DROP TABLE statestore.files",
         "TRUNCATE statestore.file_references",
         "CREATE TABLE statestore.extra (x int)",
-        "ALTER TABLE statestore.model.files ADD COLUMN x int",
+        "ALTER TABLE statestore.files ADD COLUMN x int",
         "CREATE ROLE intruder",
         "CREATE SCHEMA elsewhere",
     ],

@@ -94,11 +94,11 @@ def test_a_commit_finds_its_files_by_name_not_by_reading_the_whole_table(
                 store, "t", AddFiles(tuple(ref(n, "p1") for n in names[start : start + 5_000])), f"r{start}"
             )
     with psycopg.connect(fresh_postgres_conninfo, autocommit=True) as conn:
-        conn.execute("ANALYZE statestore.model.files")
+        conn.execute("ANALYZE statestore.files")
         plan = "\n".join(
             row[0]
             for row in conn.execute(
-                "EXPLAIN SELECT filename, added_time, unreferenced_since FROM statestore.model.files "
+                "EXPLAIN SELECT filename, added_time, unreferenced_since FROM statestore.files "
                 "WHERE table_id = %s AND filename = ANY(%s) ORDER BY filename FOR UPDATE",
                 ("t", names[5_000:6_000]),
             )
