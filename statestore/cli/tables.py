@@ -222,6 +222,9 @@ def _check_gc_delay(name: str, schema: Schema, properties: dict[str, str]) -> No
         return
     try:
         skew_ms = policy_from_environment().max_clock_skew_ms
+    except ValueError as e:  # names the environment variable that is wrong
+        raise CliError(str(e), EXIT_USAGE) from None
+    try:
         delay_ms = gc_delay_ms(TableInfo(name, name, schema, properties))
         check_against_skew(f"property {GC_DELAY_PROPERTY}", delay_ms, skew_ms)
     except (ValueError, StateStoreError) as e:
