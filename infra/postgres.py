@@ -174,7 +174,9 @@ class PostgresDatabase(Construct):
                 require_tls=True,
                 iam_auth=False,  # clients present the secret's credentials, over TLS
             )
-            proxy_security_group.connections.allow_to(self.cluster_security_group, ec2.Port.tcp(PORT))
+            # The proxy -> cluster rules (the cluster group's ingress, the proxy group's egress, on the
+            # cluster's endpoint port) are the DatabaseProxy's own: adding them here too would give EC2 each
+            # rule twice, which it refuses (InvalidPermission.Duplicate) and the deploy with it.
             proxy_security_group.add_ingress_rule(self.clients, ec2.Port.tcp(PORT), "functions to the proxy")
             self.host = self.proxy.endpoint
         else:

@@ -56,3 +56,9 @@ def stack(synth_stack: SynthStack) -> StatestoreStack:
 @pytest.fixture(scope="session")
 def template(stack: StatestoreStack) -> Any:
     return assertions.Template.from_stack(stack)
+
+
+@pytest.fixture(scope="session")
+def postgres_template(synth_stack: SynthStack) -> Any:
+    """The stack with ``-c postgres=true`` (the proxy by default), synthesised once for every test."""
+    return assertions.Template.from_stack(synth_stack(postgres="true"))

@@ -37,8 +37,8 @@ POSTGRES_TYPES = (
 
 
 @pytest.fixture(scope="module")
-def with_proxy(synth_stack: SynthStack) -> Any:
-    return assertions.Template.from_stack(synth_stack(postgres="true"))
+def with_proxy(postgres_template: Any) -> Any:
+    return postgres_template
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +68,22 @@ def group_id(logical_id: str) -> dict[str, Any]:
 
 
 def ingress_sources(template: Any, group: str, port: int) -> list[Any]:
-    """The security groups let in to ``group`` (a logical id) on ``port``."""
+    """The security groups let in to ``group`` (a logical id) on ``port``: given as a number, or as the
+    cluster's ``Endpoint.Port`` (the proxy's own rule), which is the cluster's ``Port``."""
+    resources = template.to_json()["Resources"]
     rules = template.find_resources(
-        "AWS::EC2::SecurityGroupIngress", {"Properties": {"GroupId": group_id(group), "FromPort": port}}
+        "AWS::EC2::SecurityGroupIngress", {"Properties": {"GroupId": group_id(group)}}
     )
-    return [r["Properties"]["SourceSecurityGroupId"] for r in rules.values()]
+    sources = []
+    for rule in rules.values():
+        from_port = rule["Properties"]["FromPort"]
+        if isinstance(from_port, dict):
+            cluster, attribute = from_port["Fn::GetAtt"]
+            assert attribute == "Endpoint.Port"
+            from_port = resources[cluster]["Properties"]["Port"]
+        if from_port == port:
+            sources.append(rule["Properties"]["SourceSecurityGroupId"])
+    return sources
 
 
 # --- the cluster ------------------------------------------------------------------------------------------
