@@ -12,7 +12,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.functions import StatestoreFunction
-from infra.observability import FIVE_MINUTES, function_metric, per_table_metric
+from infra.observability import FIVE_MINUTES, TABLE_ID_PROPERTY, function_metric
 from infra.scheduled import UpkeepQueues
 
 WIDTH = 8  # three graphs a row (the dashboard is 24 units wide)
@@ -33,6 +33,17 @@ CLEANUP_COUNTS = (
     "RefusedFiles",
     "ClaimsReleased",
     "OrphanFilesDeleted",
+)
+
+LARGEST_TABLES_TITLE = "Largest tables (file references, latest in the time range)"
+# Each table's latest size from the committer's per-table documents (lambdas/committer.py), largest first.
+LARGEST_TABLES_QUERY = (
+    f"fields {TABLE_ID_PROPERTY}, StateReferences, StatePartitions",
+    f"filter ispresent({TABLE_ID_PROPERTY}) and ispresent(StateReferences)",
+    "stats latest(StateReferences) as references, latest(StatePartitions) as partitions"
+    f" by {TABLE_ID_PROPERTY}",
+    "sort references desc",
+    "limit 25",
 )
 
 
@@ -135,10 +146,22 @@ class Dashboard(Construct):
             ),
             _graph("DynamoDB throttle events", self._throttles(tables)),
         )
-        # The state's size per table (table ids are known only at run time: a SEARCH finds them).
+        # The state's size: the largest table a batch touched (a metric), and the largest tables by name (the
+        # committer logs each table's size with its id as a property, not a metric per table).
         self.dashboard.add_widgets(
-            _graph("State: file references per table", [per_table_metric(committer, "StateReferences")]),
-            _graph("State: partitions per table", [per_table_metric(committer, "StatePartitions")]),
+            _graph(
+                "State: the largest table touched",
+                [function_metric(committer, "StateReferences", "Maximum")],
+                right=[function_metric(committer, "StatePartitions", "Maximum")],
+            ),
+            cloudwatch.LogQueryWidget(
+                title=LARGEST_TABLES_TITLE,
+                log_group_names=[committer.log_group.log_group_name],
+                query_lines=list(LARGEST_TABLES_QUERY),
+                view=cloudwatch.LogQueryVisualizationType.TABLE,
+                width=WIDTH,
+                height=HEIGHT,
+            ),
             _graph(
                 "Upkeep work queues: tables waiting and oldest wait",
                 [

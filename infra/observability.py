@@ -14,8 +14,9 @@ from infra.functions import POWERTOOLS_NAMESPACE, StatestoreFunction
 FIVE_MINUTES = Duration.minutes(5)
 # CloudWatch's quota: an alarm on a metric math expression reads at most 10 metrics.
 MAX_METRICS_PER_ALARM = 10
-# The committer's per-table gauges carry a second dimension, TableId.
-TABLE_ID_DIMENSION = "TableId"
+# The committer's per-table state sizes name their table in this property of the log record, not in a
+# dimension (a dimension would make a custom metric per table): lambdas.committer.TABLE_ID_PROPERTY.
+TABLE_ID_PROPERTY = "TableId"
 
 
 def function_metric(
@@ -30,17 +31,6 @@ def function_metric(
         period=period,
         label=name,
     )
-
-
-def per_table_metric(
-    function: StatestoreFunction, name: str, statistic: str = "Maximum", period: Duration = FIVE_MINUTES
-) -> cloudwatch.MathExpression:
-    """One line per table of a per-table metric: table ids are not known at synth, so a SEARCH finds them."""
-    search = (
-        f'SEARCH(\'{{{POWERTOOLS_NAMESPACE},{TABLE_ID_DIMENSION},service}} MetricName="{name}" '
-        f"service=\"{function.service}\"', '{statistic}', {int(period.to_seconds())})"
-    )
-    return cloudwatch.MathExpression(expression=search, using_metrics={}, label=name, period=period)
 
 
 def table_throttles(

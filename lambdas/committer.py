@@ -25,6 +25,8 @@ from statestore.services.committer_stats import BatchStats
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "statestore"))
+# The property naming the table in each table's state-size document (infra/dashboard.py queries it).
+TABLE_ID_PROPERTY = "TableId"
 
 
 class RetryLater(Exception):
@@ -63,8 +65,14 @@ def partial_response(
 
 
 def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> None:
-    """Add a batch's metrics to the invocation's metric set, and emit each table's state size on its own
-    (with a ``TableId`` dimension, so the invocation's set keeps only ``service``)."""
+    """Add a batch's metrics to the invocation's metric set, and emit each table's state size on its own.
+
+    A table's size is a document of its own with the table's id as a *property* (``TableId``), not a
+    dimension: its ``StateReferences`` and ``StatePartitions`` go to the one metric of each name the
+    service has (their maximum is the largest table's), and the per-table figures stay in the log, where
+    a Logs Insights query (the dashboard's) ranks the tables. A dimension would make a custom metric per
+    table, each billed every month whether it moves or not.
+    """
     for outcome in MessageOutcome:
         count = sum(1 for r in results if r.outcome is outcome)
         if count:
@@ -79,7 +87,7 @@ def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> No
         metrics.add_metric(name="TableLoadTime", unit=MetricUnit.Milliseconds, value=millis)
     for size in batch.table_sizes:
         table_metrics = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
-        table_metrics.add_dimension(name="TableId", value=size.table_id)
+        table_metrics.add_metadata(key=TABLE_ID_PROPERTY, value=size.table_id)
         table_metrics.add_metric(name="StateReferences", unit=MetricUnit.Count, value=size.references)
         table_metrics.add_metric(name="StatePartitions", unit=MetricUnit.Count, value=size.partitions)
         table_metrics.flush_metrics()

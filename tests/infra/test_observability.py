@@ -49,6 +49,13 @@ CONTRACT = {
 }
 
 
+def function_log_group(template: Any, handler: str) -> str:
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    [function] = found.values()
+    log_group: str = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    return log_group
+
+
 def function_id(template: Any, handler: str) -> str:
     found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
     assert len(found) == 1
@@ -235,17 +242,29 @@ def test_the_dashboard_graphs_every_metric_of_the_contract(template: Any, name: 
         assert ("statestore", metric, "service", f"statestore-main-{name}") in graphed, metric
 
 
-@pytest.mark.parametrize("name", ["StateReferences", "StatePartitions"])
-def test_per_table_state_size_is_found_by_a_search_over_table_ids(template: Any, name: str) -> None:
-    expressions = [
-        m[0]["expression"]
-        for w in dashboard_widgets(template)
-        for m in graph_metrics(w)
-        if isinstance(m[0], dict) and "expression" in m[0]
-    ]
-    [search] = [e for e in expressions if f'MetricName="{name}"' in e]
-    assert search.startswith("SEARCH('{statestore,TableId,service}")
-    assert 'service="statestore-main-committer"' in search
+def test_no_dashboard_metric_is_per_table(template: Any) -> None:
+    body = json.dumps(dashboard_widgets(template))
+    assert "TableId}" not in body and "SEARCH(" not in body
+
+
+def test_the_dashboard_ranks_the_largest_tables_from_the_committers_log(template: Any) -> None:
+    [widget] = [w for w in dashboard_widgets(template) if w["type"] == "log"]
+    query = widget["properties"]["query"]
+    # The log group is named at deploy time: the query's source is the committer's log group.
+    assert query.startswith("SOURCE 'TOKEN'")
+    assert "stats latest(StateReferences) as references" in query and "by TableId" in query
+    assert "sort references desc" in query
+    committer_logs = function_log_group(template, "lambdas.committer.handler")
+    dashboard = next(iter(template.find_resources("AWS::CloudWatch::Dashboard").values()))
+    body_parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    assert {"Ref": committer_logs} in body_parts
+
+
+def test_the_table_id_property_the_query_reads_is_the_one_the_committer_writes() -> None:
+    from infra.observability import TABLE_ID_PROPERTY
+    from lambdas.committer import TABLE_ID_PROPERTY as WRITTEN
+
+    assert TABLE_ID_PROPERTY == WRITTEN
 
 
 def test_the_dashboard_shows_queue_depth_oldest_message_and_dead_letters(template: Any) -> None:

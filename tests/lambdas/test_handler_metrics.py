@@ -1,8 +1,8 @@
 """The metrics each handler emits: CloudWatch embedded metric format documents printed to stdout.
 
 Every document is read back from what the handler printed and checked for the names, units, values and
-dimensions the dashboard and alarms are built on (namespace ``statestore``, dimension ``service``, and
-``TableId`` only on the per-table state size).
+dimensions the dashboard and alarms are built on (namespace ``statestore``, the one dimension ``service``:
+the per-table state size names its table in a ``TableId`` property, never a dimension).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Metric:
     values: tuple[float, ...]
     dimensions: dict[str, str]
     namespace: str
+    table_id: str | None = None  # the document's TableId property: a table's state size
 
 
 def emitted(capsys: pytest.CaptureFixture[str]) -> list[Metric]:
@@ -65,7 +66,14 @@ def emitted(capsys: pytest.CaptureFixture[str]) -> list[Metric]:
                 value = doc[definition["Name"]]
                 values = tuple(value) if isinstance(value, list) else (value,)
                 found.append(
-                    Metric(definition["Name"], definition["Unit"], values, dimensions, directive["Namespace"])
+                    Metric(
+                        definition["Name"],
+                        definition["Unit"],
+                        values,
+                        dimensions,
+                        directive["Namespace"],
+                        doc.get("TableId"),
+                    )
                 )
     return found
 
@@ -75,7 +83,7 @@ def by_name(metrics: list[Metric], service: str) -> dict[str, Metric]:
     as a dimension."""
     result = {}
     for m in metrics:
-        if "TableId" in m.dimensions:
+        if m.table_id is not None:
             continue
         assert m.namespace == "statestore", m
         assert m.dimensions == {"service": service}, m
@@ -155,13 +163,38 @@ def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
     }
     load_time = invocation["TableLoadTime"]
     assert load_time.unit == "Milliseconds" and len(load_time.values) == 1 and load_time.values[0] >= 0
-    per_table = {(m.name, m.dimensions["TableId"]): m for m in metrics if "TableId" in m.dimensions}
+    per_table = {(m.name, m.table_id): m for m in metrics if m.table_id is not None}
     assert per_table.keys() == {("StateReferences", table), ("StatePartitions", table)}
     for m in per_table.values():
         assert m.unit == "Count" and m.namespace == "statestore"
-        assert m.dimensions == {"service": "statestore-committer", "TableId": table}
+        assert m.dimensions == {"service": "statestore-committer"}
     assert per_table["StateReferences", table].values == (2,)
     assert per_table["StatePartitions", table].values == (PARTITIONS,)
+
+
+def test_a_batch_over_three_tables_logs_each_tables_size_without_a_metric_per_table(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = [create_table(rt, name).table_id for name in ("a", "b", "c")]
+    capsys.readouterr()
+
+    commit(
+        sqs_record(add(tables[0], "x")),
+        sqs_record(add(tables[1], "x", "y")),
+        sqs_record(add(tables[2], "x", "y", "z")),
+    )
+
+    metrics = emitted(capsys)
+    # No metric is made per table: every one has the service as its only dimension (a custom metric is
+    # billed per distinct set of dimensions, so per table it would cost each table a metric a month).
+    assert {tuple(sorted(m.dimensions)) for m in metrics} == {("service",)}
+    figures = {
+        (m.table_id, m.name): m.values for m in metrics if m.name in ("StateReferences", "StatePartitions")
+    }
+    assert figures == {
+        **{(table, "StateReferences"): (n,) for table, n in zip(tables, (1, 2, 3), strict=True)},
+        **{(table, "StatePartitions"): (PARTITIONS,) for table in tables},
+    }
 
 
 def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
@@ -184,7 +217,7 @@ def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
     }
     assert "TableLoadTime" not in invocation
     references = [m for m in metrics if m.name == "StateReferences"]
-    assert [(m.dimensions["TableId"], m.values) for m in references] == [(table, (3,))]
+    assert [(m.table_id, m.values) for m in references] == [(table, (3,))]
 
 
 def test_a_lost_race_for_the_next_log_number_is_counted_as_a_conflict(
