@@ -1,4 +1,13 @@
-"""CloudWatch alarms on the commit path and the scheduled jobs, published to an SNS topic."""
+"""CloudWatch alarms on the commit path and the scheduled jobs, published to an SNS topic.
+
+Every alarm sends its OK to the topic that got its ALARM, so whoever was told of trouble is also told it
+passed. Queue ages: a dead letter is kept 14 days, so besides the alarm on the first one, an alarm on the
+oldest one's age (``dead_letter_age_hours``, a day by default) tells again while most of the retention is
+left; a work queue's oldest message alarms once it has waited a whole period of its schedule (the next plan
+queues the same table again: upkeep is falling behind). Throttles: every function is capped by its event
+source, below its reserved concurrency (the committer) or the account's; any throttle means the account's
+concurrency ran out, so one is enough to tell.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +25,17 @@ from constructs import Construct
 from infra.functions import StatestoreFunction
 from infra.nag import acknowledge
 from infra.observability import function_metric, table_throttles
+from statestore.instance import DEAD_LETTER_RETENTION_SECONDS
+
+DEAD_LETTER_RETENTION_DAYS = DEAD_LETTER_RETENTION_SECONDS // 86_400
 
 
 class Alarms(Construct):
     """Alarms named ``statestore-<instance>-<what>``; subscribe to ``topic`` (or pass ``alarm_email``).
 
-    ``functions`` maps ``committer``, ``snapshot`` and ``cleanup`` to their functions. Rates are counts per
-    five minutes; ``memory_percent`` is of each function's memory size.
+    ``functions`` maps ``committer``, ``snapshot`` and ``cleanup`` to their functions; ``work_queues`` maps
+    ``snapshot`` and ``cleanup`` to their work queue and their schedule's period in minutes. Rates are
+    counts per five minutes; ``memory_percent`` is of each function's memory size.
     """
 
     def __init__(
@@ -34,9 +47,11 @@ class Alarms(Construct):
         commit_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         upkeep_dead_letter_queue: sqs.IQueue,
+        work_queues: dict[str, tuple[sqs.IQueue, int]],
         functions: dict[str, StatestoreFunction],
         tables: Sequence[dynamodb.Table],
         oldest_message_seconds: int,
+        dead_letter_age_hours: int,
         retries_per_5_minutes: int,
         throttles_per_5_minutes: int,
         memory_percent: int,
@@ -75,7 +90,9 @@ class Alarms(Construct):
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
-            created.add_alarm_action(actions.SnsAction(self.topic))
+            notify = actions.SnsAction(self.topic)
+            created.add_alarm_action(notify)
+            created.add_ok_action(notify)
             self.alarms.append(created)
 
         alarm(
@@ -98,6 +115,18 @@ class Alarms(Construct):
             ),
             1,
         )
+        for construct_id, name, queue, what in (
+            ("DeadLettersAge", "dlq-age", dead_letter_queue, "A commit request"),
+            ("UpkeepDeadLettersAge", "upkeep-dlq-age", upkeep_dead_letter_queue, "A table's upkeep work"),
+        ):
+            alarm(
+                construct_id,
+                name,
+                f"{what} has waited in the dead-letter queue for {dead_letter_age_hours} h: it is deleted "
+                f"after {DEAD_LETTER_RETENTION_DAYS} days. Read the reason, fix, redrive or delete it.",
+                queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum"),
+                dead_letter_age_hours * 3600,
+            )
         alarm(
             "CommitterErrors",
             "committer-errors",
@@ -113,6 +142,16 @@ class Alarms(Construct):
             oldest_message_seconds,
             evaluation_periods=3,
         )
+        for name, (queue, period_minutes) in work_queues.items():
+            alarm(
+                f"Oldest{name.title()}Work",
+                f"oldest-{name}-work-age",
+                f"A table's {name} work has waited {period_minutes} minutes, a whole period of its schedule: "
+                f"the {name} function is behind or stuck (see its throttles, errors and duration).",
+                queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum"),
+                period_minutes * 60,
+                evaluation_periods=3,
+            )
         for name in ("snapshot", "cleanup"):
             alarm(
                 f"{name.title()}Errors",
@@ -137,6 +176,15 @@ class Alarms(Construct):
             table_throttles(tables),
             throttles_per_5_minutes,
         )
+        for name, function in functions.items():
+            alarm(
+                f"{name.title()}Throttles",
+                f"{name}-throttles",
+                f"Lambda throttled the {name} function: the account's (or its reserved) concurrency ran out, "
+                "and its work waits or is retried. See the account's ConcurrentExecutions.",
+                function.function.metric_throttles(period=Duration.minutes(5), statistic="Sum"),
+                1,
+            )
         for name, function in functions.items():
             # The state a function loads grows with the table; near its memory size it is killed.
             limit = function.memory_mb * memory_percent // 100

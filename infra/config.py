@@ -11,9 +11,13 @@
   at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
   being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per
   table) bound it too: a table is never processed by two invocations at once.
-- ``committer_reserved_concurrency`` (unset): reserve concurrency for the committer, so other functions of
-  the account cannot take it all; at least ``committer_max_concurrency`` when set. Unset by default: a new
-  account's concurrency quota can be too small to reserve any.
+- ``committer_reserved_concurrency`` (``committer_max_concurrency``, i.e. 10): concurrency reserved for the
+  committer, so other functions of the account cannot take it all and leave commits waiting; a positive
+  whole number, at least ``committer_max_concurrency`` (fewer would throttle invocations the event source
+  starts) and at most 1000, or ``none`` to reserve nothing. The default reserves only what the event source
+  can use: 10 of an account's default quota of 1,000 leaves 990 to the other functions. AWS refuses a
+  reservation that would leave fewer than 100 unreserved, so an account whose quota is below 110 (some new
+  accounts start at 10) must deploy with ``none`` or ask for a higher quota.
 - ``upkeep_max_concurrency`` (10): the most snapshot (and, apart, cleanup) invocations working on tables at
   once (2 to 1000), the work queues' event source cap; at it, tables' work waits in the queue. One table is
   never worked on by two at once (its FIFO message group). Replaces ``exclusive_scheduled_runs``, which is
@@ -23,6 +27,9 @@
 - ``deletion_protection`` (true): DynamoDB deletion protection, and the tables survive ``cdk destroy``;
   false makes the instance disposable. The buckets are always retained.
 - ``oldest_message_alarm_seconds`` (300): alarm when a commit request has waited this long.
+- ``dead_letter_age_alarm_hours`` (24): alarm when the oldest message of a dead-letter queue has waited this
+  long (1 to 240). The queues keep a message 14 days; the not-empty alarms fire at the first dead letter,
+  and this one again a day later if nobody acted, with 13 days left to fix and redrive.
 - ``retries_alarm_per_5_minutes`` (5): alarm when this many commit requests in 5 minutes go back to the
   queue to be retried (the committer's ``RequestsRetry``); each blocks its table for the visibility timeout.
 - ``throttles_alarm_per_5_minutes`` (10): alarm when DynamoDB throttles this many reads and writes in 5
@@ -130,12 +137,14 @@ class InstanceConfig:
     snapshot_memory_mb: int = DEFAULT_WORKER_MEMORY_MB
     cleanup_memory_mb: int = DEFAULT_WORKER_MEMORY_MB
     committer_max_concurrency: int = 10
-    committer_reserved_concurrency: int | None = None
+    committer_reserved_concurrency: int | None = None  # None: the default, committer_max_concurrency
+    reserve_committer_concurrency: bool = True  # False: ``committer_reserved_concurrency=none``
     upkeep_max_concurrency: int = 10
     dlq_max_receive_count: int = instance.COMMIT_MAX_RECEIVE_COUNT
     log_retention_days: int = 30
     deletion_protection: bool = True
     oldest_message_alarm_seconds: int = 300
+    dead_letter_age_alarm_hours: int = 24
     retries_alarm_per_5_minutes: int = 5
     throttles_alarm_per_5_minutes: int = 10
     memory_alarm_percent: int = 90
@@ -163,7 +172,7 @@ class InstanceConfig:
         _check_range("committer_max_concurrency", self.committer_max_concurrency, 2, 1000)
         _check_range("upkeep_max_concurrency", self.upkeep_max_concurrency, 2, 1000)
         if self.committer_reserved_concurrency is not None:
-            _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 10000)
+            _check_range("committer_reserved_concurrency", self.committer_reserved_concurrency, 1, 1000)
             if self.committer_reserved_concurrency < self.committer_max_concurrency:
                 raise ValueError(
                     f"context key committer_reserved_concurrency={self.committer_reserved_concurrency} is "
@@ -172,6 +181,7 @@ class InstanceConfig:
                     "least as many, or lower committer_max_concurrency"
                 )
         _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
+        _check_range("dead_letter_age_alarm_hours", self.dead_letter_age_alarm_hours, 1, 240)
         for key in ("retries_alarm_per_5_minutes", "throttles_alarm_per_5_minutes"):
             _check_range(key, getattr(self, key), 1, 1_000_000)
         _check_range("memory_alarm_percent", self.memory_alarm_percent, 50, 100)
@@ -203,6 +213,14 @@ class InstanceConfig:
             )
 
     @property
+    def committer_reservation(self) -> int | None:
+        """The committer's reserved concurrency: the setting, else ``committer_max_concurrency``; None when
+        ``committer_reserved_concurrency=none``."""
+        if not self.reserve_committer_concurrency:
+            return None
+        return self.committer_reserved_concurrency or self.committer_max_concurrency
+
+    @property
     def cleanup_environment(self) -> dict[str, str]:
         """The cleanup Lambda's settings from this config, as the environment it reads them from."""
         return {GC_DELAY_ENV: str(self.gc_delay_minutes), CLAIM_EXPIRY_ENV: str(self.claim_expiry_minutes)}
@@ -229,6 +247,8 @@ class InstanceConfig:
         defaults = cls()
         values: dict[str, Any] = {}
         for key in cls.__dataclass_fields__:
+            if key == "reserve_committer_concurrency":  # set by committer_reserved_concurrency=none
+                continue
             raw = context.try_get_context(key)
             if raw is None or raw == "":
                 continue
@@ -243,12 +263,18 @@ class InstanceConfig:
             elif key in ("emr_subnet_ids", "emr_security_group_ids", "scoped_tables"):
                 items = raw if isinstance(raw, list) else str(raw).split(",")
                 values[key] = tuple(str(item).strip() for item in items if str(item).strip())
-            elif isinstance(default, int) or key == "committer_reserved_concurrency":
+            elif key == "committer_reserved_concurrency":
+                if str(raw).strip().lower() == NO_RESERVATION:
+                    values["reserve_committer_concurrency"] = False
+                else:
+                    values[key] = _parse_positive_int(key, raw, f"or {NO_RESERVATION} to reserve nothing")
+            elif isinstance(default, int):
                 values[key] = _parse_int(key, raw)
         return cls(**values)
 
 
 _REMOVED_KEY = "exclusive_scheduled_runs"
+NO_RESERVATION = "none"
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _TABLE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # infra.table_grants.check_table_id's rule
@@ -278,6 +304,16 @@ def _parse_int(key: str, raw: Any) -> int:
         return int(str(raw).strip())
     except ValueError:
         raise ValueError(f"context key {key}={raw!r} must be a whole number") from None
+
+
+def _parse_positive_int(key: str, raw: Any, alternative: str) -> int:
+    try:
+        value = _parse_int(key, raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"context key {key}={raw!r} must be a positive whole number, {alternative}")
+    return value
 
 
 def _check_range(key: str, value: int, low: int, high: int) -> None:

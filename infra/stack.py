@@ -91,7 +91,7 @@ class StatestoreStack(Stack):
             queue=self.commits.queue,
             memory_mb=config.committer_memory_mb,
             max_concurrency=config.committer_max_concurrency,
-            reserved_concurrency=config.committer_reserved_concurrency,
+            reserved_concurrency=config.committer_reservation,
             network=network,
             **function_settings,
         )
@@ -193,9 +193,14 @@ class StatestoreStack(Stack):
             commit_queue=self.commits.queue,
             dead_letter_queue=self.commits.dead_letter_queue,
             upkeep_dead_letter_queue=self.upkeep.dead_letter_queue,
+            work_queues={
+                "snapshot": (self.upkeep.snapshot_queue, config.snapshot_rate_minutes),
+                "cleanup": (self.upkeep.cleanup_queue, config.cleanup_rate_minutes),
+            },
             functions=self.functions,
             tables=self.state.all_tables,
             oldest_message_seconds=config.oldest_message_alarm_seconds,
+            dead_letter_age_hours=config.dead_letter_age_alarm_hours,
             retries_per_5_minutes=config.retries_alarm_per_5_minutes,
             throttles_per_5_minutes=config.throttles_alarm_per_5_minutes,
             memory_percent=config.memory_alarm_percent,

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from aws_cdk import assertions
 
+from statestore.instance import ResourceNames
 from tests.infra.conftest import SynthStack
 
+NAMES = ResourceNames.for_instance("main")
 Match = assertions.Match
 Capture = assertions.Capture
 
@@ -68,7 +70,14 @@ def alarm(template: Any, name: str) -> dict[str, Any]:
     properties: dict[str, Any] = next(iter(found.values()))["Properties"]
     [action] = properties["AlarmActions"]
     assert action == {"Ref": next(iter(template.find_resources("AWS::SNS::Topic")))}
+    assert properties["OKActions"] == [action]
     return properties
+
+
+def queue_id(template: Any, name: str) -> str:
+    found = template.find_resources("AWS::SQS::Queue", {"Properties": {"QueueName": name}})
+    assert len(found) == 1, f"no queue {name}"
+    return next(iter(found))
 
 
 def watched_metrics(properties: dict[str, Any]) -> list[dict[str, Any]]:
@@ -181,6 +190,77 @@ def test_memory_alarm_fires_near_each_functions_memory_size(template: Any, name:
     assert [m["MetricStat"]["Stat"] for m in properties["Metrics"]] == ["Maximum"]
 
 
+def test_every_alarm_tells_the_topic_both_when_it_fires_and_when_it_is_ok(template: Any) -> None:
+    [topic] = template.find_resources("AWS::SNS::Topic")
+    alarms = template.find_resources("AWS::CloudWatch::Alarm").values()
+    assert len(alarms) == 18
+    for found in alarms:
+        properties = found["Properties"]
+        assert properties["AlarmActions"] == properties["OKActions"] == [{"Ref": topic}], properties[
+            "AlarmName"
+        ]
+
+
+@pytest.mark.parametrize(("name", "queue"), [("dlq-age", "dead-letters"), ("upkeep-dlq-age", "upkeep-dlq")])
+def test_a_dead_letter_left_a_day_alarms_well_before_its_14_day_retention(
+    template: Any, name: str, queue: str
+) -> None:
+    properties = alarm(template, f"statestore-main-{name}")
+    queue_name = NAMES.dead_letter_queue if queue == "dead-letters" else NAMES.upkeep_dead_letter_queue
+    assert queue_name is not None
+    assert properties["MetricName"] == "ApproximateAgeOfOldestMessage"
+    assert properties["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id(template, queue_name), "QueueName"]}}
+    ]
+    assert properties["Threshold"] == 24 * 3600 < 14 * 24 * 3600
+    assert properties["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+@pytest.mark.parametrize(("kind", "period_minutes"), [("snapshot", 15), ("cleanup", 60)])
+def test_upkeep_work_waiting_a_whole_period_of_its_schedule_alarms(
+    template: Any, kind: str, period_minutes: int
+) -> None:
+    properties = alarm(template, f"statestore-main-oldest-{kind}-work-age")
+    assert properties["MetricName"] == "ApproximateAgeOfOldestMessage"
+    assert properties["Dimensions"] == [
+        {
+            "Name": "QueueName",
+            "Value": {"Fn::GetAtt": [queue_id(template, NAMES.upkeep_queue(kind)), "QueueName"]},
+        }
+    ]
+    assert properties["Threshold"] == period_minutes * 60
+
+
+def test_the_commit_queues_oldest_request_alarms(template: Any) -> None:
+    properties = alarm(template, "statestore-main-oldest-commit-request-age")
+    assert properties["Dimensions"][0]["Value"] == {
+        "Fn::GetAtt": [queue_id(template, NAMES.commit_queue), "QueueName"]
+    }
+    assert properties["Threshold"] == 300
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_any_throttle_of_a_function_alarms(template: Any, name: str) -> None:
+    properties = alarm(template, f"statestore-main-{name}-throttles")
+    assert (properties["Namespace"], properties["MetricName"], properties["Statistic"]) == (
+        "AWS/Lambda",
+        "Throttles",
+        "Sum",
+    )
+    assert properties["Dimensions"] == [
+        {"Name": "FunctionName", "Value": {"Ref": function_id(template, FUNCTIONS[name][0])}}
+    ]
+    assert properties["Threshold"] == 1
+
+
+def test_age_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
+    template = assertions.Template.from_stack(
+        synth_stack(dead_letter_age_alarm_hours="48", snapshot_rate_minutes="30")
+    )
+    assert alarm(template, "statestore-main-dlq-age")["Threshold"] == 48 * 3600
+    assert alarm(template, "statestore-main-oldest-snapshot-work-age")["Threshold"] == 30 * 60
+
+
 def test_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
     template = assertions.Template.from_stack(
         synth_stack(
@@ -205,6 +285,8 @@ def test_alarm_thresholds_come_from_context(synth_stack: SynthStack) -> None:
         ("throttles_alarm_per_5_minutes", "many"),
         ("memory_alarm_percent", "40"),
         ("memory_alarm_percent", "101"),
+        ("dead_letter_age_alarm_hours", "0"),
+        ("dead_letter_age_alarm_hours", "336"),  # the retention itself: the letter would be gone
     ],
 )
 def test_bad_alarm_thresholds_are_rejected_naming_the_key(

@@ -11,6 +11,7 @@ from aws_cdk import assertions
 
 from infra.asset import AssetError
 from infra.committer import COMMITTER_TIMEOUT
+from infra.config import InstanceConfig
 from infra.data_bucket import REQUEST_BODY_TAG_KEY, REQUEST_BODY_TAG_VALUE
 from statestore import instance as resources
 from statestore.instance import ResourceNames
@@ -255,24 +256,55 @@ def test_functions_run_python_312_on_x86_64_with_resource_names_and_tracing(
         assert name in joined
 
 
-def test_the_committer_is_capped_by_its_event_source_and_reserves_concurrency_only_if_configured(
-    synth_stack: SynthStack, template: Any
+def test_the_committer_is_capped_by_its_event_source_and_reserves_as_much_concurrency_by_default(
+    template: Any,
 ) -> None:
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping", {"ScalingConfig": {"MaximumConcurrency": 10}}
     )
+    # 10 of an account's default 1,000: other functions keep 990, and the event source never runs more.
     template.has_resource_properties(
-        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": Match.absent()}
+        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": 10}
     )
-    configured = assertions.Template.from_stack(
-        synth_stack(committer_max_concurrency="4", committer_reserved_concurrency="6")
-    )
+    for handler in (SNAPSHOT, CLEANUP):
+        template.has_resource_properties(
+            "AWS::Lambda::Function", {"Handler": handler, "ReservedConcurrentExecutions": Match.absent()}
+        )
+
+
+@pytest.mark.parametrize(
+    ("context", "reserved"),
+    [
+        ({"committer_max_concurrency": "4", "committer_reserved_concurrency": "6"}, 6),
+        ({"committer_max_concurrency": "20"}, 20),  # the default follows the event source's cap
+        ({"committer_reserved_concurrency": "none"}, None),  # for an account whose quota is too small
+        ({"committer_reserved_concurrency": "NONE"}, None),
+    ],
+)
+def test_the_committers_reserved_concurrency_is_a_setting(
+    synth_stack: SynthStack, context: dict[str, str], reserved: int | None
+) -> None:
+    configured = assertions.Template.from_stack(synth_stack(**context))
     configured.has_resource_properties(
-        "AWS::Lambda::EventSourceMapping", {"ScalingConfig": {"MaximumConcurrency": 4}}
+        "AWS::Lambda::Function",
+        {
+            "Handler": COMMITTER,
+            "ReservedConcurrentExecutions": Match.absent() if reserved is None else reserved,
+        },
     )
-    configured.has_resource_properties(
-        "AWS::Lambda::Function", {"Handler": COMMITTER, "ReservedConcurrentExecutions": 6}
-    )
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "2.5", " ", "1001"])
+def test_a_reserved_concurrency_that_is_not_a_positive_whole_number_is_refused(value: str) -> None:
+    context = {"committer_reserved_concurrency": value}
+
+    class Context:
+        def try_get_context(self, key: str) -> Any:
+            return context.get(key)
+
+    with pytest.raises(ValueError, match="committer_reserved_concurrency") as refused:
+        InstanceConfig.from_context(Context())
+    assert "none" in str(refused.value) or "between 1 and 1000" in str(refused.value)
 
 
 @pytest.mark.parametrize(("handler", "kind"), [(SNAPSHOT, "snapshot"), (CLEANUP, "cleanup")])
