@@ -38,7 +38,7 @@ from statestore.services.upkeep import (
     UpkeepKind,
     period_ms_from_minutes,
 )
-from statestore.services.warm_cache import WarmCache
+from statestore.services.warm_cache import WARM_CACHE_MB_ENV, WarmCache
 from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
@@ -248,7 +248,6 @@ def postgres_file_store(
     return connect(conninfo_from_secret(settings, sslmode=sslmode), ensure_schema=False)
 
 
-WARM_CACHE_MB_ENV = "STATESTORE_WARM_CACHE_MB"
 LAMBDA_MEMORY_ENV = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 
 

@@ -38,6 +38,10 @@ import pyarrow as pa
 
 logger = logging.getLogger("statestore.warm_cache")
 
+# The environment variable that sets a function's warm budget, in megabytes (lambdas/_runtime.py reads it;
+# the stack's ``warm_cache_mb`` setting sets it).
+WARM_CACHE_MB_ENV = "STATESTORE_WARM_CACHE_MB"
+
 V = TypeVar("V")
 
 _libc_trim: Callable[[int], int] | None | bool = False  # False: not looked up yet; None: not available
