@@ -35,6 +35,10 @@ CONTRACT = {
         "TableLoadsWarm",
         "TableLoadsCold",
         "TableLoadTime",
+        "WarmCacheEvictions",
+        "WarmCacheOversized",
+        "WarmCacheTables",
+        "WarmCacheBytes",
     ),
     "snapshot": ("SnapshotTablesPlanned", "SnapshotsWritten", "SnapshotTablesSkipped"),
     "cleanup": (
