@@ -104,6 +104,7 @@ bench: venv
 	$(PY) benchmarks/bench_commit_path.py
 	$(PY) benchmarks/bench_sync_commits.py
 	$(PY) benchmarks/bench_committer.py
+	$(PY) benchmarks/bench_many_tables.py
 	$(PY) benchmarks/bench_spark.py
 	$(PY) benchmarks/bench_compaction_memory.py
 	$(PY) benchmarks/bench_datasource.py

@@ -7,6 +7,10 @@
   memory; CPU scales with it. A snapshot or cleanup invocation loads one table, so its memory bounds the
   largest table: the defaults hold a table of 1,000,000 file references at the measured ~600 B per
   reference at peak (``statestore/sizing.py``; the README lists what each size holds).
+- ``warm_cache_mb`` (unset): megabytes of table state the committer and the snapshot worker each keep
+  warm between invocations (``STATESTORE_WARM_CACHE_MB``; 0 keeps none), least recently used evicted
+  first. Unset, each function's budget follows its memory (``statestore/sizing.py``: about 264 MB at
+  1,024 MB). Below the smaller of the two functions' memory.
 - ``committer_max_concurrency`` (10): the most committer invocations the commit queue's event source runs
   at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
   being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per
@@ -91,6 +95,7 @@ from statestore.services.cleanup_policy import (
     GC_DELAY_ENV,
     MAX_DELAY_MS,
 )
+from statestore.services.warm_cache import WARM_CACHE_MB_ENV
 from statestore.sizing import DEFAULT_WORKER_MEMORY_MB
 
 
@@ -139,6 +144,7 @@ class InstanceConfig:
     committer_max_concurrency: int = 10
     committer_reserved_concurrency: int | None = None  # None: the default, committer_max_concurrency
     reserve_committer_concurrency: bool = True  # False: ``committer_reserved_concurrency=none``
+    warm_cache_mb: int | None = None
     upkeep_max_concurrency: int = 10
     dlq_max_receive_count: int = instance.COMMIT_MAX_RECEIVE_COUNT
     log_retention_days: int = 30
@@ -180,6 +186,15 @@ class InstanceConfig:
                     "would start invocations that are throttled and sent back to the queue; reserve at "
                     "least as many, or lower committer_max_concurrency"
                 )
+        if self.warm_cache_mb is not None:
+            smallest = min(self.committer_memory_mb, self.snapshot_memory_mb)
+            _check_range("warm_cache_mb", self.warm_cache_mb, 0, 10240)
+            if self.warm_cache_mb >= smallest:
+                raise ValueError(
+                    f"context key warm_cache_mb={self.warm_cache_mb} is not below the committer's and the "
+                    f"snapshot function's memory ({smallest} MB): they would run out of memory before "
+                    "evicting a table; leave it unset to follow their memory"
+                )
         _check_range("oldest_message_alarm_seconds", self.oldest_message_alarm_seconds, 60, 14 * 24 * 3600)
         _check_range("dead_letter_age_alarm_hours", self.dead_letter_age_alarm_hours, 1, 240)
         for key in ("retries_alarm_per_5_minutes", "throttles_alarm_per_5_minutes"):
@@ -219,6 +234,12 @@ class InstanceConfig:
         if not self.reserve_committer_concurrency:
             return None
         return self.committer_reserved_concurrency or self.committer_max_concurrency
+
+    @property
+    def warm_cache_environment(self) -> dict[str, str]:
+        """The committer's and the snapshot function's warm budget, as the environment they read it from
+        (none when unset: each follows its memory)."""
+        return {} if self.warm_cache_mb is None else {WARM_CACHE_MB_ENV: str(self.warm_cache_mb)}
 
     @property
     def cleanup_environment(self) -> dict[str, str]:
@@ -268,7 +289,7 @@ class InstanceConfig:
                     values["reserve_committer_concurrency"] = False
                 else:
                     values[key] = _parse_positive_int(key, raw, f"or {NO_RESERVATION} to reserve nothing")
-            elif isinstance(default, int):
+            elif isinstance(default, int) or key == "warm_cache_mb":
                 values[key] = _parse_int(key, raw)
         return cls(**values)
 

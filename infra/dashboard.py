@@ -120,6 +120,16 @@ class Dashboard(Construct):
                 ],
                 right_y_axis=cloudwatch.YAxisProps(label="ms", show_units=False),
             ),
+            _graph(
+                "Warm cache: tables evicted to stay within the budget, and what it keeps",
+                [
+                    function_metric(committer, "WarmCacheEvictions"),
+                    function_metric(committer, "WarmCacheOversized"),
+                    function_metric(committer, "WarmCacheTables", "Maximum"),
+                ],
+                right=[function_metric(committer, "WarmCacheBytes", "Maximum")],
+                right_y_axis=cloudwatch.YAxisProps(label="bytes (estimated)", show_units=False),
+            ),
         )
         self.dashboard.add_widgets(
             _graph(

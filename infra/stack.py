@@ -139,6 +139,9 @@ class StatestoreStack(Stack):
         )
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
+        for name, value in config.warm_cache_environment.items():  # the warm budget, when set
+            self.committer.function.add_environment(name, value)
+            self.snapshot.function.add_environment(name, value)
         self._grant()
         if self.postgres is not None:
             # The committer applies file-reference transactions; the cleanup marks and collects garbage

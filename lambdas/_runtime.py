@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from functools import cached_property, partial
 from typing import Any
 
+from statestore import sizing
 from statestore.adapters.aws.backend import AwsBackend
 from statestore.adapters.aws.clients import make_client
 from statestore.codec.parquet import freeze_loaded_states
@@ -30,12 +31,14 @@ from statestore.instance import (
 from statestore.model.clock import now_millis
 from statestore.services.cleanup_policy import CleanupPolicy, policy_from_environment
 from statestore.services.committer import BatchCommitter
+from statestore.services.committer.batch import DEFAULT_WARM_BUDGET_BYTES
 from statestore.services.upkeep import (
     DEFAULT_UPKEEP_PERIOD_MINUTES,
     UPKEEP_PERIOD_ENV,
     UpkeepKind,
     period_ms_from_minutes,
 )
+from statestore.services.warm_cache import WARM_CACHE_MB_ENV, WarmCache
 from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
@@ -83,9 +86,13 @@ class Runtime:
         # A value in the instance's __dict__ takes the place of the cached_property of that name.
         self.__dict__.update({name: piece for name, piece in given.items() if piece is not None})
         self._upkeep_queues: dict[UpkeepKind, CommitQueue] = dict(upkeep_queues or {})
-        # Kept warm between invocations of the same container.
-        self.snapshot_stores: dict[str, TransactionLogStateStore] = {}
         self._committer: BatchCommitter | None = None
+
+    @cached_property
+    def snapshot_stores(self) -> WarmCache[TransactionLogStateStore]:
+        """The snapshot worker's tables, kept warm between invocations of the same container within the
+        budget :func:`warm_budget_bytes` reads from the environment."""
+        return WarmCache(warm_budget_bytes(), _store_bytes, name="snapshot worker")
 
     @classmethod
     def for_aws(cls, names: ResourceNames, endpoint_url: str | None = None) -> Runtime:
@@ -170,8 +177,17 @@ class Runtime:
                 self.blobs,
                 self.dead_letters,
                 file_store=self.file_store,
+                warm_budget_bytes=warm_budget_bytes(),
             )
         return self._committer
+
+
+def _store_bytes(store: TransactionLogStateStore) -> int:
+    """A warm store's estimated bytes: its loaded state's (0 before it is loaded)."""
+    state = store.loaded_state
+    if state is None:
+        return 0
+    return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
 
 
 _runtime: Runtime | None = None
@@ -230,6 +246,41 @@ def postgres_file_store(
     sslmode = environ.get(POSTGRES_SSLMODE_ENV) or "verify-full"
     settings = database_settings(secrets, secret_arn, host)
     return connect(conninfo_from_secret(settings, sslmode=sslmode), ensure_schema=False)
+
+
+LAMBDA_MEMORY_ENV = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
+
+
+def warm_budget_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """How many bytes of table state (estimated) a function keeps warm between invocations.
+
+    ``STATESTORE_WARM_CACHE_MB`` when set (0 keeps no table warm); else the sizing rule's budget for the
+    function's memory, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (which Lambda sets); else the budget of the
+    stack's default committer. Raises ValueError naming the variable whose value is not a number of MB.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(WARM_CACHE_MB_ENV, "").strip()
+    if raw:
+        try:
+            megabytes = float(raw)
+        except ValueError:
+            megabytes = -1.0
+        if not megabytes >= 0 or megabytes == float("inf"):
+            raise ValueError(
+                f"{WARM_CACHE_MB_ENV}={raw!r} must be a number of megabytes (MiB) of table state to keep "
+                "warm, 0 or more"
+            )
+        return int(megabytes * (1 << 20))
+    memory = env.get(LAMBDA_MEMORY_ENV, "").strip()
+    if memory:
+        try:
+            memory_mb = int(memory)
+        except ValueError:
+            memory_mb = 0
+        if memory_mb <= 0:
+            raise ValueError(f"{LAMBDA_MEMORY_ENV}={memory!r} must be the function's memory size in MB")
+        return sizing.warm_budget_bytes(memory_mb)
+    return DEFAULT_WARM_BUDGET_BYTES
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

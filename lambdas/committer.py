@@ -85,6 +85,11 @@ def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> No
     metrics.add_metric(name="TableLoadsCold", unit=MetricUnit.Count, value=batch.cold_loads)
     for millis in batch.cold_load_ms:
         metrics.add_metric(name="TableLoadTime", unit=MetricUnit.Milliseconds, value=millis)
+    # The warm cache (hits and misses are the warm and cold loads above).
+    metrics.add_metric(name="WarmCacheEvictions", unit=MetricUnit.Count, value=batch.evictions)
+    metrics.add_metric(name="WarmCacheOversized", unit=MetricUnit.Count, value=batch.oversized)
+    metrics.add_metric(name="WarmCacheTables", unit=MetricUnit.Count, value=batch.warm_tables)
+    metrics.add_metric(name="WarmCacheBytes", unit=MetricUnit.Bytes, value=batch.warm_bytes)
     for size in batch.table_sizes:
         table_metrics = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
         table_metrics.add_metadata(key=TABLE_ID_PROPERTY, value=size.table_id)

@@ -60,6 +60,7 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
         )
         for record in records
     ]
+    rt.snapshot_stores.settle()  # a table over the warm budget is dropped now, not kept until the next
     written = {o.table_id: o.snapshot.transaction_number for o in outcomes if o.snapshot is not None}
     errors = {o.table_id: o.error for o in outcomes if o.error is not None}
     skipped = {o.table_id: o.skipped for o in outcomes if o.skipped is not None}

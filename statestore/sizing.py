@@ -16,6 +16,24 @@ worker invocation loads exactly one):
 - **usable share**: :data:`USABLE_SHARE`, the memory alarm's default threshold (``memory_alarm_percent``):
   a table that needs more than this sets the alarm off before it runs out.
 
+A process that keeps several tables warm (the committer, the snapshot worker) holds each one's state
+between calls, within a budget (:mod:`statestore.services.warm_cache`). The budget rule:
+
+    warm budget = (memory size x usable share - runtime baseline) x warm bytes / bytes per reference
+
+- **warm bytes**: what a loaded state keeps once its load's temporaries are freed and given back
+  (:data:`WARM_BYTES_PER_REFERENCE` and :data:`WARM_BYTES_PER_PARTITION`): the resident set a process grows
+  by per state it keeps, loading many copies of a snapshot after ``malloc_trim``, with the references'
+  and the partitions' shares told apart by states of few and of many partitions, rounded up so that the
+  retained memory ``benchmarks/bench_model.py`` measures for its million-reference table is covered too.
+  :func:`warm_state_bytes` estimates a state's bytes from its counts.
+- The rest of the usable memory is the **transient peak of a load**: the cache full, plus loading a table
+  as large as the whole budget (whose peak is its warm bytes scaled up to
+  :data:`MEASURED_BYTES_PER_REFERENCE`), stays within the usable share, room for the table having been made
+  first when its size is known from an earlier load. A table larger than the budget is loaded with the
+  cache emptied first (its size known), so it is bounded by the per-table rule above. The first load of a
+  table the process has never seen makes no room: the usable share's headroom covers it.
+
 Pure arithmetic: no AWS imports.
 """
 
@@ -32,6 +50,10 @@ DEFAULT_TABLE_REFERENCES = 1_000_000
 LAMBDA_MEMORY_MB = (128, 10_240)
 MEMORY_STEP_MB = 256
 _MIB = 1 << 20
+
+# What a loaded state keeps per reference and per partition (measured; see the module's docstring).
+WARM_BYTES_PER_REFERENCE = 200
+WARM_BYTES_PER_PARTITION = 300
 
 
 def largest_table_references(
@@ -68,6 +90,26 @@ def memory_mb_for(
             f"per reference, more than Lambda's largest size ({LAMBDA_MEMORY_MB[1]:,} MB)"
         )
     return size
+
+
+def warm_state_bytes(references: int, partitions: int) -> int:
+    """The estimated bytes a loaded state of ``references`` file references and ``partitions`` partitions
+    keeps in memory."""
+    return references * WARM_BYTES_PER_REFERENCE + partitions * WARM_BYTES_PER_PARTITION
+
+
+def warm_budget_bytes(
+    memory_mb: int,
+    *,
+    baseline_mb: int = RUNTIME_BASELINE_MB,
+    usable_share: float = USABLE_SHARE,
+    load_bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
+) -> int:
+    """The estimated bytes of warm state a function of ``memory_mb`` may keep between calls (0 if the
+    runtime alone fills the usable memory): the usable memory less the transient peak of loading a table
+    as large as the budget itself (see the module's docstring)."""
+    usable_bytes = (memory_mb * usable_share - baseline_mb) * _MIB
+    return max(0, math.floor(usable_bytes * WARM_BYTES_PER_REFERENCE / load_bytes_per_reference))
 
 
 # The default memory of the snapshot and cleanup workers: each loads one table.

@@ -31,7 +31,10 @@ class BatchStats:
 
     A *warm* load found the table's state kept from an earlier batch; a *cold* load read it from the latest
     snapshot and the log after it (a new container, a table not seen before, or one dropped after an
-    unexpected error), and ``cold_load_ms`` holds how long each took.
+    unexpected error), and ``cold_load_ms`` holds how long each took. Warm loads are the warm cache's hits,
+    cold loads its misses. ``evictions`` counts the tables evicted to stay within the warm budget and
+    ``oversized`` those dropped after use because their state alone was over it; ``warm_tables`` and
+    ``warm_bytes`` are what the cache kept after the batch (its estimate, in bytes).
     """
 
     messages: int = 0
@@ -39,6 +42,10 @@ class BatchStats:
     warm_loads: int = 0
     cold_load_ms: tuple[float, ...] = ()
     table_sizes: tuple[TableSize, ...] = ()
+    evictions: int = 0
+    oversized: int = 0
+    warm_tables: int = 0
+    warm_bytes: int = 0
 
     @property
     def cold_loads(self) -> int:
@@ -54,6 +61,10 @@ class BatchStatsBuilder:
     warm_loads: int = 0
     cold_load_ms: list[float] = field(default_factory=list)
     table_sizes: dict[str, TableSize] = field(default_factory=dict)
+    evictions: int = 0
+    oversized: int = 0
+    warm_tables: int = 0
+    warm_bytes: int = 0
 
     def build(self) -> BatchStats:
         return BatchStats(
@@ -62,4 +73,8 @@ class BatchStatsBuilder:
             self.warm_loads,
             tuple(self.cold_load_ms),
             tuple(self.table_sizes.values()),
+            self.evictions,
+            self.oversized,
+            self.warm_tables,
+            self.warm_bytes,
         )

@@ -37,6 +37,10 @@ CONTRACT = {
         "TableLoadsWarm",
         "TableLoadsCold",
         "TableLoadTime",
+        "WarmCacheEvictions",
+        "WarmCacheOversized",
+        "WarmCacheTables",
+        "WarmCacheBytes",
     ),
     "snapshot": ("SnapshotTablesPlanned", "SnapshotsWritten", "SnapshotTablesSkipped"),
     "cleanup": (

@@ -21,6 +21,7 @@ from statestore.services.cleanup_policy import (
     CleanupPolicy,
     policy_from_environment,
 )
+from statestore.services.warm_cache import WARM_CACHE_MB_ENV
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match
@@ -456,6 +457,22 @@ def test_the_cleanup_function_gets_the_gc_delay_and_claim_expiry_from_context(
         assert GC_DELAY_ENV not in function["Properties"]["Environment"]["Variables"]
 
 
+def test_the_warm_budget_setting_reaches_the_committer_and_the_snapshot_function_only(
+    synth_stack: SynthStack, template: Any
+) -> None:
+    def variables(of: Any, handler: str) -> dict[str, str]:
+        [function] = of.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}}).values()
+        found: dict[str, str] = function["Properties"]["Environment"]["Variables"]
+        return found
+
+    configured = assertions.Template.from_stack(synth_stack(warm_cache_mb="300"))
+
+    for handler in (COMMITTER, SNAPSHOT):
+        assert variables(configured, handler)[WARM_CACHE_MB_ENV] == "300"
+        assert WARM_CACHE_MB_ENV not in variables(template, handler)  # unset: each follows its memory
+    assert WARM_CACHE_MB_ENV not in variables(configured, CLEANUP)  # it keeps no table warm
+
+
 # --- the bucket -------------------------------------------------------------------------------------
 
 
@@ -706,6 +723,9 @@ def test_missing_asset_fails_synth_telling_to_run_make_lambda_asset(
         ("committer_max_concurrency", "1"),
         ("committer_reserved_concurrency", "5"),  # below the default committer_max_concurrency of 10
         ("upkeep_max_concurrency", "1"),
+        ("warm_cache_mb", "-1"),
+        ("warm_cache_mb", "lots"),
+        ("warm_cache_mb", "1024"),  # not below the default committer's memory
     ],
 )
 def test_bad_context_values_are_rejected_naming_the_key(

@@ -23,6 +23,7 @@ from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.requests import CommitRequest
 from statestore.model import layout
 from statestore.services.upkeep import UpkeepKind
+from statestore.sizing import warm_state_bytes
 from statestore.store.memory import InMemoryBlobStore
 from statestore.store.tables import TableInfo
 from statestore.transactions import (
@@ -92,9 +93,12 @@ def by_name(metrics: list[Metric], service: str) -> dict[str, Metric]:
     return result
 
 
+NOT_COUNTS = {"TableLoadTime", "WarmCacheTables", "WarmCacheBytes"}  # times and the warm cache's gauges
+
+
 def counts(metrics: dict[str, Metric]) -> dict[str, float]:
-    assert all(m.unit == "Count" for m in metrics.values() if m.name != "TableLoadTime")
-    return {name: sum(m.values) for name, m in metrics.items() if m.name != "TableLoadTime"}
+    assert all(m.unit == "Count" for m in metrics.values() if m.name not in NOT_COUNTS)
+    return {name: sum(m.values) for name, m in metrics.items() if m.name not in NOT_COUNTS}
 
 
 @pytest.fixture
@@ -160,6 +164,8 @@ def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
         "LogAppendConflicts": 0,
         "TableLoadsWarm": 0,
         "TableLoadsCold": 1,
+        "WarmCacheEvictions": 0,
+        "WarmCacheOversized": 0,
     }
     load_time = invocation["TableLoadTime"]
     assert load_time.unit == "Milliseconds" and len(load_time.values) == 1 and load_time.values[0] >= 0
@@ -214,10 +220,30 @@ def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
         "LogAppendConflicts": 0,
         "TableLoadsWarm": 1,
         "TableLoadsCold": 0,
+        "WarmCacheEvictions": 0,
+        "WarmCacheOversized": 0,
     }
     assert "TableLoadTime" not in invocation
     references = [m for m in metrics if m.name == "StateReferences"]
     assert [(m.table_id, m.values) for m in references] == [(table, (3,))]
+
+
+def test_the_warm_cache_reports_its_evictions_and_what_it_keeps(
+    rt: Runtime, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_table = warm_state_bytes(1, PARTITIONS)
+    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * one_table / (1 << 20)))  # one table at a time
+    first, second = create_table(rt, "first").table_id, create_table(rt, "second").table_id
+    commit(sqs_record(add(first, "a")))
+    capsys.readouterr()
+
+    commit(sqs_record(add(second, "b")))
+
+    invocation = by_name(emitted(capsys), "statestore-committer")
+    assert counts(invocation)["WarmCacheEvictions"] == 1
+    assert counts(invocation)["TableLoadsCold"] == 1
+    assert invocation["WarmCacheTables"].values == (1,)
+    assert (invocation["WarmCacheBytes"].unit, invocation["WarmCacheBytes"].values) == ("Bytes", (one_table,))
 
 
 def test_a_lost_race_for_the_next_log_number_is_counted_as_a_conflict(

@@ -8,8 +8,14 @@ from statestore.sizing import (
     DEFAULT_TABLE_REFERENCES,
     DEFAULT_WORKER_MEMORY_MB,
     MEASURED_BYTES_PER_REFERENCE,
+    RUNTIME_BASELINE_MB,
+    USABLE_SHARE,
+    WARM_BYTES_PER_PARTITION,
+    WARM_BYTES_PER_REFERENCE,
     largest_table_references,
     memory_mb_for,
+    warm_budget_bytes,
+    warm_state_bytes,
 )
 
 
@@ -44,3 +50,22 @@ def test_a_table_beyond_lambdas_largest_size_is_refused_with_the_figures() -> No
         memory_mb_for(20_000_000)
     with pytest.raises(ValueError, match="must be positive"):
         largest_table_references(1024, 0)
+
+
+def test_a_full_warm_cache_and_the_load_of_a_table_as_large_leave_the_usable_memory_unexceeded() -> None:
+    for memory_mb in (512, 1024, 3008, 10_240):
+        budget = warm_budget_bytes(memory_mb)
+        usable = (memory_mb * USABLE_SHARE - RUNTIME_BASELINE_MB) * (1 << 20)
+        # Room made for the table (the budget less its own warm bytes), plus its load's peak.
+        references = budget // WARM_BYTES_PER_REFERENCE
+        load_peak = references * MEASURED_BYTES_PER_REFERENCE
+        assert (budget - references * WARM_BYTES_PER_REFERENCE) + load_peak <= usable
+        assert budget > 0
+    assert warm_budget_bytes(128) == 0  # the runtime alone fills it
+
+
+def test_a_warm_states_estimate_counts_its_references_and_partitions() -> None:
+    assert warm_state_bytes(0, 0) == 0
+    assert warm_state_bytes(1_000, 10) == 1_000 * WARM_BYTES_PER_REFERENCE + 10 * WARM_BYTES_PER_PARTITION
+    # A 1,024 MB committer keeps over a million references warm.
+    assert warm_budget_bytes(1024) // WARM_BYTES_PER_REFERENCE > 1_000_000

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from statestore import instance
+from statestore import instance, sizing
 from statestore.engine.log_store import RetryPolicy
 from statestore.engine.row_store import open_state_store
 from statestore.engine.snapshots import SnapshotStore
@@ -39,6 +39,7 @@ from statestore.services.committer.sorting import (
     split_copies,
 )
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
+from statestore.services.warm_cache import CacheCounts, WarmCache, release_freed_heap
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -53,6 +54,9 @@ from statestore.store.ports import (
 )
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
+
+# The warm budget of a committer given none: that of the stack's default committer (1,024 MB).
+DEFAULT_WARM_BUDGET_BYTES = sizing.warm_budget_bytes(1024)
 
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
@@ -74,6 +78,9 @@ class BatchCommitter:
     one, such a table's messages are retried (not dead-lettered): the committer is misconfigured, the
     requests are fine, and they commit once it is given one; the queue's redrive policy dead-letters them
     if that never happens.
+
+    Tables are kept warm within ``warm_budget_bytes`` of estimated state (:mod:`statestore.services.
+    warm_cache`): the least recently used is evicted, and loaded again (snapshot + log) when next needed.
     """
 
     tables: TableIndex
@@ -94,7 +101,11 @@ class BatchCommitter:
     # What the latest call of :meth:`process` did (for metrics).
     last_batch: BatchStats = field(default_factory=BatchStats, init=False)
     _batch: BatchStatsBuilder = field(default_factory=BatchStatsBuilder, init=False, repr=False)
-    _tables: dict[str, WarmTable] = field(default_factory=dict, init=False, repr=False)
+    # Estimated bytes of table state kept warm between batches (see statestore.sizing.warm_budget_bytes).
+    warm_budget_bytes: int = DEFAULT_WARM_BUDGET_BYTES
+    # Gives freed memory back to the system after a load and an eviction (a no-op where it cannot).
+    release_heap: Callable[[], object] = release_freed_heap
+    _tables: WarmCache[WarmTable] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log.request_statuses is None:
@@ -102,6 +113,9 @@ class BatchCommitter:
                 "the committer needs a log that writes each request's status with its entry "
                 "(build the log with its commit status store)"
             )
+        self._tables = WarmCache(
+            self.warm_budget_bytes, _warm_table_bytes, release=self.release_heap, name="committer"
+        )
 
     @property
     def statuses(self) -> CommitStatusStore:
@@ -119,10 +133,26 @@ class BatchCommitter:
         results. Messages of one group are retried all together, keeping their order.
         """
         self._batch = BatchStatsBuilder(messages=len(messages))
+        before = self._tables.counts
         try:
             return self._process(messages)
         finally:
+            after = self._tables.counts
+            self._batch.evictions = after.evictions - before.evictions
+            self._batch.oversized = after.oversized - before.oversized
+            self._batch.warm_tables = len(self._tables)
+            self._batch.warm_bytes = self._tables.used_bytes
             self.last_batch = self._batch.build()
+
+    @property
+    def warm_counts(self) -> CacheCounts:
+        """What the warm cache did since this committer was made (evictions, oversized tables dropped)."""
+        return self._tables.counts
+
+    @property
+    def warm_tables(self) -> dict[str, int]:
+        """The tables kept warm, least recently used first, with each one's estimated bytes."""
+        return {table_id: _warm_table_bytes(table) for table_id, table in self._tables.items()}
 
     def _process(self, messages: Sequence[ReceivedMessage]) -> list[MessageResult]:
         parsed: list[ParsedMessage] = []
@@ -153,6 +183,7 @@ class BatchCommitter:
                 continue
             try:
                 decisions.update(self._decide_table(group_id, fresh))
+                self._tables.settle()  # measure what it holds now; evict to stay within the budget
             except Exception as e:
                 if not isinstance(e, StateStoreError):
                     # A bug, or a state we cannot trust: start the table afresh next time.
@@ -214,13 +245,15 @@ class BatchCommitter:
         if table.store.loaded_state is not None:
             self._batch.warm_loads += 1
             return
+        self._tables.make_room(table.info.table_id)  # its size is known if it was loaded before
         started = self.timer()
         table.store.cached_state()
+        self.release_heap()  # the load's temporaries, freed: give them back
         self._batch.cold_load_ms.append((self.timer() - started) * 1000)
 
     def _table(self, table_id: str) -> WarmTable:
         now = self.clock()
-        table = self._tables.get(table_id)
+        table = self._tables.lookup(table_id)
         if table is not None and now - table.checked_time < self.table_info_ttl_ms:
             return table
         try:
@@ -323,6 +356,14 @@ class BatchCommitter:
             failed = {message.group_id for message, _ in dead}
             return _retry_groups(batch, failed, f"could not send to the dead-letter queue: {e}")
         return {}
+
+
+def _warm_table_bytes(table: WarmTable) -> int:
+    """A warm table's estimated bytes: its loaded state's (0 before it is loaded)."""
+    state = table.store.loaded_state
+    if state is None:
+        return 0
+    return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
 
 
 def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:

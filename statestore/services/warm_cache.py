@@ -1,0 +1,224 @@
+"""Tables kept warm within a memory budget: least recently used evicted first.
+
+A process that commits to or snapshots many tables (the committer, the snapshot worker) keeps each table's
+loaded state between calls, so the next call for it reads nothing but the log's tail. Kept without bound,
+those states grow with every table the process has seen until it runs out of memory; a thousand tables of
+10,000 references each hold more than a 1,024 MB function has. :class:`WarmCache` keeps them within a
+budget of *estimated* bytes instead, each state's estimate measured from its size
+(:func:`statestore.sizing.warm_state_bytes`: references and partitions times the measured bytes each),
+and evicts the least recently used first.
+
+- **Correctness never depends on warmth.** An evicted table is loaded again (snapshot + log) the next time
+  it is used; whether a request was applied is answered by its status, written with its log entry.
+- **Sizes are measured after use** (:meth:`WarmCache.settle`): a state grows while it is used, and is only
+  known once loaded. A table whose state alone is over the budget is used and then dropped (counted as
+  *oversized*), never kept at the others' expense.
+- **Room is made before a load** (:meth:`WarmCache.make_room`): a table seen before has a known size, so
+  the others are evicted down to what leaves room for it before it is read again; a table larger than the
+  whole budget empties the cache first, so its load has the function's memory to itself.
+- **Freed heap is given back** (:func:`release_freed_heap`) after an eviction and after a load: freed
+  memory otherwise stays in the process (glibc keeps it for reuse), and Lambda counts the resident set.
+
+It is also a ``MutableMapping`` (reads and writes settle the earlier use first), so code that keeps warm
+stores in a plain mapping (:func:`statestore.services.cleanup.snapshot_table`) takes one unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pyarrow as pa
+
+logger = logging.getLogger("statestore.warm_cache")
+
+# The environment variable that sets a function's warm budget, in megabytes (lambdas/_runtime.py reads it;
+# the stack's ``warm_cache_mb`` setting sets it).
+WARM_CACHE_MB_ENV = "STATESTORE_WARM_CACHE_MB"
+
+V = TypeVar("V")
+
+_libc_trim: Callable[[int], int] | None | bool = False  # False: not looked up yet; None: not available
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where there is none (macOS, musl, Windows)."""
+    global _libc_trim
+    if _libc_trim is False:
+        _libc_trim = None
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                _libc_trim = libc.malloc_trim
+            except (OSError, AttributeError):  # not glibc
+                _libc_trim = None
+    return _libc_trim if callable(_libc_trim) else None
+
+
+def release_freed_heap() -> bool:
+    """Give memory the process freed back to the system where the platform allows: Arrow's pool, then the C
+    heap (glibc's ``malloc_trim(0)``). Returns whether the C heap could be trimmed; never raises."""
+    try:
+        pa.default_memory_pool().release_unused()
+    except Exception:  # an allocator without the call: nothing to give back
+        logger.debug("Arrow's memory pool could not release unused memory", exc_info=True)
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    try:
+        trim(0)
+    except Exception:
+        logger.debug("malloc_trim failed", exc_info=True)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class CacheCounts:
+    """What a cache did since it was made (cumulative): lookups that found a table or not, tables evicted
+    to stay within the budget, and tables dropped after use because their state alone was over it."""
+
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    oversized: int = 0
+
+
+class WarmCache(MutableMapping[str, V]):
+    """Values by table id, least recently used first, whose estimated bytes stay within ``budget_bytes``.
+
+    ``size_of`` estimates a value's bytes now (0 for one not loaded yet). Not thread-safe: one per process,
+    used by one caller at a time, as the committer and the workers are.
+    """
+
+    def __init__(
+        self,
+        budget_bytes: int,
+        size_of: Callable[[V], int],
+        *,
+        release: Callable[[], object] = release_freed_heap,
+        name: str = "warm cache",
+    ) -> None:
+        if budget_bytes < 0:
+            raise ValueError(f"a warm cache's budget must not be negative, got {budget_bytes} bytes")
+        self.budget_bytes = budget_bytes
+        self._size_of = size_of
+        self._release = release
+        self._name = name
+        self._values: OrderedDict[str, V] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # estimated bytes of each kept value, as last measured
+        self._known: dict[str, int] = {}  # the last measured size of every table seen (a few bytes each)
+        self._hits = self._misses = self._evictions = self._oversized = 0
+
+    # --- what it holds --------------------------------------------------------------------------
+
+    @property
+    def used_bytes(self) -> int:
+        """The estimated bytes of the values kept, as last measured."""
+        return sum(self._sizes.values())
+
+    @property
+    def counts(self) -> CacheCounts:
+        return CacheCounts(self._hits, self._misses, self._evictions, self._oversized)
+
+    def known_size(self, key: str) -> int | None:
+        """The table's estimated bytes when it was last measured here (kept or not), or None."""
+        return self._known.get(key)
+
+    def lookup(self, key: str) -> V | None:
+        """The value kept for ``key`` (made the most recently used), counting a hit or a miss."""
+        value = self._values.get(key)
+        if value is None:
+            self._misses += 1
+            return None
+        self._hits += 1
+        self._values.move_to_end(key)
+        return value
+
+    # --- the policy -----------------------------------------------------------------------------
+
+    def make_room(self, key: str) -> list[str]:
+        """Before ``key`` is loaded: evict the least recently used others until its last known size fits
+        beside them (all of them when it is over the budget). Nothing for a table never measured."""
+        expected = self._known.get(key)
+        if expected is None:
+            return []
+        room = self.budget_bytes - expected
+        evicted = self._evict_until(room, keep=key)
+        if evicted:
+            self._release()
+        return evicted
+
+    def settle(self) -> list[str]:
+        """After use: measure every kept value, drop one whose estimate alone is over the budget, and evict
+        the least recently used until the rest fit. Returns the keys dropped or evicted, oldest first."""
+        dropped: list[str] = []
+        for key, value in list(self._values.items()):
+            size = self._sizes[key] = self._size_of(value)
+            self._known[key] = size
+            if size > self.budget_bytes:
+                del self._values[key], self._sizes[key]
+                self._oversized += 1
+                dropped.append(key)
+                logger.info(
+                    "%s: table %r's state (~%d MB) is over the budget (%d MB): used, then dropped",
+                    self._name, key, size >> 20, self.budget_bytes >> 20,
+                )  # fmt: skip
+        dropped += self._evict_until(self.budget_bytes)
+        if dropped:
+            self._release()
+        return dropped
+
+    def _evict_until(self, limit: int, keep: str | None = None) -> list[str]:
+        evicted: list[str] = []
+        used = self.used_bytes
+        for key in list(self._values):
+            if used <= limit:
+                break
+            if key == keep:
+                continue
+            used -= self._sizes.pop(key)
+            del self._values[key]
+            self._evictions += 1
+            evicted.append(key)
+        if evicted:
+            logger.debug("%s: evicted %d table(s) to stay within %d bytes", self._name, len(evicted), limit)
+        return evicted
+
+    # --- MutableMapping -------------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> V:
+        return self._values[key]
+
+    def get(self, key: str, default: V | None = None) -> V | None:  # type: ignore[override]
+        """The value kept for ``key``, settling the earlier use first (so a plain-mapping user is bounded
+        too), counting a hit or a miss."""
+        self.settle()
+        found = self.lookup(key)
+        if found is None:
+            self.make_room(key)
+            return default
+        return found
+
+    def __setitem__(self, key: str, value: V) -> None:
+        """Keep ``value`` as the most recently used; measured at the next :meth:`settle`."""
+        self._values[key] = value
+        self._values.move_to_end(key)
+        self._sizes.setdefault(key, 0)
+
+    def __delitem__(self, key: str) -> None:
+        """Forget ``key``'s value (not counted as an eviction: the caller chose to drop it)."""
+        del self._values[key]
+        self._sizes.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)

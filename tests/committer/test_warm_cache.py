@@ -1,0 +1,194 @@
+"""The committer over more tables than its warm budget holds: bounded memory, every commit exactly once."""
+
+from __future__ import annotations
+
+import gc
+import random
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from statestore.codec.parquet import freeze_loaded_states
+from statestore.model.schema import Schema
+from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
+from statestore.sizing import warm_state_bytes
+from statestore.state.table_state import TableState
+from statestore.store.ports import SnapshotInfo
+from statestore.transactions import AddFiles
+from tests.builders import data_key, ref
+from tests.committer.harness import Harness, add_files, message, redelivered
+
+TABLES = 12
+FILES_PER_TABLE = 40  # references each table starts with
+PARTITIONS = 1  # each table's tree: the root alone
+TABLE_BYTES = warm_state_bytes(FILES_PER_TABLE, PARTITIONS)
+KEPT = 3  # tables the budget holds as they start (they grow as they are committed to)
+BUDGET = KEPT * TABLE_BYTES + TABLE_BYTES // 2
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def tables_with_files(h: Harness, count: int, files: int, prefix: str = "t") -> list[str]:
+    table_ids = []
+    for i in range(count):
+        table_id = h.create_table(f"{prefix}{i}")
+        h.store(table_id).commit(AddFiles(tuple(ref(data_key(table_id, f"seed-{n}")) for n in range(files))))
+        table_ids.append(table_id)
+    return table_ids
+
+
+def assert_within_budget(committer: BatchCommitter) -> None:
+    kept = committer.warm_tables
+    assert sum(kept.values()) <= committer.warm_budget_bytes, kept
+    # The accounting is of real, loaded states: each kept table is counted at its state's size.
+    assert all(size >= TABLE_BYTES for size in kept.values()), kept
+
+
+def test_a_committer_over_more_tables_than_its_budget_stays_within_it_and_commits_each_request_once(
+    h: Harness,
+) -> None:
+    table_ids = tables_with_files(h, TABLES, FILES_PER_TABLE)
+    committer = h.committer(warm_budget_bytes=BUDGET)
+    rng = random.Random(7)
+    sent: list[tuple[ReceivedMessage, MessageResult]] = []
+    expected: dict[str, set[str]] = {t: set() for t in table_ids}
+    redeliveries = 0
+    for round_ in range(60):
+        table_id = rng.choice(table_ids)
+        names = [f"r{round_}-{n}" for n in range(3)]
+        batch = [message(add_files(table_id, name)) for name in names]
+        results = committer.process(batch)
+        assert [r.outcome for r in results] == [MessageOutcome.COMMITTED] * 3
+        sent += zip(batch, results, strict=True)
+        expected[table_id].update(names)
+        assert_within_budget(committer)
+        assert len(committer.warm_tables) <= KEPT
+
+        # Now and then a message committed earlier comes back (its acknowledgement was lost): once its
+        # table has been evicted, it is answered from the status written with the log entry.
+        if round_ % 5 == 4:
+            evicted = [(m, r) for m, r in sent if r.table_id not in committer.warm_tables]
+            assert evicted, "the budget evicted no table this test commits to"
+            again, first = rng.choice(evicted)
+            [result] = committer.process([redelivered(again)])
+            assert (result.outcome, result.transaction_number) == (
+                MessageOutcome.DUPLICATE,
+                first.transaction_number,
+            )
+            redeliveries += 1
+            assert_within_budget(committer)
+
+    counts = committer.warm_counts
+    assert counts.evictions >= TABLES - KEPT and counts.oversized == 0
+    assert redeliveries == 12
+    for table_id in table_ids:  # every request landed exactly once: read back by a fresh reader
+        state = h.state(table_id)
+        added = {name.removeprefix(data_key(table_id, "")) for name in state.files_by_name}
+        assert added - {f"seed-{n}" for n in range(FILES_PER_TABLE)} == expected[table_id]
+        assert state.reference_count() == FILES_PER_TABLE + len(expected[table_id])
+
+
+def test_a_batch_counts_the_tables_it_evicted_and_what_the_cache_keeps(h: Harness) -> None:
+    first, second = tables_with_files(h, 2, FILES_PER_TABLE)
+    committer = h.committer(warm_budget_bytes=TABLE_BYTES + TABLE_BYTES // 2)  # one table at a time
+
+    committer.process([message(add_files(first, "a"))])
+    assert (committer.last_batch.evictions, committer.last_batch.warm_tables) == (0, 1)
+    committer.process([message(add_files(second, "b"))])
+
+    batch = committer.last_batch
+    assert (batch.cold_loads, batch.warm_loads, batch.evictions, batch.oversized) == (1, 0, 1, 0)
+    assert batch.warm_tables == 1
+    assert batch.warm_bytes == warm_state_bytes(FILES_PER_TABLE + 1, PARTITIONS)
+    assert list(committer.warm_tables) == [second]
+
+
+def test_an_evicted_table_is_loaded_again_with_what_others_committed_meanwhile(h: Harness) -> None:
+    table, other = tables_with_files(h, 2, FILES_PER_TABLE)
+    committer = h.committer(warm_budget_bytes=TABLE_BYTES + TABLE_BYTES // 2)
+    committer.process([message(add_files(table, "a"))])
+    committer.process([message(add_files(other, "x"))])  # evicts the first table
+    assert table not in committer.warm_tables
+    h.store(table).commit(AddFiles((ref(data_key(table, "elsewhere")),)))  # another writer
+    h.store(table).create_snapshot()
+
+    # Validated against the state reloaded from the snapshot: a file the other writer added is a duplicate.
+    results = committer.process([message(add_files(table, "elsewhere")), message(add_files(table, "b"))])
+
+    assert [r.outcome for r in results] == [MessageOutcome.REJECTED, MessageOutcome.COMMITTED]
+    assert committer.last_batch.cold_loads == 1
+    assert {"a", "b", "elsewhere"} <= {n.rsplit("/", 1)[-1] for n in h.state(table).files_by_name}
+
+
+def test_a_table_larger_than_the_whole_budget_is_loaded_used_and_dropped(h: Harness) -> None:
+    small, huge = tables_with_files(h, 1, FILES_PER_TABLE) + tables_with_files(
+        h, 1, 4 * FILES_PER_TABLE, "huge"
+    )
+    committer = h.committer(warm_budget_bytes=2 * TABLE_BYTES)
+    committer.process([message(add_files(small, "a"))])
+
+    for name in ("b", "c"):
+        [result] = committer.process([message(add_files(huge, name))])
+        assert result.outcome is MessageOutcome.COMMITTED
+        assert committer.last_batch.oversized == 1 and committer.last_batch.cold_loads == 1
+        assert huge not in committer.warm_tables
+    # The second time its size was known: the small table was evicted to give its load the memory.
+    assert list(committer.warm_tables) == []
+    assert committer.warm_counts.evictions == 1
+    assert h.state(huge).reference_count() == 4 * FILES_PER_TABLE + 2
+
+
+def test_a_zero_budget_keeps_no_table_warm_and_commits_all_the_same(h: Harness) -> None:
+    [table] = tables_with_files(h, 1, 2)
+    committer = h.committer(warm_budget_bytes=0)
+    first = message(add_files(table, "a"))
+    results = [committer.process([first]), committer.process([message(add_files(table, "b"))])]
+
+    assert [r.outcome for batch in results for r in batch] == [MessageOutcome.COMMITTED] * 2
+    assert committer.last_batch.cold_loads == 1 and committer.warm_tables == {}
+    [again] = committer.process([redelivered(first)])
+    assert (again.outcome, again.transaction_number) == (
+        MessageOutcome.DUPLICATE,
+        results[0][0].transaction_number,
+    )
+
+
+@pytest.fixture
+def frozen_states() -> Iterator[None]:
+    """Loaded states moved out of the cycle collector's reach, as a Lambda container does."""
+    freeze_loaded_states()
+    yield
+    freeze_loaded_states(False)
+    gc.unfreeze()
+
+
+def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
+    h: Harness, frozen_states: None
+) -> None:
+    # Frozen objects are never collected as cycles: an evicted state must be freed by reference counting.
+    table_ids = tables_with_files(h, 4, FILES_PER_TABLE)
+    for table_id in table_ids:
+        h.store(table_id).create_snapshot()  # loads come from snapshots, which freeze what they load
+    committer = h.committer(warm_budget_bytes=BUDGET)
+    assert committer.snapshots is not None
+    snapshots, read = committer.snapshots, committer.snapshots.read
+    seen: dict[str, weakref.ref[TableState]] = {}
+
+    def read_and_watch(info: SnapshotInfo, schema: Schema) -> TableState:
+        state = read(info, schema)
+        seen[info.table_id] = weakref.ref(state)
+        return state
+
+    snapshots.read = read_and_watch  # type: ignore[method-assign]
+    for table_id in table_ids:
+        committer.process([message(add_files(table_id, "a"))])
+    gc.collect()
+
+    alive = {table_id for table_id, state in seen.items() if state() is not None}
+    assert gc.get_freeze_count() > 0
+    assert set(seen) == set(table_ids)
+    assert alive == set(committer.warm_tables) and len(alive) == KEPT

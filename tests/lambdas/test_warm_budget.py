@@ -1,0 +1,82 @@
+"""The warm budget a function's environment gives it, and the snapshot worker's bounded warm stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdas._runtime import Runtime, warm_budget_bytes
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.services.committer.batch import DEFAULT_WARM_BUDGET_BYTES
+from statestore.services.upkeep import UpkeepKind, UpkeepWork, run_snapshot_work
+from statestore.sizing import warm_budget_bytes as budget_for_memory
+from statestore.sizing import warm_state_bytes
+from statestore.store.tables import TableInfo
+from statestore.transactions import AddFiles, InitialisePartitions
+from tests.builders import INT_SCHEMA, data_key, ref, tree
+
+MIB = 1 << 20
+
+
+def test_the_budget_is_the_variable_set_in_megabytes() -> None:
+    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "512"}) == 512 * MIB
+    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "0.5"}) == MIB // 2
+    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "0"}) == 0  # keep no table warm
+    # The variable wins over the function's memory.
+    assert warm_budget_bytes(
+        {"STATESTORE_WARM_CACHE_MB": "64", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "4096"}
+    ) == (64 * MIB)
+
+
+def test_without_it_the_budget_follows_the_functions_memory_and_else_the_default_committers() -> None:
+    assert warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}) == budget_for_memory(2048)
+    assert warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}) > budget_for_memory(1024)
+    assert warm_budget_bytes({}) == DEFAULT_WARM_BUDGET_BYTES == budget_for_memory(1024)
+    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": " "}) == DEFAULT_WARM_BUDGET_BYTES
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf", "1e999", "512MB"])
+def test_a_budget_that_is_not_a_number_of_megabytes_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"STATESTORE_WARM_CACHE_MB='{value}' must be a number of megabytes"
+    ):
+        warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": value})
+
+
+@pytest.mark.parametrize("value", ["big", "0", "-128", "1.5"])
+def test_a_function_memory_that_is_not_a_size_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(ValueError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE"):
+        warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": value})
+
+
+def test_the_committer_and_the_snapshot_stores_get_the_budget_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", "3")
+    rt = Runtime.in_memory()
+    assert rt.committer().warm_budget_bytes == 3 * MIB
+    assert rt.snapshot_stores.budget_bytes == 3 * MIB
+
+
+def test_the_snapshot_worker_keeps_its_tables_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    one_table = warm_state_bytes(3, len(tree(INT_SCHEMA)))
+    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * one_table / MIB))
+    rt = Runtime.in_memory()
+    table_ids = []
+    for i in range(4):
+        info = TableInfo.new(f"t{i}", INT_SCHEMA)
+        rt.tables.create(info)
+        store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
+        store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+        store.commit(AddFiles(tuple(ref(data_key(info.table_id, f"f{n}")) for n in range(3))))
+        table_ids.append(info.table_id)
+
+    for table_id in table_ids:
+        work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 0, 60_000)
+        outcome = run_snapshot_work(
+            work, rt.tables, rt.log, rt.snapshots, first_received_at=1, stores=rt.snapshot_stores
+        )
+        assert outcome.snapshot is not None, outcome
+        rt.snapshot_stores.settle()
+
+    assert list(rt.snapshot_stores) == table_ids[-1:]
+    assert rt.snapshot_stores.counts.evictions == 3

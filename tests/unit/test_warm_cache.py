@@ -1,0 +1,111 @@
+"""The warm cache's policy: least recently used evicted first, within a budget of estimated bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore.services.warm_cache import CacheCounts, WarmCache, release_freed_heap
+
+
+class Sized:
+    """A value whose estimated size the test sets (as a state grows when it is used)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def cache(budget: int) -> tuple[WarmCache[Sized], list[int]]:
+    released: list[int] = []
+    return WarmCache(budget, lambda v: v.size, release=lambda: released.append(1)), released
+
+
+def fill(into: WarmCache[Sized], **sizes: int) -> None:
+    for key, size in sizes.items():
+        into[key] = Sized(size)
+        into.settle()
+
+
+def test_the_least_recently_used_table_is_evicted_first_and_a_lookup_makes_a_table_recent() -> None:
+    c, released = cache(300)
+    fill(c, a=100, b=100, c=100)
+    assert c.lookup("a") is not None  # now b is the least recently used
+
+    c["d"] = Sized(100)
+    assert c.settle() == ["b"]
+
+    assert list(c) == ["c", "a", "d"]
+    assert c.used_bytes == 300
+    assert c.counts == CacheCounts(hits=1, misses=0, evictions=1, oversized=0)
+    assert released == [1]  # the evicted state's memory is given back
+
+
+def test_sizes_are_measured_after_use_so_a_grown_table_evicts_others() -> None:
+    c, _ = cache(300)
+    fill(c, a=100, b=100, c=100)
+    c["c"].size = 250  # it grew while it was used
+
+    assert c.settle() == ["a", "b"]
+    assert {k: v.size for k, v in c.items()} == {"c": 250}
+
+
+def test_a_table_over_the_whole_budget_is_dropped_after_use_and_the_others_stay() -> None:
+    c, released = cache(300)
+    fill(c, a=100, b=100)
+    c["huge"] = Sized(301)  # in use until settled: the caller holds it
+
+    assert c.settle() == ["huge"]
+
+    assert list(c) == ["a", "b"]
+    assert c.counts.oversized == 1 and c.counts.evictions == 0
+    assert released == [1]
+
+
+def test_room_is_made_for_a_table_of_known_size_before_it_is_loaded_again() -> None:
+    c, _ = cache(300)
+    fill(c, big=200, a=50, b=50)
+    c.settle()
+    del c["big"]  # gone (as after an error); its size is remembered
+    fill(c, d=100)
+
+    assert c.known_size("big") == 200
+    assert c.make_room("big") == ["a", "b"]  # 300 - 200 left for the others: d alone fits
+    assert list(c) == ["d"]
+    assert c.make_room("never-seen") == []
+
+
+def test_a_table_known_to_be_over_the_budget_empties_the_cache_before_its_load() -> None:
+    c, _ = cache(300)
+    fill(c, huge=400)  # dropped after use, its size known
+    fill(c, a=100, b=100)
+
+    assert c.make_room("huge") == ["a", "b"]
+    assert len(c) == 0
+
+
+def test_a_zero_budget_keeps_nothing_and_a_negative_one_is_refused() -> None:
+    c, _ = cache(0)
+    fill(c, a=1)
+    assert len(c) == 0 and c.counts.oversized == 1
+    fill(c, unloaded=0)  # a value not loaded yet costs nothing
+    assert list(c) == ["unloaded"]
+    with pytest.raises(ValueError, match="must not be negative"):
+        WarmCache(-1, lambda v: 0)
+
+
+def test_as_a_mapping_each_read_settles_the_earlier_use_and_counts_hits_and_misses() -> None:
+    c, _ = cache(150)
+    assert c.get("a") is None
+    c["a"] = Sized(100)
+    assert c.get("a") is not None
+    c["b"] = Sized(100)  # not measured yet: both are kept until the next read
+
+    assert len(c) == 2
+    assert c.get("b") is not None  # settling first evicts a
+    assert list(c) == ["b"]
+    assert c.counts == CacheCounts(hits=2, misses=1, evictions=1, oversized=0)
+    assert c.pop("b").size == 100 and len(c) == 0  # forgetting is not an eviction
+    assert c.counts.evictions == 1
+
+
+def test_giving_freed_heap_back_never_fails() -> None:
+    assert release_freed_heap() in (True, False)
