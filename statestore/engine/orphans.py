@@ -35,10 +35,23 @@ def find_orphan_files(
     store: TableStateStore, snapshots: SnapshotMetadataStore, blobs: BlobStore, *, before: int
 ) -> list[OrphanFile]:
     """Objects under the table's data prefix named by neither its state nor a log entry since its latest
-    snapshot, last modified before ``before`` (epoch ms), sorted by name."""
-    table_id = store.table_id
+    snapshot, last modified before ``before`` (epoch ms), sorted by name. Lists the whole prefix: cleanup
+    sweeps a window and a slice at a time instead (:mod:`statestore.engine.orphan_sweep`)."""
     # List first, then read the state: a file committed in between is then known, never an orphan.
-    listed = blobs.list_modified(layout.data_prefix(table_id))
+    listed = blobs.list_modified(layout.data_prefix(store.table_id))
+    known = known_data_files(store, snapshots)
+    return [
+        OrphanFile(key, modified)
+        for key, modified in listed
+        if key not in known and modified < before and not key.endswith("/")
+    ]
+
+
+def known_data_files(store: TableStateStore, snapshots: SnapshotMetadataStore) -> set[str]:
+    """Every data file the table's state names, and every one a log entry since its latest snapshot names
+    (a file added and removed again since, whose object a cleanup may still be deleting). Read it after
+    listing the objects it is compared with."""
+    table_id = store.table_id
     state = store.state()
     latest = snapshots.latest(table_id)
     since = latest.transaction_number + 1 if latest is not None else 1
@@ -49,11 +62,7 @@ def find_orphan_files(
                 transaction_to_json(decode_entry(entry, table_id)), layout.data_prefix(table_id)
             )
         )
-    return [
-        OrphanFile(key, modified)
-        for key, modified in listed
-        if key not in known and modified < before and not key.endswith("/")
-    ]
+    return known
 
 
 def _data_files_named(value: Any, prefix: str) -> Iterator[str]:

@@ -44,3 +44,23 @@ def test_a_table_beyond_lambdas_largest_size_is_refused_with_the_figures() -> No
         memory_mb_for(20_000_000)
     with pytest.raises(ValueError, match="must be positive"):
         largest_table_references(1024, 0)
+
+
+def test_the_orphan_sweeps_share_covers_a_slice_of_listed_keys() -> None:
+    import tracemalloc
+    import uuid
+
+    from statestore.model import layout
+    from statestore.sizing import BYTES_PER_LISTED_KEY, ORPHAN_SWEEP_MB, ORPHAN_SWEEP_SLICE_KEYS
+
+    table_id = uuid.uuid4().hex
+    tracemalloc.start()
+    try:
+        listed = [(layout.new_data_key(table_id, 1_764_000_000_000), i) for i in range(10_000)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(listed) == 10_000
+    assert held / 10_000 < BYTES_PER_LISTED_KEY
+    assert ORPHAN_SWEEP_MB * (1 << 20) >= ORPHAN_SWEEP_SLICE_KEYS * BYTES_PER_LISTED_KEY
+    assert largest_table_references(1024, baseline_mb=0, usable_share=1.0) > largest_table_references(1024)
