@@ -130,7 +130,9 @@ def save_progress(blobs: BlobStore, table_id: str, progress: SweepProgress) -> N
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    deleted: tuple[str, ...] = ()  # orphan objects deleted
+    deleted: int = (
+        0  # orphan objects deleted (counted, not kept: a failed job's thousands stay out of memory)
+    )
     keys_listed: int = 0  # keys the window and the full pass listed together
     full_pass_finished: bool = False
 
@@ -188,7 +190,7 @@ def sweep_orphans(
         else:
             progress = replace(progress, full_pass_cursor=batch[-1][0])
         save_progress(blobs, table_id, progress)
-    return SweepOutcome(tuple(judge.deleted), judge.listed, finished)
+    return SweepOutcome(judge.deleted, judge.listed, finished)
 
 
 def _window_keys(blobs: BlobStore, table_id: str, start_after: str, end: int) -> Iterator[tuple[str, int]]:
@@ -229,7 +231,7 @@ class _Judge:
     ) -> None:
         self.store, self.snapshots, self.blobs = store, snapshots, blobs
         self.cutoff, self.may_delete = cutoff, may_delete
-        self.deleted: list[str] = []
+        self.deleted = 0
         self.listed = 0
 
     def __call__(self, batch: list[tuple[str, int]]) -> None:
@@ -240,4 +242,4 @@ class _Judge:
         known = known_data_files(self.store, self.snapshots)
         orphans = [key for key in candidates if key not in known and self.may_delete(key)]
         self.blobs.delete(orphans)
-        self.deleted.extend(orphans)
+        self.deleted += len(orphans)

@@ -184,7 +184,7 @@ def cleanup_table(
         blobs.delete(batch)
         commits += _commit_delete_files(store, batch)
 
-    orphans = sweep_orphans(
+    orphans_deleted = sweep_orphans(
         store,
         snapshots.metadata,
         blobs,
@@ -228,7 +228,7 @@ def cleanup_table(
         request_bodies_deleted=len(old_bodies),
         claims_released=claims_released,
         released_jobs=released_jobs,
-        orphan_files_deleted=len(orphans),
+        orphan_files_deleted=orphans_deleted,
         orphan_log_bodies_deleted=len(orphan_bodies),
         files_marked_unreferenced=marked,
         requests_forgotten=forgotten,
