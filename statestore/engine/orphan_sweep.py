@@ -27,15 +27,19 @@ object can be in flight, plus the clock skew ``S``):
    covered in ``keys / slice`` periods without a run ever outgrowing the function's time or memory.
 
 **Why no key escapes the window.** Let a key be made at ``k`` by its writer's clock, and its object last
-written at ``m`` by the store's (every two clocks within ``S``, the upload within ``U``): then
-``m - S - U <= k <= m + S``. A sweep at cutoff ``c`` leaves undecided only keys with ``m >= c``: a key
-with ``m < c`` is in its window (``k < c + S``, and ``k >= m - S - U`` is past the window's start, which is
-at most ``c_prev - S - U`` where ``c_prev <= m`` covered everything older), and a key not yet listed at all
-has ``m`` after the listing, later than ``c`` (the orphan delay exceeds ``S``). The next window starts at
-``c - S - U <= m - S - U <= k``: every undecided key is in it. The windows overlap by the skew and the
-upload allowance, which a key made "just before the watermark moved" by a writer whose clock runs behind
-falls into. A key whose writer broke the bounds (a clock further off, an upload longer than ``U``) is found
-by the next full pass, as is every key outside the layout.
+written at ``m`` by the store's: with every two clocks within ``S`` and an upload within ``U``,
+``m - S - U <= k <= m + S``. The invariant: after a sweep at cutoff ``c`` (the watermark then), every key
+with ``m < c`` was judged by a sweep whose cutoff was past its ``m``, so an orphan among them is gone; any
+other key has ``m >= c``, so ``k >= c - S - U``. The next sweep, at cutoff ``c'``, lists the hours from
+``c - S - U`` up to ``c' + S``: a key not yet judged with ``m < c'`` has ``c - S - U <= k < c' + S``, so
+it is listed and judged. A key whose object is not there yet when the window is listed is last written
+after the listing, so after ``c'`` (the orphan delay exceeds ``S``). The invariant holds again for ``c'``.
+On a table's first sweep (no watermark) the full pass, which begins then, covers the keys older than the
+first window.
+So the windows overlap by the skew and the upload allowance, which is where a key made "just before the
+watermark moved" by a writer whose clock runs behind falls. A key whose writer broke the bounds (a clock
+further off, an upload longer than ``U``) is found by the next full pass, as is every key outside the
+layout.
 
 **Crashes.** The progress object (:class:`SweepProgress`, one small JSON object under the table's
 ``upkeep/`` prefix, deleted with the table) is written only after the work it records: a crash before
@@ -130,9 +134,8 @@ def save_progress(blobs: BlobStore, table_id: str, progress: SweepProgress) -> N
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    deleted: int = (
-        0  # orphan objects deleted (counted, not kept: a failed job's thousands stay out of memory)
-    )
+    # Orphan objects deleted: counted, not kept, so the thousands of a failed job stay out of memory.
+    deleted: int = 0
     keys_listed: int = 0  # keys the window and the full pass listed together
     full_pass_finished: bool = False
 
@@ -151,7 +154,8 @@ def sweep_orphans(
     slice_keys: int = SLICE_KEYS,
 ) -> SweepOutcome:
     """One period's sweep of ``store``'s table (see the module's docstring): the window since the
-    watermark, then a slice of the full pass if one is due. Deletes the orphans found; returns them."""
+    watermark, then a slice of the full pass if one is due. Deletes the orphans found; says how many, and
+    how many keys it listed."""
     table_id = store.table_id
     progress = load_progress(blobs, table_id)
     judge = _Judge(store, snapshots, blobs, cutoff, may_delete)
