@@ -317,3 +317,14 @@ def test_the_progress_object_is_not_a_data_file_garbage_collection_may_delete() 
     from statestore.services.cleanup import may_delete_data_file
 
     assert not may_delete_data_file("t1", layout.orphan_sweep_key("t1"))
+
+
+def test_the_upload_allowance_and_the_full_pass_interval_come_from_the_environment() -> None:
+    from statestore.services.cleanup_policy import policy_from_environment
+
+    policy = policy_from_environment(
+        {"STATESTORE_MAX_UPLOAD_MINUTES": "90", "STATESTORE_FULL_SWEEP_INTERVAL_MINUTES": "1440"}
+    )
+    assert (policy.max_upload_ms, policy.full_sweep_interval_ms) == (90 * MINUTE_MS, DAY_MS)
+    with pytest.raises(ValueError, match="STATESTORE_MAX_UPLOAD_MINUTES='-1'.*must not be negative"):
+        policy_from_environment({"STATESTORE_MAX_UPLOAD_MINUTES": "-1"})
