@@ -20,7 +20,10 @@ object can be in flight, plus the clock skew ``S``):
    ``overlap = S + U`` and ``U`` is the longest a writer may take from making a key to its object's last
    write (:attr:`~statestore.services.cleanup_policy.CleanupPolicy.max_upload_ms`). Those that no state
    and no log entry since the latest snapshot names and last modified before ``cutoff`` are deleted; then
-   the watermark becomes ``cutoff``.
+   the watermark becomes ``cutoff``. A window of more than :data:`WINDOW_KEYS` keys stops at the end of an
+   hour ``h`` instead, and the watermark becomes ``min(cutoff, h - S)``: every key made before ``h`` was
+   judged, and a key made at or after it was last written at ``h - S`` or later. The next run goes on
+   from there.
 2. *The full pass*: while one is due (never done for this table, or the last one began
    ``full_pass_interval_ms`` ago) it goes on from its cursor for one slice of the whole data prefix, and
    the cursor is saved after the slice. Each period lists at most a slice, so a table of any size is
@@ -76,6 +79,11 @@ logger = logging.getLogger(__name__)
 # Keys judged together: listed, then checked against one read of the state. Bounds the sweep's memory, which
 # the sizing rule counts.
 SLICE_KEYS = ORPHAN_SWEEP_SLICE_KEYS
+# The most keys one run's window lists (3,000 LIST calls, minutes within the cleanup function's timeout)
+# before it stops at an hour's end and leaves the rest to the next run: a backlog (cleanup stopped for days)
+# is then worked off over several runs instead of timing out again and again. Each run lists the overlap
+# again, so a run makes headway while the overlap holds fewer keys than this.
+WINDOW_KEYS = 30 * SLICE_KEYS
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ def sweep_orphans(
     full_pass_interval_ms: int,
     may_delete: Callable[[str], bool],
     slice_keys: int = SLICE_KEYS,
+    window_keys: int = WINDOW_KEYS,
 ) -> SweepOutcome:
     """One period's sweep of ``store``'s table (see the module's docstring): the window since the
     watermark, then a slice of the full pass if one is due. Deletes the orphans found; says how many, and
@@ -166,9 +175,12 @@ def sweep_orphans(
     end = cutoff + max_clock_skew_ms  # no key of a later hour can be last modified before the cutoff
     # The hour's prefix without its slash sorts before every key of that hour.
     start_after = layout.written_hour_prefix(table_id, start)[:-1]
-    for batch in _slices(_window_keys(blobs, table_id, start_after, end), slice_keys):
+    window = _Window(blobs, table_id, start_after, end, window_keys)
+    for batch in _slices(iter(window), slice_keys):
         judge(batch)
-    progress = replace(progress, watermark=cutoff)
+    # A window cut short at hour h judged every key made before h, so every key last written before h - S.
+    reached = cutoff if window.stopped_at is None else min(cutoff, window.stopped_at - max_clock_skew_ms)
+    progress = replace(progress, watermark=reached)
     save_progress(blobs, table_id, progress)
 
     # A slice of the full pass.
@@ -197,17 +209,31 @@ def sweep_orphans(
     return SweepOutcome(judge.deleted, judge.listed, finished)
 
 
-def _window_keys(blobs: BlobStore, table_id: str, start_after: str, end: int) -> Iterator[tuple[str, int]]:
-    """The keys of the written hours after ``start_after`` whose hour began before ``end``, a page at a
-    time; stops listing at the first key of a later hour."""
-    for page in blobs.list_modified_pages(layout.written_prefix(table_id), start_after):
-        for key, modified in page:
-            hour = layout.written_hour(table_id, key)
-            if hour is None:
-                continue  # not a key of the layout (a writer named it itself): the full pass's
-            if hour >= end:
-                return
-            yield key, modified
+class _Window:
+    """The keys of the written hours after ``start_after`` whose hour began before ``end``, in order, a page
+    at a time; stops listing at the first key of a later hour. Past ``budget`` keys it stops at the next
+    hour's first key and says which hour that is (``stopped_at``): every key of an earlier hour was given."""
+
+    def __init__(self, blobs: BlobStore, table_id: str, start_after: str, end: int, budget: int) -> None:
+        self.blobs, self.table_id, self.start_after = blobs, table_id, start_after
+        self.end, self.budget = end, budget
+        self.stopped_at: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        given, current = 0, None
+        for page in self.blobs.list_modified_pages(layout.written_prefix(self.table_id), self.start_after):
+            for key, modified in page:
+                hour = layout.written_hour(self.table_id, key)
+                if hour is None:
+                    continue  # not a key of the layout (a writer named it itself): the full pass's
+                if hour >= self.end:
+                    return
+                if given >= self.budget and hour != current:
+                    self.stopped_at = hour
+                    return
+                current = hour
+                given += 1
+                yield key, modified
 
 
 def _slices(items: Iterator[tuple[str, int]], size: int) -> Iterator[list[tuple[str, int]]]:

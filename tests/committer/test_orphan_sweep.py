@@ -328,3 +328,43 @@ def test_the_upload_allowance_and_the_full_pass_interval_come_from_the_environme
     assert (policy.max_upload_ms, policy.full_sweep_interval_ms) == (90 * MINUTE_MS, DAY_MS)
     with pytest.raises(ValueError, match="STATESTORE_MAX_UPLOAD_MINUTES='-1'.*must not be negative"):
         policy_from_environment({"STATESTORE_MAX_UPLOAD_MINUTES": "-1"})
+
+
+def test_a_backlog_bigger_than_a_runs_window_is_worked_off_over_several_runs_without_losing_a_key() -> None:
+    h, table_id, blobs = setup()
+    store = h.store(table_id)
+    first = START + DAY_MS
+
+    def sweep(now: int) -> int:
+        outcome = sweep_orphans(
+            store, h.snapshot_metadata, blobs, now=now, cutoff=now - ORPHAN_DELAY_MS,
+            max_clock_skew_ms=SKEW_MS, max_upload_ms=UPLOAD_MS,
+            full_pass_interval_ms=POLICY.full_sweep_interval_ms, may_delete=lambda _key: True,
+            window_keys=250,  # more than the overlap holds (2 hours of 60 keys), or no run gets further
+        )  # fmt: skip
+        return outcome.keys_listed
+
+    sweep(first)
+    # Cleanup stopped for two days while writers went on: 60 keys an hour, a third of them orphans.
+    orphans: list[str] = []
+    kept: list[str] = []
+    for hour in range(48):
+        for i in range(60):
+            at = first - ORPHAN_DELAY_MS + hour * HOUR_MS + i * 1000
+            (orphans if i % 3 == 0 else kept).append(write(h, blobs, table_id, named_at=at, modified=at))
+    store.commit(AddFiles(tuple(ref(f) for f in kept)))
+
+    now = first + 2 * DAY_MS + HOUR_MS
+    watermarks: list[int] = []
+    for _ in range(40):
+        assert sweep(now) <= 250 + 60  # the budget, finishing the hour it reached
+        watermark = load_progress(blobs, table_id).watermark
+        assert watermark is not None
+        watermarks.append(watermark)
+        if watermark == now - ORPHAN_DELAY_MS:
+            break
+        now += 1  # the next run comes straight after
+    assert watermarks[-1] == now - ORPHAN_DELAY_MS and len(watermarks) > 2
+    assert watermarks == sorted(watermarks)
+    left = set(blobs.list(layout.data_prefix(table_id)))
+    assert not left & set(orphans) and set(kept) <= left
