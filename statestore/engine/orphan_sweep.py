@@ -178,8 +178,13 @@ def sweep_orphans(
     window = _Window(blobs, table_id, start_after, end, window_keys)
     for batch in _slices(iter(window), slice_keys):
         judge(batch)
-    # A window cut short at hour h judged every key made before h, so every key last written before h - S.
-    reached = cutoff if window.stopped_at is None else min(cutoff, window.stopped_at - max_clock_skew_ms)
+    # A window cut short at hour h judged every key made before h, so every key last written before h - S;
+    # and never less than it started from (it may stop inside the overlap, where everything was judged).
+    reached = (
+        cutoff
+        if window.stopped_at is None
+        else max(since, min(cutoff, window.stopped_at - max_clock_skew_ms))
+    )
     progress = replace(progress, watermark=reached)
     save_progress(blobs, table_id, progress)
 

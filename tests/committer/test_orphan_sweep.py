@@ -368,3 +368,30 @@ def test_a_backlog_bigger_than_a_runs_window_is_worked_off_over_several_runs_wit
     assert watermarks == sorted(watermarks)
     left = set(blobs.list(layout.data_prefix(table_id)))
     assert not left & set(orphans) and set(kept) <= left
+
+
+def test_a_window_cut_short_inside_its_overlap_never_moves_the_watermark_back() -> None:
+    h, table_id, blobs = setup()
+    store = h.store(table_id)
+    first = START + DAY_MS
+
+    def sweep(now: int) -> None:
+        sweep_orphans(
+            store, h.snapshot_metadata, blobs, now=now, cutoff=now - ORPHAN_DELAY_MS,
+            max_clock_skew_ms=SKEW_MS, max_upload_ms=UPLOAD_MS,
+            full_pass_interval_ms=POLICY.full_sweep_interval_ms, may_delete=lambda _key: True,
+            window_keys=50,  # fewer than the overlap's 2 hours hold
+        )  # fmt: skip
+
+    sweep(first)
+    before = load_progress(blobs, table_id).watermark
+    assert before == first - ORPHAN_DELAY_MS
+    for hour in range(-3, 3):
+        for i in range(60):
+            at = before + hour * HOUR_MS + i * 1000
+            write(h, blobs, table_id, named_at=at, modified=at)
+    for run in range(3):
+        sweep(first + 6 * HOUR_MS + run)
+        watermark = load_progress(blobs, table_id).watermark
+        assert watermark is not None and watermark >= before
+        before = watermark
