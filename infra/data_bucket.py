@@ -38,6 +38,7 @@ DATA_OBJECTS = layout.data_prefix(_ANY_TABLE) + "*"
 SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
 LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
 REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
+UPKEEP_OBJECTS = layout.upkeep_prefix(_ANY_TABLE) + "*"  # cleanup's progress per table (the orphan sweep's)
 TABLE_OBJECTS = TABLES_PREFIX + "*"  # every object of every table
 SPARK_ARTIFACT_OBJECTS = layout.SPARK_ARTIFACTS_PREFIX + "*"
 SPARK_INPUT_OBJECTS = layout.SPARK_INPUT_PREFIX + "*"

@@ -265,7 +265,8 @@ class StatestoreStack(Stack):
         self.upkeep.cleanup_queue.grant_send_messages(cleanup)
         state.transaction_log.grant(cleanup, *PUT, *BATCH_WRITE)
         state.snapshots.grant(cleanup, *DELETE, *BATCH_WRITE)
-        data.grant_put(cleanup, objects.LOG_BODY_OBJECTS)
+        data.grant_put(cleanup, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
+        data.grant_read(cleanup, objects.UPKEEP_OBJECTS)  # the orphan sweep's watermark, read and moved
         data.grant_delete(
             cleanup,
             objects.LOG_BODY_OBJECTS,

@@ -1,7 +1,8 @@
 """Where data files live: a pyarrow filesystem and a base path (an S3 bucket or a local directory).
 
 A file's name in the state is its key relative to the base, always under
-:func:`statestore.model.layout.data_prefix` (``tables/<table_id>/data/<partition_id>/<uuid>.parquet``), so the
+:func:`statestore.model.layout.data_prefix`
+(``tables/<table_id>/data/written/<YYYY-MM-DDTHH>/<uuid>.parquet``), so the
 same name works for the bucket's own tools (garbage collection deletes ``bucket/<filename>``) and for a
 local directory.
 
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from statestore.model import layout
+from statestore.model.clock import now_millis
 
 _FILESYSTEMS: dict[DataStore, pafs.FileSystem] = {}
 _FILESYSTEMS_LOCK = threading.Lock()
@@ -81,8 +82,10 @@ class DataStore:
     # --- names ----------------------------------------------------------------------------------
 
     def new_data_file(self, table_id: str, partition_id: str) -> str:
-        """A fresh file name (relative to the base) for a data file of ``partition_id``."""
-        return f"{layout.data_prefix(table_id)}{partition_id}/{uuid.uuid4().hex}.parquet"
+        """A fresh file name (relative to the base) for a data file of ``partition_id``: keyed by the hour it
+        is made in, not by the partition, so the orphan sweep finds it by time
+        (:func:`statestore.model.layout.new_data_key`)."""
+        return layout.new_data_key(table_id, now_millis())
 
     def path(self, filename: str) -> str:
         """The path of ``filename`` on :meth:`filesystem`."""

@@ -4,7 +4,7 @@ A function that loads a table (the committer, the snapshot and cleanup workers) 
 state: its memory grows with the number of file references. The rule, per table (each snapshot or cleanup
 worker invocation loads exactly one):
 
-    largest table = (memory size x usable share - runtime baseline) / bytes per reference
+    largest table = (memory size x usable share - runtime baseline - orphan sweep) / bytes per reference
 
 - **bytes per reference**: :data:`MEASURED_BYTES_PER_REFERENCE`, the peak a fresh process reaches loading
   a snapshot of 1,000,000 references over 100,000 leaves and writing it again (what a snapshot worker
@@ -13,6 +13,10 @@ worker invocation loads exactly one):
   benchmarks page shows the current figure); raise the constant if that figure grows past it.
 - **runtime baseline**: :data:`RUNTIME_BASELINE_MB`, the handler's imports (Python 3.12, pyarrow, boto3,
   Powertools) rounded up for the Lambda runtime's own.
+- **orphan sweep**: :data:`ORPHAN_SWEEP_MB`, the most the cleanup worker's orphan sweep holds beside the
+  state: one slice of listed keys (:data:`ORPHAN_SWEEP_SLICE_KEYS` at :data:`BYTES_PER_LISTED_KEY`), whatever
+  the table's size (:mod:`statestore.engine.orphan_sweep`). Counted for every function, as one rule sizes
+  all three.
 - **usable share**: :data:`USABLE_SHARE`, the memory alarm's default threshold (``memory_alarm_percent``):
   a table that needs more than this sets the alarm off before it runs out.
 
@@ -44,6 +48,12 @@ import math
 MEASURED_BYTES_PER_REFERENCE = 600
 RUNTIME_BASELINE_MB = 128
 USABLE_SHARE = 0.9
+# The orphan sweep lists and judges keys a slice at a time: 100 LIST pages. A listed key is a (key, time) pair
+# in a list: ~250 B for a ~110-character key (tests/unit/test_sizing.py measures it), rounded up for longer
+# names and the sweep's lists of candidates.
+ORPHAN_SWEEP_SLICE_KEYS = 100_000
+BYTES_PER_LISTED_KEY = 400
+ORPHAN_SWEEP_MB = math.ceil(ORPHAN_SWEEP_SLICE_KEYS * BYTES_PER_LISTED_KEY / (1 << 20))
 # The table the default worker sizes are chosen for: the benchmark's (1,000,000 references).
 DEFAULT_TABLE_REFERENCES = 1_000_000
 # Lambda's memory range, in MB (MiB); sizes are picked in steps of this many MB.
@@ -60,7 +70,7 @@ def largest_table_references(
     memory_mb: int,
     bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
     *,
-    baseline_mb: int = RUNTIME_BASELINE_MB,
+    baseline_mb: int = RUNTIME_BASELINE_MB + ORPHAN_SWEEP_MB,
     usable_share: float = USABLE_SHARE,
 ) -> int:
     """The most file references a table may have for a function of ``memory_mb`` to load it (0 if the
@@ -75,7 +85,7 @@ def memory_mb_for(
     references: int,
     bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
     *,
-    baseline_mb: int = RUNTIME_BASELINE_MB,
+    baseline_mb: int = RUNTIME_BASELINE_MB + ORPHAN_SWEEP_MB,
     usable_share: float = USABLE_SHARE,
     step_mb: int = MEMORY_STEP_MB,
 ) -> int:

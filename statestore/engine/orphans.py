@@ -15,7 +15,7 @@ last-modified time, never from when the sweep first saw it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,25 +35,46 @@ def find_orphan_files(
     store: TableStateStore, snapshots: SnapshotMetadataStore, blobs: BlobStore, *, before: int
 ) -> list[OrphanFile]:
     """Objects under the table's data prefix named by neither its state nor a log entry since its latest
-    snapshot, last modified before ``before`` (epoch ms), sorted by name."""
-    table_id = store.table_id
+    snapshot, last modified before ``before`` (epoch ms), sorted by name. Lists the whole prefix: cleanup
+    sweeps a window and a slice at a time instead (:mod:`statestore.engine.orphan_sweep`)."""
     # List first, then read the state: a file committed in between is then known, never an orphan.
-    listed = blobs.list_modified(layout.data_prefix(table_id))
-    state = store.state()
-    latest = snapshots.latest(table_id)
-    since = latest.transaction_number + 1 if latest is not None else 1
-    known = set(state.files_by_name)
-    for entry in store.log.read(table_id, since, state.transaction_number):
-        known.update(
-            _data_files_named(
-                transaction_to_json(decode_entry(entry, table_id)), layout.data_prefix(table_id)
-            )
-        )
+    listed = blobs.list_modified(layout.data_prefix(store.table_id))
+    known = known_data_files(store, snapshots)
     return [
         OrphanFile(key, modified)
         for key, modified in listed
         if key not in known and modified < before and not key.endswith("/")
     ]
+
+
+class KnownDataFiles:
+    """The data files a table names: its state's (looked up in the state, never copied out of it: a big
+    table's names are not made into a set) and those the log since its latest snapshot names."""
+
+    def __init__(self, files: Mapping[str, object], named_in_log: set[str]) -> None:
+        self._files = files
+        self._named_in_log = named_in_log
+
+    def __contains__(self, filename: object) -> bool:
+        return filename in self._named_in_log or filename in self._files
+
+
+def known_data_files(store: TableStateStore, snapshots: SnapshotMetadataStore) -> KnownDataFiles:
+    """Every data file the table's state names, and every one a log entry since its latest snapshot names
+    (a file added and removed again since, whose object a cleanup may still be deleting). Read it after
+    listing the objects it is compared with."""
+    table_id = store.table_id
+    state = store.state()
+    latest = snapshots.latest(table_id)
+    since = latest.transaction_number + 1 if latest is not None else 1
+    named: set[str] = set()
+    for entry in store.log.read(table_id, since, state.transaction_number):
+        named.update(
+            _data_files_named(
+                transaction_to_json(decode_entry(entry, table_id)), layout.data_prefix(table_id)
+            )
+        )
+    return KnownDataFiles(state.files_by_name, named)
 
 
 def _data_files_named(value: Any, prefix: str) -> Iterator[str]:

@@ -3,7 +3,9 @@ and table deletion can never touch another table's objects."""
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
 import uuid
 
 
@@ -13,6 +15,62 @@ def table_prefix(table_id: str) -> str:
 
 def data_prefix(table_id: str) -> str:
     return f"{table_prefix(table_id)}data/"
+
+
+# New data files are keyed by the hour (UTC, by the writer's clock) their key was made in:
+# ``tables/<id>/data/written/<YYYY-MM-DDTHH>/<uuid>.parquet``. Keys then sort by when they were written, so
+# the orphan sweep can list just the hours written since its last run (:mod:`statestore.engine.orphan_sweep`)
+# instead of the whole data prefix. The partition is not in the key (the state says which partitions
+# reference a file, and a compaction's output may serve several): a state keeps one directory string per
+# distinct directory (:mod:`statestore.state.file_columns`), and one per hour stays few. Any other key under
+# the data prefix is still a valid name (older files, names a writer chose itself); the sweep's slow full
+# pass covers those.
+WRITTEN_SEGMENT = "written"
+HOUR_MS = 3_600_000
+_HOUR_FORMAT = "%Y-%m-%dT%H"
+_HOUR_PATTERN = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2})/")
+
+
+def written_prefix(table_id: str) -> str:
+    """Where data keys made by :func:`new_data_key` live, sorted by the hour they were made in."""
+    return f"{data_prefix(table_id)}{WRITTEN_SEGMENT}/"
+
+
+def written_hour_prefix(table_id: str, epoch_ms: int) -> str:
+    """The prefix of the keys made in the hour (UTC) holding ``epoch_ms``."""
+    hour = time.strftime(_HOUR_FORMAT, time.gmtime(epoch_ms // 1000))
+    return f"{written_prefix(table_id)}{hour}/"
+
+
+def new_data_key(table_id: str, now_ms: int) -> str:
+    """A fresh key for a data file made at ``now_ms`` (the writer's clock, epoch ms)."""
+    return f"{written_hour_prefix(table_id, now_ms)}{uuid.uuid4().hex}.parquet"
+
+
+def written_hour(table_id: str, key: str) -> int | None:
+    """The start (epoch ms) of the hour a key made by :func:`new_data_key` names; None for another key."""
+    prefix = written_prefix(table_id)
+    if not key.startswith(prefix):
+        return None
+    match = _HOUR_PATTERN.match(key, len(prefix))
+    if match is None:
+        return None
+    year, month, day, hour = (int(g) for g in match.groups())
+    try:
+        start = calendar.timegm((year, month, day, hour, 0, 0)) * 1000
+        # No such hour (a month 13, a 25th hour): not a key of ours, whatever it looks like.
+        return start if key.startswith(written_hour_prefix(table_id, start)) else None
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def upkeep_prefix(table_id: str) -> str:
+    """Where cleanup keeps what it must remember of a table between runs (the orphan sweep's progress)."""
+    return f"{table_prefix(table_id)}upkeep/"
+
+
+def orphan_sweep_key(table_id: str) -> str:
+    return f"{upkeep_prefix(table_id)}orphan-sweep.json"
 
 
 def snapshot_prefix(table_id: str) -> str:

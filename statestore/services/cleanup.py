@@ -18,7 +18,9 @@ What cleanup may delete, per table:
   latest snapshot names (a job wrote them, its commit was rejected or never sent), last modified longer ago
   than the garbage collection delay and than a commit request naming them can be in flight (the queue, its
   dead-letter queue and a redrive: :meth:`CleanupPolicy.orphan_delay_ms`; see
-  :mod:`statestore.engine.orphans`). Only their objects are deleted.
+  :mod:`statestore.engine.orphans`). Only their objects are deleted. Each run lists the keys written since
+  the last run's watermark and a bounded slice of a slow full pass, not the whole prefix
+  (:mod:`statestore.engine.orphan_sweep`).
 - **request bodies** (big commit requests stored aside) older than any message can still be on the queue.
   A committed one lives on as a copy under the log prefix (its log entry points at it), deleted with the
   entry.
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from statestore import instance
 from statestore.engine.jobs_reader import save_job_model_beside_snapshot
 from statestore.engine.log_store import TableStateStore, TransactionLogStateStore
-from statestore.engine.orphans import find_orphan_files
+from statestore.engine.orphan_sweep import sweep_orphans
 from statestore.engine.requests import body_key_time
 from statestore.engine.row_store import RowFilesStateStore, open_state_store
 from statestore.engine.snapshots import SnapshotStore
@@ -104,6 +106,7 @@ def may_delete_data_file(table_id: str, filename: str) -> bool:
         layout.snapshot_prefix(table_id),
         layout.log_body_prefix(table_id),
         layout.request_body_prefix(table_id),
+        layout.upkeep_prefix(table_id),
     )
     return (
         layout.is_under_table(table_id, filename)
@@ -181,14 +184,17 @@ def cleanup_table(
         blobs.delete(batch)
         commits += _commit_delete_files(store, batch)
 
-    orphans = [
-        o.filename
-        for o in find_orphan_files(
-            store, snapshots.metadata, blobs, before=now - policy.orphan_delay_ms(delay)
-        )
-        if may_delete_data_file(table_id, o.filename)
-    ]
-    blobs.delete(orphans)
+    orphans_deleted = sweep_orphans(
+        store,
+        snapshots.metadata,
+        blobs,
+        now=now,
+        cutoff=now - policy.orphan_delay_ms(delay),
+        max_clock_skew_ms=policy.max_clock_skew_ms,
+        max_upload_ms=policy.max_upload_ms,
+        full_pass_interval_ms=policy.full_sweep_interval_ms,
+        may_delete=lambda key: may_delete_data_file(table_id, key),
+    ).deleted
 
     # Request bodies nobody can still be waiting to commit.
     old_bodies = [
@@ -222,7 +228,7 @@ def cleanup_table(
         request_bodies_deleted=len(old_bodies),
         claims_released=claims_released,
         released_jobs=released_jobs,
-        orphan_files_deleted=len(orphans),
+        orphan_files_deleted=orphans_deleted,
         orphan_log_bodies_deleted=len(orphan_bodies),
         files_marked_unreferenced=marked,
         requests_forgotten=forgotten,

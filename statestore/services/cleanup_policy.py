@@ -33,6 +33,14 @@ DEFAULT_GC_DELAY_MS = 12 * _HOUR_MS
 # No compaction job runs longer than that either; the hour more lets a commit request it sent at the very
 # end be applied from the queue before its claims are swept.
 DEFAULT_CLAIM_EXPIRY_MS = 13 * _HOUR_MS
+# How long after a writer makes a new data file's key (with the hour in it: layout.new_data_key) its object
+# may still be written: a Spark job runs at most 12 hours (as above), and the bucket aborts a
+# multipart upload left incomplete for a day. The orphan sweep's windows overlap by this and the clock skew.
+DEFAULT_MAX_UPLOAD_MS = DEFAULT_GC_DELAY_MS + _DAY_MS
+# How often the orphan sweep begins a full pass over a table's whole data prefix (a slice per period): for
+# keys outside the data layout (older ones, names a writer chose itself), and any writer that broke the
+# bounds above.
+DEFAULT_FULL_SWEEP_INTERVAL_MS = 7 * _DAY_MS
 # The longest delay or expiry accepted: beyond it a value is more likely a unit mistake (milliseconds given
 # as minutes) than a wish.
 MAX_DELAY_MS = 30 * _DAY_MS
@@ -52,6 +60,10 @@ class CleanupPolicy:
     log (a queue, its dead-letter queue and a redrive can hold it that long). An object nothing names is an
     orphan only once older than that and the skew (:meth:`orphan_delay_ms`): before, a request still in
     flight may be about to name it.
+
+    ``max_upload_ms``: how long after making a new data file's key a writer may still write its object; the
+    orphan sweep's windows overlap by it and the skew. ``full_sweep_interval_ms``: how often the sweep
+    begins a full pass over a table's data prefix (see :mod:`statestore.engine.orphan_sweep`).
     """
 
     log_min_snapshot_age_ms: int = _DAY_MS
@@ -66,6 +78,8 @@ class CleanupPolicy:
     orphan_log_body_age_ms: int = _DAY_MS
     max_clock_skew_ms: int = instance.MAX_CLOCK_SKEW_SECONDS * 1000
     max_request_age_ms: int = instance.REQUEST_MAX_LIFETIME_SECONDS * 1000
+    max_upload_ms: int = DEFAULT_MAX_UPLOAD_MS
+    full_sweep_interval_ms: int = DEFAULT_FULL_SWEEP_INTERVAL_MS
 
     def __post_init__(self) -> None:
         ages = (
@@ -75,6 +89,8 @@ class CleanupPolicy:
             self.orphan_log_body_age_ms,
             self.max_clock_skew_ms,
             self.max_request_age_ms,
+            self.max_upload_ms,
+            self.full_sweep_interval_ms,
         )
         if min(ages) < 0:
             raise ValueError(f"cleanup ages must not be negative: {self}")
@@ -115,6 +131,8 @@ POLICY_ENVIRONMENT = {
     "max_clock_skew_ms": "STATESTORE_MAX_CLOCK_SKEW_MINUTES",
     # Only for queues that keep messages for less than the stack's (instance.REQUEST_MAX_LIFETIME_SECONDS).
     "max_request_age_ms": "STATESTORE_MAX_REQUEST_AGE_MINUTES",
+    "max_upload_ms": "STATESTORE_MAX_UPLOAD_MINUTES",
+    "full_sweep_interval_ms": "STATESTORE_FULL_SWEEP_INTERVAL_MINUTES",
 }
 
 

@@ -24,6 +24,7 @@ from statestore.errors import (
 from statestore.model.clock import now_millis
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
+    LIST_PAGE_SIZE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
     BlobStore,
     CommitQueue,
@@ -219,6 +220,25 @@ class InMemoryBlobStore(BlobStore):
                 break
             out.append(key)
         return out
+
+    def list_modified_pages(self, prefix: str, start_after: str = "") -> Iterator[list[tuple[str, int]]]:
+        # Like S3: each page is read when asked for, from the last key given out (objects may come and go
+        # in between), so a caller that stops early reads no further.
+        after = start_after
+        while True:
+            with self._lock:
+                start = max(bisect.bisect_left(self._keys, prefix), bisect.bisect_right(self._keys, after))
+                page = [
+                    (key, self._modified[key])
+                    for key in self._keys[start : start + LIST_PAGE_SIZE]
+                    if key.startswith(prefix)
+                ]
+            if not page:
+                return
+            yield page
+            if len(page) < LIST_PAGE_SIZE:
+                return
+            after = page[-1][0]
 
     def list(self, prefix: str) -> list[str]:
         with self._lock:

@@ -139,6 +139,9 @@ class SnapshotMetadataStore(ABC):
         """Delete every record and the pointer of a table."""
 
 
+LIST_PAGE_SIZE = 1000  # S3's most keys per LIST call
+
+
 class BlobStore(ABC):
     """Named byte objects (S3 in AWS): snapshot files, large transaction bodies."""
 
@@ -166,6 +169,15 @@ class BlobStore(ABC):
         The time is the store's (S3's ``LastModified``), of the object's last write: how old a file is that a
         job wrote and nothing has committed yet, which the garbage collection delay is measured against.
         """
+
+    def list_modified_pages(self, prefix: str, start_after: str = "") -> Iterator[list[tuple[str, int]]]:
+        """What :meth:`list_modified` lists, only the keys sorting after ``start_after``, a page (at most
+        :data:`LIST_PAGE_SIZE` keys) at a time, each page fetched when the one before is consumed: a caller
+        that stops early lists no further (S3: one LIST call a page, from ``StartAfter``). This default
+        filters :meth:`list_modified`."""
+        listed = [item for item in self.list_modified(prefix) if item[0] > start_after]
+        for start in range(0, len(listed), LIST_PAGE_SIZE):
+            yield listed[start : start + LIST_PAGE_SIZE]
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:

@@ -682,6 +682,8 @@ def test_cleanup_deletes_log_entries_snapshots_and_data_files_and_commits_throug
     for kind in ("data", "snapshots", "log", "requests"):
         assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
     assert "s3:PutObject" not in actions_on(template, CLEANUP, bucket, "/tables/*/data/*")
+    # The orphan sweep's progress per table: read and written, under its own prefix only.
+    assert {"s3:GetObject*", "s3:PutObject"} <= actions_on(template, CLEANUP, bucket, "/tables/*/upkeep/*")
 
 
 def test_no_function_may_write_the_table_index_or_use_wildcard_actions(template: Any) -> None:

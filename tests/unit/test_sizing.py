@@ -69,3 +69,23 @@ def test_a_warm_states_estimate_counts_its_references_and_partitions() -> None:
     assert warm_state_bytes(1_000, 10) == 1_000 * WARM_BYTES_PER_REFERENCE + 10 * WARM_BYTES_PER_PARTITION
     # A 1,024 MB committer keeps over a million references warm.
     assert warm_budget_bytes(1024) // WARM_BYTES_PER_REFERENCE > 1_000_000
+
+
+def test_the_orphan_sweeps_share_covers_a_slice_of_listed_keys() -> None:
+    import tracemalloc
+    import uuid
+
+    from statestore.model import layout
+    from statestore.sizing import BYTES_PER_LISTED_KEY, ORPHAN_SWEEP_MB, ORPHAN_SWEEP_SLICE_KEYS
+
+    table_id = uuid.uuid4().hex
+    tracemalloc.start()
+    try:
+        listed = [(layout.new_data_key(table_id, 1_764_000_000_000), i) for i in range(10_000)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(listed) == 10_000
+    assert held / 10_000 < BYTES_PER_LISTED_KEY
+    assert ORPHAN_SWEEP_MB * (1 << 20) >= ORPHAN_SWEEP_SLICE_KEYS * BYTES_PER_LISTED_KEY
+    assert largest_table_references(1024, baseline_mb=0, usable_share=1.0) > largest_table_references(1024)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -93,6 +93,24 @@ class S3BlobStore(BlobStore):
                 found.append((obj["Key"], int(obj["LastModified"].timestamp() * 1000)))
             if not response.get("IsTruncated"):
                 return sorted(found)
+            kwargs["ContinuationToken"] = response["NextContinuationToken"]
+
+    def list_modified_pages(self, prefix: str, start_after: str = "") -> Iterator[list[tuple[str, int]]]:
+        # One LIST call per page, made when the page before it is consumed. S3 lists in UTF-8 byte order,
+        # which is Python's order of the same strings (code points), so pages come sorted as the port says.
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.page_size}
+        if start_after:
+            kwargs["StartAfter"] = start_after
+        while True:
+            response = self.call(f"list s3://{self.bucket}/{prefix}", self.s3.list_objects_v2, **kwargs)
+            page = [
+                (obj["Key"], int(obj["LastModified"].timestamp() * 1000))
+                for obj in response.get("Contents", [])
+            ]
+            if page:
+                yield page
+            if not response.get("IsTruncated"):
+                return
             kwargs["ContinuationToken"] = response["NextContinuationToken"]
 
     def list(self, prefix: str) -> list[str]:
