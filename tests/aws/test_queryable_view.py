@@ -271,3 +271,13 @@ def test_every_query_equals_the_full_state_on_dynamodb_local(
     data: st.DataObject, dynamodb_local_view: QueryableViewStore
 ) -> None:
     run_view_history(data, lambda: _OneTablePerExample(dynamodb_local_view, f"-{uuid.uuid4().hex}"))
+
+
+def test_items_by_prefix_are_exactly_those_under_it(view_store: QueryableViewStore) -> None:
+    keys = ["a", "ab", "a\U0010ffff", "a\U0010ffffz", "b", "ba", "\U0010ffff"]
+    view_store.write(TABLE, {key: f"value of {key}" for key in keys}, ())
+    view_store.write("other-table", {"ab": "another table's"}, ())
+
+    for prefix in ["", "a", "ab", "b", "a\U0010ffff", "\U0010ffff", "c"]:
+        expected = {key: f"value of {key}" for key in keys if key.startswith(prefix)}
+        assert view_store.with_prefix(TABLE, prefix) == expected, prefix

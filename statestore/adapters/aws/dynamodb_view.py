@@ -128,11 +128,24 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         return found
 
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        # A range of keys rather than begins_with: DynamoDB Local answers a range from its index and a
+        # begins_with by reading the table's whole partition key (every item of the table). The range's
+        # upper end is the prefix with its last character incremented, which only a key equal to it can
+        # reach beyond the prefix: such a key is left out below.
+        low = ITEM_PREFIX + prefix
+        following = ord(low[-1]) + 1
+        if following > 0x10FFFF or 0xD800 <= following <= 0xDFFF:  # no next character: begins_with
+            high = None
+            condition, values = "#t = :t AND begins_with(#k, :low)", {":low": {"S": low}}
+        else:
+            high = low[:-1] + chr(following)
+            condition = "#t = :t AND #k BETWEEN :low AND :high"
+            values = {":low": {"S": low}, ":high": {"S": high}}
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
-            "KeyConditionExpression": "#t = :t AND begins_with(#k, :p)",
+            "KeyConditionExpression": condition,
             "ExpressionAttributeNames": {"#t": _TABLE_ID, "#k": _KEY},
-            "ExpressionAttributeValues": {":t": {"S": table_id}, ":p": {"S": ITEM_PREFIX + prefix}},
+            "ExpressionAttributeValues": {":t": {"S": table_id}, **values},
             "ConsistentRead": True,
         }
         found: dict[str, ViewValue] = {}
@@ -141,7 +154,8 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
                 f"read the queryable view of table {table_id!r}", self.dynamodb.query, **kwargs
             )
             for item in response.get("Items", []):
-                found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+                if item[_KEY]["S"] != high:
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
             if not response.get("LastEvaluatedKey"):
                 return found
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
