@@ -23,9 +23,15 @@ from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
 from statestore.store.ports import QueryableViewStore
-from statestore.transactions import ClearFiles, InitialisePartitions
+from statestore.transactions import (
+    ClearFiles,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+    Transaction,
+)
 from statestore.views.queryable_view import ViewValue, items_of_state
-from tests.builders import STRING_SCHEMA, tree
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
 
 
@@ -74,6 +80,37 @@ def check_queries(view: QueryableView, state: TableState, data: st.DataObject) -
         assert in_region.value == expected_refs, region
 
 
+def replace_onto_an_existing_file(data: st.DataObject, state: TableState) -> Transaction | None:
+    """A compaction commit whose one valid job is applied and whose other job, writing over a file the
+    table already has (any file: the replay must know the view holds it), is rejected."""
+    claimed = [r for r in state.file_references() if r.job_id is not None]
+    if not claimed or not state.files_by_name:
+        return None
+    chosen = data.draw(st.sampled_from(sorted(claimed)))
+    clash = data.draw(st.sampled_from(sorted(state.files_by_name)))
+    if clash == chosen.filename:
+        return None
+    inputs = tuple(
+        sorted(
+            r.filename for r in claimed if (r.job_id, r.partition_id) == (chosen.job_id, chosen.partition_id)
+        )
+    )
+    assert chosen.job_id is not None
+    return ReplaceFileReferences(
+        (
+            ReplaceFileReferencesJob(
+                chosen.job_id, chosen.partition_id, inputs, ref(clash, chosen.partition_id, 3)
+            ),
+            ReplaceFileReferencesJob(
+                chosen.job_id,
+                chosen.partition_id,
+                inputs,
+                ref(data_key(TABLE, f"out-{state.transaction_number}"), chosen.partition_id, 3),
+            ),
+        )
+    )
+
+
 def run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
     clock = itertools.count(1_000, 7)
     log = InMemoryTransactionLog()
@@ -93,6 +130,8 @@ def run_view_history(data: st.DataObject, make_store: Callable[[], QueryableView
             store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, points))))
         elif data.draw(st.integers(0, 12)) == 0:
             store.commit(ClearFiles())
+        elif data.draw(st.integers(0, 8)) == 0 and (replace := replace_onto_an_existing_file(data, state)):
+            store.commit(replace)
         elif data.draw(st.integers(0, 4)) == 0:
             # A group commit drawn from one state: later members may clash with earlier ones, and an
             # invalid one sometimes joins (rejected, the others committed).
