@@ -8,16 +8,24 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Collection, Iterator, Mapping
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import AwsCaller
+from statestore.adapters.aws.dynamodb_view import DynamoDBQueryableViewStore
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.queryable_view import QueryableView
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
+from statestore.errors import (
+    QueryableViewBusyError,
+    QueryableViewConflictError,
+    ThrottledError,
+    TransactionNotRetainedError,
+)
 from statestore.model.partitions import Range, Region
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
@@ -281,3 +289,48 @@ def test_items_by_prefix_are_exactly_those_under_it(view_store: QueryableViewSto
     for prefix in ["", "a", "ab", "b", "a\U0010ffff", "\U0010ffff", "c"]:
         expected = {key: f"value of {key}" for key in keys if key.startswith(prefix)}
         assert view_store.with_prefix(TABLE, prefix) == expected, prefix
+
+
+class _UnprocessingDynamoDB:
+    """A DynamoDB client that leaves the last item of each batch unprocessed ``times`` times per item."""
+
+    def __init__(self, table_name: str, times: int) -> None:
+        self.table_name, self.times = table_name, times
+        self.batches: list[int] = []
+        self.left: dict[str, int] = {}
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
+        requests = RequestItems[self.table_name]
+        self.batches.append(len(requests))
+        last = requests[-1]["PutRequest"]["Item"]
+        key = last["snapshot_key"]["S"]
+        if self.left.setdefault(key, self.times) > 0:
+            self.left[key] -= 1
+            requests, unprocessed = requests[:-1], [requests[-1]]
+        else:
+            unprocessed = []
+        for request in requests:
+            item = request["PutRequest"]["Item"]
+            self.stored[item["snapshot_key"]["S"]] = item
+        return {"UnprocessedItems": {self.table_name: unprocessed} if unprocessed else {}}
+
+
+def test_writes_go_in_batches_of_25_and_unprocessed_items_are_sent_again() -> None:
+    client = _UnprocessingDynamoDB("snapshots", times=1)
+    store = DynamoDBQueryableViewStore(client, "snapshots", AwsCaller(sleep=lambda _: None))
+    puts = {f"k{i:03d}": f"v{i}" for i in range(60)}
+
+    store.write(TABLE, puts, ())
+
+    assert len(client.stored) == 60
+    assert max(client.batches) == 25
+    assert client.batches == [25, 1, 25, 1, 10, 1]
+
+
+def test_items_left_unprocessed_round_after_round_are_an_error_naming_the_table() -> None:
+    client = _UnprocessingDynamoDB("snapshots", times=100)
+    store = DynamoDBQueryableViewStore(client, "snapshots", AwsCaller(sleep=lambda _: None))
+
+    with pytest.raises(ThrottledError, match="queryable view of table 'table-1'.*unprocessed"):
+        store.write(TABLE, {"k": "v"}, ())
