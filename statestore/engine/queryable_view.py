@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.log_loading import entries_after
-from statestore.errors import QueryableViewBusyError, TransactionNotRetainedError
+from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partitions import Partition, Region
@@ -232,8 +232,17 @@ class QueryableView:
         return self._write(meta, merged.transaction_number, view_changes(before, merged))
 
     def rebuild(self, state: TableState) -> UpkeepResult:
-        """Make the view the items of ``state`` (a full load), whatever it held before."""
+        """Make the view the items of ``state`` (a full load), whatever it held before.
+
+        Raises QueryableViewConflictError for a state older than the view: a view never goes back (a
+        query that read it before and after must see it change).
+        """
         meta = self.store.meta(self.table_id)
+        if meta is not None and state.transaction_number < meta.transaction_number:
+            raise QueryableViewConflictError(
+                f"the queryable view of table {self.table_id!r} is at transaction {meta.transaction_number}; "
+                f"it cannot be rebuilt from an older state (at {state.transaction_number})"
+            )
         current = self.store.with_prefix(self.table_id, "")
         changes = diff_items(current, items_of_state(state))
         result = self._write(meta, state.transaction_number, changes)

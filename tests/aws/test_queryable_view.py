@@ -192,6 +192,17 @@ def test_two_upkeeps_never_write_at_once(view_store: QueryableViewStore) -> None
         view_store.replace_meta(TABLE, ViewMeta(number), None)
 
 
+def test_a_view_is_never_rebuilt_from_an_older_state(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    older = table.store.load()
+    table.store.commit(AddFiles((ref(data_key(TABLE, "f"), "root"),)))
+    table.update()
+
+    with pytest.raises(QueryableViewConflictError, match="older state"):
+        table.view.rebuild(older)
+    assert view_store.meta(TABLE) == ViewMeta(table.log.latest_number(TABLE))
+
+
 def test_a_view_behind_the_trimmed_log_is_rebuilt(view_store: QueryableViewStore) -> None:
     table = Table(view_store)
     table.update()
