@@ -247,6 +247,17 @@ class TransactionNotRetainedError(StateStoreError):
     """The log entries needed to rebuild the requested point in time were deleted by cleanup."""
 
 
+class QueryableViewBusyError(StateStoreError):
+    """The table's queryable view was being written each time a query read it (an upkeep was moving it,
+    or one stopped half way and left it for the next upkeep to rebuild): read the table through a full
+    load instead, or query again once the upkeep is done."""
+
+
+class QueryableViewConflictError(StateStoreError):
+    """Another writer moved the table's queryable view first (two upkeeps ran at once): nothing was written
+    by this one; the next upkeep continues from where the view is."""
+
+
 class UnsupportedByFileStoreError(StateStoreError):
     """The table keeps its files in a file-reference store (PostgreSQL), which holds only the current state:
     what needs the history of its file transactions (time travel, incremental reads, job history) needs a

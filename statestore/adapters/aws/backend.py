@@ -9,6 +9,7 @@ from statestore.adapters.aws.clients import AwsCaller, make_client
 from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
 from statestore.adapters.aws.dynamodb_snapshots import DynamoDBSnapshotMetadataStore
+from statestore.adapters.aws.dynamodb_view import DynamoDBQueryableViewStore
 from statestore.adapters.aws.provision import provision
 from statestore.adapters.aws.s3_blobs import S3BlobStore
 from statestore.adapters.aws.sqs_dead_letters import SqsDeadLetterQueue
@@ -40,6 +41,8 @@ class AwsBackend:
             statuses=self.commit_statuses,
         )
         self.snapshot_metadata = DynamoDBSnapshotMetadataStore(self.dynamodb, r.snapshots_table, self.caller)
+        # The queryable view's items share the snapshots table, under their own key prefix.
+        self.queryable_view = DynamoDBQueryableViewStore(self.dynamodb, r.snapshots_table, self.caller)
         self.table_index = DynamoDBTableIndex(
             self.dynamodb, r.tables_by_id_table, r.tables_by_name_table, self.caller
         )

@@ -1,0 +1,210 @@
+"""The queryable view's items in the instance's snapshots table, beside the snapshot records.
+
+The snapshots table's key (``table_id``, ``snapshot_key`` string) takes the view under its own prefixes,
+so no new table is needed and the grants that read snapshot records (the reader's managed policy, per
+table where it is scoped to tables) read the view too::
+
+    snapshot_key = "view#meta"         the meta: ``transaction_number`` and, while written, ``writing_to``
+    snapshot_key = "view#i#<item key>" one item (``statestore.views.queryable_view``): its value as JSON
+
+Snapshot records are ``snapshot#...`` and ``latest``, so neither listing nor deleting snapshots sees the
+view; deleting a table's snapshot records (``delete_table``) deletes its view with them. Items are read
+strongly consistent, with BatchGetItem (100 keys per call) and Query (by key prefix), and written with
+BatchWriteItem (25 per call), unprocessed items retried with backoff. The meta is moved by a conditional
+PutItem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from statestore import instance
+from statestore.adapters.aws.clients import AwsCaller
+from statestore.codec.view_items import view_value_from_json, view_value_to_json
+from statestore.errors import QueryableViewConflictError, StateStoreError, ThrottledError
+from statestore.store.ports import QueryableViewStore
+from statestore.views.queryable_view import ViewMeta, ViewValue
+
+_TABLE_ID = instance.SNAPSHOTS_KEYS.hash_key[0]
+_KEY = instance.SNAPSHOTS_KEYS.range_key[0]  # type: ignore[index]
+_VALUE = "view_value"
+_NUMBER = "transaction_number"
+_WRITING_TO = "writing_to"
+
+META_KEY = "view#meta"
+ITEM_PREFIX = "view#i#"
+_BATCH_WRITE_LIMIT = 25
+_BATCH_GET_LIMIT = 100
+
+
+class DynamoDBQueryableViewStore(QueryableViewStore):
+    def __init__(self, dynamodb_client: Any, table_name: str, caller: AwsCaller | None = None) -> None:
+        self.dynamodb = dynamodb_client
+        self.table_name = table_name
+        self.call = caller or AwsCaller()
+
+    def meta(self, table_id: str) -> ViewMeta | None:
+        response = self.call(
+            f"read the queryable view of table {table_id!r}",
+            self.dynamodb.get_item,
+            TableName=self.table_name,
+            Key=_key(table_id, META_KEY),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return None if item is None else _meta(item)
+
+    def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
+        item = {**_key(table_id, META_KEY), _NUMBER: {"N": str(new.transaction_number)}}
+        if new.writing_to is not None:
+            item[_WRITING_TO] = {"N": str(new.writing_to)}
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        if expected is None:
+            names["#k"] = _KEY
+            condition = "attribute_not_exists(#k)"
+        else:
+            names["#n"] = _NUMBER
+            names["#w"] = _WRITING_TO
+            values[":n"] = {"N": str(expected.transaction_number)}
+            if expected.writing_to is None:
+                condition = "#n = :n AND attribute_not_exists(#w)"
+            else:
+                condition = "#n = :n AND #w = :w"
+                values[":w"] = {"N": str(expected.writing_to)}
+
+        def conflict(code: str, error: ClientError) -> StateStoreError | None:
+            if code == "ConditionalCheckFailedException":
+                return QueryableViewConflictError(
+                    f"the queryable view of table {table_id!r} is no longer at {expected}: another upkeep "
+                    "moved it"
+                )
+            return None
+
+        self.call(
+            f"move the queryable view of table {table_id!r}",
+            self.dynamodb.put_item,
+            conflict,
+            TableName=self.table_name,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            **({"ExpressionAttributeValues": values} if values else {}),
+        )
+
+    def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, ViewValue] = {}
+        for start in range(0, len(wanted), _BATCH_GET_LIMIT):
+            request: dict[str, Any] = {
+                self.table_name: {
+                    "Keys": [
+                        _key(table_id, ITEM_PREFIX + k) for k in wanted[start : start + _BATCH_GET_LIMIT]
+                    ],
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(self.call.max_attempts):
+                response = self.call(
+                    f"read the queryable view of table {table_id!r}",
+                    self.dynamodb.batch_get_item,
+                    RequestItems=request,
+                )
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                if attempt + 1 < self.call.max_attempts:
+                    self.call.backoff(attempt)
+            else:
+                raise ThrottledError(
+                    f"could not read the queryable view of table {table_id!r}: DynamoDB kept returning keys "
+                    f"unprocessed after {self.call.max_attempts} rounds; try again later"
+                )
+        return found
+
+    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        # A range of keys rather than begins_with: DynamoDB Local answers a range from its index and a
+        # begins_with by reading the table's whole partition key (every item of the table). The range's
+        # upper end is the prefix with its last character incremented, which only a key equal to it can
+        # reach beyond the prefix: such a key is left out below.
+        low = ITEM_PREFIX + prefix
+        following = ord(low[-1]) + 1
+        if following > 0x10FFFF or 0xD800 <= following <= 0xDFFF:  # no next character: begins_with
+            high = None
+            condition, values = "#t = :t AND begins_with(#k, :low)", {":low": {"S": low}}
+        else:
+            high = low[:-1] + chr(following)
+            condition = "#t = :t AND #k BETWEEN :low AND :high"
+            values = {":low": {"S": low}, ":high": {"S": high}}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": {"#t": _TABLE_ID, "#k": _KEY},
+            "ExpressionAttributeValues": {":t": {"S": table_id}, **values},
+            "ConsistentRead": True,
+        }
+        found: dict[str, ViewValue] = {}
+        while True:
+            response = self.call(
+                f"read the queryable view of table {table_id!r}", self.dynamodb.query, **kwargs
+            )
+            for item in response.get("Items", []):
+                if item[_KEY]["S"] != high:
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+            if not response.get("LastEvaluatedKey"):
+                return found
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
+        if puts.keys() & set(deletes):
+            raise ValueError("an item cannot be both put and deleted in one write")
+        requests: list[dict[str, Any]] = [
+            {
+                "PutRequest": {
+                    "Item": {**_key(table_id, ITEM_PREFIX + key), _VALUE: {"S": view_value_to_json(value)}}
+                }
+            }
+            for key, value in puts.items()
+        ]
+        requests += ({"DeleteRequest": {"Key": _key(table_id, ITEM_PREFIX + key)}} for key in deletes)
+        what = f"write the queryable view of table {table_id!r}"
+        for start in range(0, len(requests), _BATCH_WRITE_LIMIT):
+            batch = requests[start : start + _BATCH_WRITE_LIMIT]
+            for attempt in range(self.call.max_attempts):
+                response = self.call(
+                    what, self.dynamodb.batch_write_item, RequestItems={self.table_name: batch}
+                )
+                batch = response.get("UnprocessedItems", {}).get(self.table_name, [])
+                if not batch:
+                    break
+                if attempt + 1 < self.call.max_attempts:
+                    self.call.backoff(attempt)
+            else:
+                raise ThrottledError(
+                    f"could not {what}: DynamoDB kept returning {len(batch)} item(s) unprocessed after "
+                    f"{self.call.max_attempts} rounds; try again later"
+                )
+
+    def delete_table(self, table_id: str) -> None:
+        keys = [*self.with_prefix(table_id, "")]
+        self.write(table_id, {}, keys)
+        self.call(
+            f"delete the queryable view of table {table_id!r}",
+            self.dynamodb.delete_item,
+            TableName=self.table_name,
+            Key=_key(table_id, META_KEY),
+        )
+
+
+def _key(table_id: str, key: str) -> dict[str, Any]:
+    return {_TABLE_ID: {"S": table_id}, _KEY: {"S": key}}
+
+
+def _meta(item: dict[str, Any]) -> ViewMeta:
+    writing = item.get(_WRITING_TO)
+    return ViewMeta(int(item[_NUMBER]["N"]), None if writing is None else int(writing["N"]))

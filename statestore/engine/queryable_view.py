@@ -1,0 +1,257 @@
+"""A table's queryable view on its store: the queries that read only what they need, and the upkeep.
+
+A query reads the view's meta, the log entries after the view's number, the view items those entries read
+(:func:`~statestore.views.queryable_view.plan_reads`) and the items of its own keys, replays the entries
+on the fetched items and answers as a full load at the log's latest entry would. It then reads the meta
+again: if an upkeep started writing meanwhile (the meta changed), the items read may be a mix of two
+numbers, and the query reads again (a few times, then raises QueryableViewBusyError).
+
+The upkeep (:meth:`QueryableView.update`) applies the entries since the view's number as item writes:
+it marks the meta ``writing_to`` (conditionally, so two upkeeps never write at once), writes, and moves
+the meta to the new number. A view that is missing, behind the log's trimmed point, or left half written
+by an upkeep that stopped is rebuilt from a full load of the state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from statestore.codec.transaction_json import decode_entry
+from statestore.engine.log_loading import entries_after
+from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
+from statestore.model import layout
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition, Region
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
+from statestore.store.ports import QueryableViewStore, TransactionLogStore
+from statestore.transactions import Transaction
+from statestore.views.queryable_view import (
+    FILE_PREFIX,
+    PARTITION_PREFIX,
+    ROOT_KEY,
+    Merged,
+    ReadPlan,
+    ViewChanges,
+    ViewMeta,
+    ViewValue,
+    claims_prefix,
+    diff_items,
+    file_key,
+    items_of_state,
+    partition_key,
+    plan_reads,
+    references_prefix,
+    replay,
+    view_changes,
+)
+
+T = TypeVar("T")
+
+READ_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """A query's answer, as of the log's entry ``transaction_number``."""
+
+    transaction_number: int
+    value: T
+
+
+@dataclass(frozen=True)
+class UpkeepResult:
+    """What an upkeep did: moved the view from ``from_number`` to ``to_number`` with ``writes`` item
+    writes (``rebuilt``: from a full load)."""
+
+    from_number: int | None
+    to_number: int
+    writes: int
+    rebuilt: bool = False
+
+
+class QueryableView:
+    """One table's view: queries through it, and its upkeep."""
+
+    def __init__(
+        self,
+        table_id: str,
+        schema: Schema,
+        log: TransactionLogStore,
+        store: QueryableViewStore,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.table_id = table_id
+        self.schema = schema
+        self.log = log
+        self.store = store
+        self._sleep = sleep
+
+    # --- queries ----------------------------------------------------------------------------------
+
+    def file(self, filename: str) -> Answer[TableFile | None]:
+        """The file with its references and update time, or None if the table has no such file."""
+
+        def query(merged: Merged) -> TableFile | None:
+            if filename in merged.touched_files:
+                return merged.file(filename, None)
+            found = self.store.get(self.table_id, [file_key(filename)]).get(file_key(filename))
+            return merged.file(filename, found if isinstance(found, TableFile) else None)
+
+        return self._read(query)
+
+    def references_in_partition(self, partition_id: str) -> Answer[list[FileReference]]:
+        """The references in one partition, ordered by filename."""
+        return self._read(lambda merged: self._references_in(merged, partition_id))
+
+    def claimed_references(self, job_id: str) -> Answer[list[FileReference]]:
+        """The references a compaction job holds, ordered by filename and partition."""
+
+        def query(merged: Merged) -> list[FileReference]:
+            in_view = self._references(merged, claims_prefix(job_id))
+            return merged.claims_of(job_id, in_view)
+
+        return self._read(query)
+
+    def references_in_region(self, region: Region) -> Answer[dict[str, list[FileReference]]]:
+        """The references of every partition overlapping ``region`` (leaves and the partitions above them,
+        which hold references not yet split down), by partition id: the files holding the region's rows.
+
+        The tree is read level by level from the root, only the children of partitions that overlap the
+        region: a one-leaf region reads its leaf's ancestors, not the tree.
+        """
+
+        def query(merged: Merged) -> dict[str, list[FileReference]]:
+            return {pid: self._references_in(merged, pid) for pid in self._overlapping(merged, region)}
+
+        return self._read(query)
+
+    def _overlapping(self, merged: Merged, region: Region) -> list[str]:
+        root = None if merged.replaces_partitions else self.store.get(self.table_id, [ROOT_KEY]).get(ROOT_KEY)
+        root_id = merged.root_id(root if isinstance(root, str) else None)
+        found: list[str] = []
+        level = [] if root_id is None else [root_id]
+        while level:
+            partitions = self._partitions(merged, level)
+            overlapping = [p for p in partitions if p.region.overlaps(region)]
+            found += (p.id for p in overlapping)
+            level = [child for p in overlapping for child in p.child_ids]
+        return found
+
+    def _partitions(self, merged: Merged, ids: Iterable[str]) -> list[Partition]:
+        ids = list(ids)
+        known = [merged.state.partitions_by_id.get(i) for i in ids if merged.partition_is_known(i)]
+        unknown = [partition_key(i) for i in ids if not merged.partition_is_known(i)]
+        fetched = self.store.get(self.table_id, unknown).values() if unknown else []
+        return [p for p in (*known, *fetched) if isinstance(p, Partition)]
+
+    def _references_in(self, merged: Merged, partition_id: str) -> list[FileReference]:
+        return merged.references_in(partition_id, self._references(merged, references_prefix(partition_id)))
+
+    def _references(self, merged: Merged, prefix: str) -> list[FileReference]:
+        if merged.clears_files:
+            return []
+        return [
+            v for v in self.store.with_prefix(self.table_id, prefix).values() if isinstance(v, FileReference)
+        ]
+
+    def _read(self, query: Callable[[Merged], T]) -> Answer[T]:
+        """Run ``query`` on the view merged with the log, retrying while an upkeep writes the items."""
+        for attempt in range(READ_ATTEMPTS):
+            meta = self.store.meta(self.table_id)
+            if meta is None or meta.writing_to is None:
+                merged = self._merge(0 if meta is None else meta.transaction_number)
+                value = query(merged)
+                if self.store.meta(self.table_id) == meta:
+                    return Answer(merged.transaction_number, value)
+            self._sleep(0.05 * 2**attempt)
+        raise QueryableViewBusyError(
+            f"the queryable view of table {self.table_id!r} was being written each of the {READ_ATTEMPTS} "
+            "times it was read"
+        )
+
+    # --- the merge of the log --------------------------------------------------------------------
+
+    def _entries(self, after: int, to_number: int | None = None) -> list[tuple[int, int, Transaction]]:
+        return [
+            (entry.transaction_number, entry.update_time, decode_entry(entry, self.table_id))
+            for entry in entries_after(self.log, self.table_id, after, to_number, "queryable view")
+        ]
+
+    def _fetch(self, plan: ReadPlan, *, everything: bool = False) -> dict[str, ViewValue]:
+        """The items ``plan`` reads; with ``everything``, after a clear, every file (or partition) item."""
+        fetched: dict[str, ViewValue] = {}
+        files = set(plan.files)
+        for job_id in sorted(plan.jobs):
+            claims = self.store.with_prefix(self.table_id, claims_prefix(job_id)).values()
+            files.update(ref.filename for ref in claims if isinstance(ref, FileReference))
+        if everything and plan.clears_files:
+            fetched.update(self.store.with_prefix(self.table_id, FILE_PREFIX))
+        elif files:
+            fetched.update(self.store.get(self.table_id, [file_key(f) for f in files]))
+        if everything and plan.replaces_partitions:
+            fetched.update(self.store.with_prefix(self.table_id, PARTITION_PREFIX))
+        elif plan.partitions:
+            fetched.update(self.store.get(self.table_id, [partition_key(p) for p in plan.partitions]))
+        return fetched
+
+    def _merge(self, view_number: int) -> Merged:
+        entries = self._entries(view_number)
+        plan = plan_reads(t for _, _, t in entries)
+        return replay(
+            self.schema, layout.data_prefix(self.table_id), view_number, self._fetch(plan), plan, entries
+        )
+
+    # --- upkeep ------------------------------------------------------------------------------------
+
+    def update(self, load_state: Callable[[], TableState], to_number: int | None = None) -> UpkeepResult:
+        """Bring the view up to ``to_number`` (the log's latest if None) by writing what changed.
+
+        ``load_state`` loads the whole state at the log's latest entry: used only to rebuild a view that
+        is missing, half written, or behind the log's trimmed point. Raises QueryableViewConflictError if
+        another upkeep moved the view meanwhile (nothing of this one's is written then).
+        """
+        meta = self.store.meta(self.table_id)
+        if meta is None or meta.writing_to is not None:
+            return self.rebuild(load_state())
+        try:
+            entries = self._entries(meta.transaction_number, to_number)
+        except TransactionNotRetainedError:
+            return self.rebuild(load_state())
+        if not entries:
+            return UpkeepResult(meta.transaction_number, meta.transaction_number, 0)
+        plan = plan_reads(t for _, _, t in entries)
+        before = self._fetch(plan, everything=True)
+        merged = replay(
+            self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
+        )
+        return self._write(meta, merged.transaction_number, view_changes(before, merged))
+
+    def rebuild(self, state: TableState) -> UpkeepResult:
+        """Make the view the items of ``state`` (a full load), whatever it held before.
+
+        Raises QueryableViewConflictError for a state older than the view: a view never goes back (a
+        query that read it before and after must see it change).
+        """
+        meta = self.store.meta(self.table_id)
+        if meta is not None and state.transaction_number < meta.transaction_number:
+            raise QueryableViewConflictError(
+                f"the queryable view of table {self.table_id!r} is at transaction {meta.transaction_number}; "
+                f"it cannot be rebuilt from an older state (at {state.transaction_number})"
+            )
+        current = self.store.with_prefix(self.table_id, "")
+        changes = diff_items(current, items_of_state(state))
+        result = self._write(meta, state.transaction_number, changes)
+        return UpkeepResult(result.from_number, result.to_number, result.writes, rebuilt=True)
+
+    def _write(self, meta: ViewMeta | None, to_number: int, changes: ViewChanges) -> UpkeepResult:
+        from_number = None if meta is None else meta.transaction_number
+        writing = ViewMeta(meta.transaction_number if meta else 0, writing_to=to_number)
+        self.store.replace_meta(self.table_id, writing, meta)
+        self.store.write(self.table_id, changes.puts, changes.deletes)
+        self.store.replace_meta(self.table_id, ViewMeta(to_number), writing)
+        return UpkeepResult(from_number, to_number, changes.writes)

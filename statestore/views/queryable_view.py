@@ -1,0 +1,342 @@
+"""The queryable view: a table's state as items keyed for its queries, kept current from the log.
+
+Design records 000/001 ("parallel models: DynamoDB queries"): a reader that needs a few hundred references
+should not load a table of a million. The view stores the state as items a key-value store can fetch by key
+or by key prefix, at a recorded transaction number (:class:`ViewMeta`), and a query merges the log entries
+written after that number into its answer, so the answer is always the one a full load would give.
+
+Items (keys are strings, one namespace per table)::
+
+    f#<filename>                      -> TableFile      (the file, all its references, its update time)
+    r#<partition id><filename>        -> FileReference  (one per reference: a partition's references)
+    j#<job id><filename><partition id> -> FileReference (one per claimed reference)
+    p#<partition id>                  -> Partition      (children by id: the tree read level by level)
+    root                              -> str            (the root partition's id)
+
+where each name is written ``<length>:<name>`` (or ``#<sha-256>`` if long, see :func:`_sized`).
+
+The ``r#`` and ``j#`` items are projections of the ``f#`` items, and ``root`` of the ``p#`` items:
+:func:`items_of_file` and :func:`items_of_partition` derive them, so a change is a diff of derived items.
+Adding a file with one reference writes two items (``f#`` and ``r#``).
+
+**How entries are merged without the whole state.** A log entry's transaction reads and changes a small,
+nameable part of the state: the files it names, the files its released jobs claim, the partitions it names.
+:func:`plan_reads` lists those keys for a run of entries; the items at those keys, fetched from the view,
+make a *partial* :class:`TableState` on which the transactions themselves are applied (the same ``apply``
+a full load runs, so rejected jobs of a ``ReplaceFileReferences`` are decided by the same rules). Every
+file or partition a run of entries can change is in that partial state, so after the replay:
+
+* a key the plan names has its current value in the partial state;
+* any other key has its current value in the view, unless an entry cleared the files (``ClearFiles``,
+  ``ClearTable``) or replaced the partitions (``InitialisePartitions``, ``ClearTable``): then the view's
+  items of that kind are all gone, and the partial state holds everything since.
+
+:class:`Merged` answers the queries that way; :func:`view_changes` turns the same replay into the item
+puts and deletes that move the view to the new number (what changed, not the table's size, except after a
+clear, which deletes every item of what it cleared); :func:`items_of_state` rebuilds from a full state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from statestore.model.files import FileReference, TableFile
+from statestore.model.partitions import Partition
+from statestore.model.schema import Schema
+from statestore.state.table_state import TableState
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIds,
+    ClearFiles,
+    ClearTable,
+    DeleteFiles,
+    ExtendPartitionTree,
+    InitialisePartitions,
+    ReleaseClaims,
+    ReplaceFileReferences,
+    SplitFileReferences,
+    SplitPartition,
+    Transaction,
+    TransactionBatch,
+)
+
+ViewValue = TableFile | FileReference | Partition | str
+
+FILE_PREFIX = "f#"
+REFERENCE_PREFIX = "r#"
+CLAIM_PREFIX = "j#"
+PARTITION_PREFIX = "p#"
+ROOT_KEY = "root"
+
+
+# A name longer than this (in UTF-8 bytes) is keyed by its SHA-256: a key of three names stays well under
+# DynamoDB's 1,024-byte sort key, while names (up to 1,024 bytes each) are held whole in the item's value.
+_LONGEST_NAME_IN_KEY = 200
+
+
+def _sized(name: str) -> str:
+    """``name`` as one part of a key: its length, a colon and itself (or ``#`` and its hash if long), so no
+    name can run into the next part."""
+    if len(name.encode()) > _LONGEST_NAME_IN_KEY:
+        return "#" + hashlib.sha256(name.encode()).hexdigest()
+    return f"{len(name)}:{name}"
+
+
+def file_key(filename: str) -> str:
+    return FILE_PREFIX + _sized(filename)
+
+
+def partition_key(partition_id: str) -> str:
+    return PARTITION_PREFIX + _sized(partition_id)
+
+
+def references_prefix(partition_id: str) -> str:
+    """The prefix of the ``r#`` items of one partition."""
+    return REFERENCE_PREFIX + _sized(partition_id)
+
+
+def claims_prefix(job_id: str) -> str:
+    """The prefix of the ``j#`` items of one job."""
+    return CLAIM_PREFIX + _sized(job_id)
+
+
+def items_of_file(table_file: TableFile) -> dict[str, ViewValue]:
+    """The items that hold ``table_file``: its own, one per reference, one per claimed reference."""
+    items: dict[str, ViewValue] = {file_key(table_file.filename): table_file}
+    for ref in table_file.references:
+        items[references_prefix(ref.partition_id) + _sized(ref.filename)] = ref
+        if ref.job_id is not None:
+            items[claims_prefix(ref.job_id) + _sized(ref.filename) + _sized(ref.partition_id)] = ref
+    return items
+
+
+def items_of_partition(partition: Partition) -> dict[str, ViewValue]:
+    items: dict[str, ViewValue] = {partition_key(partition.id): partition}
+    if partition.parent_id is None:
+        items[ROOT_KEY] = partition.id
+    return items
+
+
+def items_of_state(state: TableState) -> dict[str, ViewValue]:
+    """Every item of the view of ``state`` (a rebuild writes these and deletes every other item)."""
+    items: dict[str, ViewValue] = {}
+    for partition in state.partitions_by_id.values():
+        items.update(items_of_partition(partition))
+    for table_file in state.files_by_name.values():
+        items.update(items_of_file(table_file))
+    return items
+
+
+@dataclass(frozen=True)
+class ViewMeta:
+    """Where a table's view stands: its items are the state at ``transaction_number``.
+
+    ``writing_to`` is set while an upkeep writes the items of a later number: the items are then a mix of
+    the two and no query may use them (a query that sees it, or sees the meta change while it read, reads
+    again; an upkeep that finds it left by a writer that stopped rebuilds the view).
+    """
+
+    transaction_number: int
+    writing_to: int | None = None
+
+
+# --- what a run of entries reads ------------------------------------------------------------------
+
+
+@dataclass
+class ReadPlan:
+    """The keys a run of log entries reads or changes: fetch these to replay the run on a partial state.
+
+    ``jobs`` are the jobs whose claims a ``ReleaseClaims`` frees: their ``j#`` items name files to fetch
+    too. ``clears_files`` / ``replaces_partitions`` say an entry drops every file / partition.
+    """
+
+    files: set[str] = field(default_factory=set)
+    partitions: set[str] = field(default_factory=set)
+    jobs: set[str] = field(default_factory=set)
+    clears_files: bool = False
+    replaces_partitions: bool = False
+
+    def add(self, transaction: Transaction) -> None:
+        """Add what ``transaction`` reads or changes."""
+        t = transaction
+        if isinstance(t, TransactionBatch):
+            for item in t.items:
+                self.add(item.transaction)
+        elif isinstance(t, AddFiles):
+            # Nothing to read: its files are new when it is applied (one the view holds was removed
+            # first, by an entry of the run that names it or clears the files), and applying it reads
+            # nothing. The replay's state holds them after it.
+            pass
+        elif isinstance(t, AssignJobIds):
+            for request in t.requests:
+                self.files.update(request.filenames)
+                self.partitions.add(request.partition_id)
+        elif isinstance(t, ReleaseClaims):
+            self.jobs.update(t.job_ids)
+        elif isinstance(t, ReplaceFileReferences):
+            for job in t.jobs:
+                self.files.update(job.input_files)
+                self.files.add(job.new_reference.filename)
+                self.partitions.update((job.partition_id, job.new_reference.partition_id))
+        elif isinstance(t, SplitFileReferences):
+            for split in t.requests:
+                self.files.add(split.filename)
+                self.partitions.add(split.from_partition_id)
+                self.partitions.update(r.partition_id for r in split.new_references)
+        elif isinstance(t, DeleteFiles):
+            self.files.update(t.filenames)
+        elif isinstance(t, ClearFiles):
+            self.clears_files = True
+        elif isinstance(t, ClearTable):
+            self.clears_files = self.replaces_partitions = True
+        elif isinstance(t, InitialisePartitions):
+            self.replaces_partitions = True
+            self.partitions.update(p.id for p in t.partitions)
+        elif isinstance(t, SplitPartition):
+            self.partitions.update(p.id for p in (t.parent, *t.children))
+        elif isinstance(t, ExtendPartitionTree):
+            self.partitions.update(p.id for p in (*t.updated_partitions, *t.new_partitions))
+        else:  # a new transaction type must say what it reads before the view can follow it
+            raise ValueError(f"the queryable view cannot follow a {type(t).__name__} transaction")
+
+
+def plan_reads(transactions: Iterable[Transaction]) -> ReadPlan:
+    plan = ReadPlan()
+    for transaction in transactions:
+        plan.add(transaction)
+    return plan
+
+
+# --- the replay on a partial state ----------------------------------------------------------------
+
+
+@dataclass
+class Merged:
+    """A run of log entries replayed on the view items they read: the state at ``transaction_number``
+    for every key the run touched, and the rules for combining it with the view's other items."""
+
+    state: TableState  # partial: the plan's files and partitions, as of the run's last entry
+    touched_files: frozenset[str]
+    touched_partitions: frozenset[str]
+    clears_files: bool
+    replaces_partitions: bool
+
+    @property
+    def transaction_number(self) -> int:
+        return self.state.transaction_number
+
+    def file(self, filename: str, in_view: TableFile | None) -> TableFile | None:
+        """The file's current value, given its ``f#`` item (None if absent)."""
+        if filename in self.touched_files:
+            return self.state.files_by_name.get(filename)
+        return None if self.clears_files else in_view
+
+    def references(
+        self, in_view: Iterable[FileReference], keep: Iterable[FileReference]
+    ) -> list[FileReference]:
+        """View references (of untouched files, unless the files were cleared) and the replay's ``keep``."""
+        kept = [] if self.clears_files else [r for r in in_view if r.filename not in self.touched_files]
+        return sorted([*kept, *keep])
+
+    def references_in(self, partition_id: str, in_view: Iterable[FileReference]) -> list[FileReference]:
+        return self.references(
+            in_view,
+            (
+                r
+                for f in self.state.files_by_name.values()
+                for r in f.references
+                if r.partition_id == partition_id
+            ),
+        )
+
+    def claims_of(self, job_id: str, in_view: Iterable[FileReference]) -> list[FileReference]:
+        return self.references(
+            in_view,
+            (r for f in self.state.files_by_name.values() for r in f.references if r.job_id == job_id),
+        )
+
+    def partition_is_known(self, partition_id: str) -> bool:
+        """Whether the replay decides this partition (else the view's item does)."""
+        return self.replaces_partitions or partition_id in self.touched_partitions
+
+    def root_id(self, in_view: str | None) -> str | None:
+        """The root's id, given the view's ``root`` item (a tree only changes its root when replaced)."""
+        if not self.replaces_partitions:
+            return in_view
+        roots = [p.id for p in self.state.partitions_by_id.values() if p.parent_id is None]
+        return roots[0] if roots else None
+
+
+def replay(
+    schema: Schema,
+    data_prefix: str | None,
+    view_number: int,
+    fetched: Mapping[str, ViewValue],
+    plan: ReadPlan,
+    entries: Sequence[tuple[int, int, Transaction]],
+) -> Merged:
+    """Apply ``entries`` (number, update time, transaction; in order, following ``view_number``) to the
+    view items ``fetched`` for ``plan`` (``f#`` items of its files and of its jobs' claims, ``p#`` items of
+    its partitions; more may be given)."""
+    files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
+    partitions = {v.id: v for v in fetched.values() if isinstance(v, Partition)}
+    state = TableState(schema, partitions, files, view_number)
+    state.data_prefix = data_prefix
+    for number, update_time, transaction in entries:
+        if number != state.transaction_number + 1:
+            raise ValueError(f"entry {number} does not follow {state.transaction_number}")
+        transaction.apply(state, update_time)
+        state.transaction_number, state.last_update_time = number, update_time
+    return Merged(
+        state,
+        frozenset(plan.files | files.keys() | state.files_by_name.keys()),
+        frozenset(plan.partitions | partitions.keys() | state.partitions_by_id.keys()),
+        plan.clears_files,
+        plan.replaces_partitions,
+    )
+
+
+# --- the changes that move the view ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ViewChanges:
+    """Item puts and deletes (disjoint) that move the view from one number to another."""
+
+    puts: Mapping[str, ViewValue]
+    deletes: frozenset[str]
+
+    @property
+    def writes(self) -> int:
+        return len(self.puts) + len(self.deletes)
+
+
+def view_changes(before: Mapping[str, ViewValue], merged: Merged) -> ViewChanges:
+    """The writes that move the view past the run ``merged`` replayed.
+
+    ``before`` holds the view's items the run can change, as fetched for its plan; after a clear of the
+    files (or a replacement of the partitions) it must hold every ``f#`` (``p#``) item of the view, all of
+    which the clear deletes.
+    """
+    old: dict[str, ViewValue] = {}
+    for value in before.values():
+        if isinstance(value, TableFile):
+            old.update(items_of_file(value))
+        elif isinstance(value, Partition):
+            old.update(items_of_partition(value))
+    new: dict[str, ViewValue] = {}
+    for table_file in merged.state.files_by_name.values():
+        new.update(items_of_file(table_file))
+    for partition in merged.state.partitions_by_id.values():
+        new.update(items_of_partition(partition))
+    puts = {key: value for key, value in new.items() if old.get(key) != value}
+    return ViewChanges(puts, frozenset(old.keys() - new.keys()))
+
+
+def diff_items(current: Mapping[str, ViewValue], wanted: Mapping[str, ViewValue]) -> ViewChanges:
+    """The writes that make items ``current`` into ``wanted`` (a rebuild)."""
+    puts = {key: value for key, value in wanted.items() if current.get(key) != value}
+    return ViewChanges(puts, frozenset(current.keys() - wanted.keys()))

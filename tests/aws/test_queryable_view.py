@@ -1,0 +1,347 @@
+"""The queryable view on each store (in memory, moto, DynamoDB Local): its upkeep writes what changed, a
+query is never answered from items an upkeep is writing, a view behind the log's trimmed point or left half
+written is rebuilt, and the DynamoDB items live beside the snapshot records without disturbing them. The
+random-history property runs on DynamoDB Local at the end."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.clients import AwsCaller
+from statestore.adapters.aws.dynamodb_view import DynamoDBQueryableViewStore
+from statestore.engine.log_store import TransactionLogStateStore
+from statestore.engine.queryable_view import QueryableView
+from statestore.engine.snapshots import SnapshotStore
+from statestore.errors import (
+    QueryableViewBusyError,
+    QueryableViewConflictError,
+    ThrottledError,
+    TransactionNotRetainedError,
+)
+from statestore.model.partitions import Range, Region
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
+from statestore.store.memory_view import InMemoryQueryableViewStore
+from statestore.store.ports import QueryableViewStore, SnapshotInfo
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    ClearFiles,
+    InitialisePartitions,
+    ReleaseClaims,
+)
+from statestore.views.queryable_view import Merged, ViewMeta, ViewValue
+from tests.aws.backends import open_ports
+from tests.aws.conftest import DYNAMODB_LOCAL
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
+from tests.property.test_queryable_view import run_view_history
+
+TABLE = "table-1"
+
+
+@pytest.fixture(params=["memory", "moto", DYNAMODB_LOCAL])
+def view_store(request: pytest.FixtureRequest) -> Iterator[QueryableViewStore]:
+    if request.param == "memory":
+        yield InMemoryQueryableViewStore()
+        return
+    with open_ports(request.param, request) as opened:
+        assert opened.backend is not None
+        yield opened.backend.queryable_view
+
+
+class Table:
+    """A table on an in-memory log, with its view on ``items``."""
+
+    def __init__(self, items: QueryableViewStore, split_points: tuple[str, ...] = ("m",)) -> None:
+        clock = itertools.count(1_000, 7)
+        self.log = InMemoryTransactionLog()
+        self.store = TransactionLogStateStore(
+            TABLE,
+            STRING_SCHEMA,
+            self.log,
+            SnapshotStore(InMemorySnapshotMetadataStore(), InMemoryBlobStore()),
+            clock=lambda: next(clock),
+        )
+        self.items = items
+        self.view = QueryableView(TABLE, STRING_SCHEMA, self.log, items, sleep=lambda _: None)
+        self.store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, split_points))))
+
+    def update(self) -> int:
+        return self.view.update(self.store.load).writes
+
+
+def test_an_upkeep_writes_at_most_two_items_per_reference_added(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    table.update()
+    leaves = sorted(p.id for p in table.store.state().leaf_partitions())
+    added = [ref(data_key(TABLE, f"f{i}"), leaves[i % 2], 10) for i in range(60)]
+    table.store.commit(AddFiles(tuple(added)))
+
+    writes = table.update()
+
+    assert writes == 2 * len(added)
+    assert table.view.references_in_partition(leaves[0]).value == sorted(
+        table.store.state().references_in_partition(leaves[0])
+    )
+    assert len(table.view.references_in_partition(leaves[0]).value) == 30
+
+
+def test_a_claim_and_its_release_write_only_the_claimed_files_items(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    names = [data_key(TABLE, f"f{i}") for i in range(30)]
+    leaf = sorted(p.id for p in table.store.state().leaf_partitions())[0]
+    table.store.commit(AddFiles(tuple(ref(n, leaf) for n in names)))
+    table.update()
+
+    table.store.commit(AssignJobIds((AssignJobIdRequest("job-1", leaf, tuple(names[:3])),)))
+    # Each claimed file: its f# and r# item rewritten, its j# item added.
+    assert table.update() == 9
+    assert [r.filename for r in table.view.claimed_references("job-1").value] == names[:3]
+
+    table.store.commit(ReleaseClaims(("job-1",)))
+    assert table.update() == 9  # f# and r# rewritten, j# deleted
+    assert table.view.claimed_references("job-1").value == []
+
+
+def test_a_query_answers_with_the_entries_after_the_view_merged_in(view_store: QueryableViewStore) -> None:
+    table = Table(view_store, ("d", "m", "t"))
+    table.update()
+    state = table.store.state()
+    leaves = {p.id: p for p in state.leaf_partitions()}
+    for i, leaf in enumerate(sorted(leaves)):
+        table.store.commit(AddFiles((ref(data_key(TABLE, f"f{i}"), leaf),)))
+    table.store.commit(ClearFiles())
+    kept = ref(data_key(TABLE, "after-clear"), sorted(leaves)[0])
+    table.store.commit(AddFiles((kept,)))
+
+    region = Region((Range("a", "c"),))  # inside the first leaf
+    answer = table.view.references_in_region(region)
+
+    latest = table.store.state()
+    assert answer.transaction_number == latest.transaction_number
+    expected = {p.id: latest.references_in_partition(p.id) for p in latest.partition_tree.overlapping(region)}
+    assert answer.value == expected
+    assert [r.filename for r in answer.value[kept.partition_id]] == [kept.filename]
+
+
+def test_a_query_never_uses_items_an_upkeep_is_writing(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    table.update()
+    number = table.log.latest_number(TABLE)
+    # An upkeep that stopped half way: the meta says the items are being written.
+    view_store.replace_meta(TABLE, ViewMeta(number, writing_to=number + 1), ViewMeta(number))
+
+    with pytest.raises(QueryableViewBusyError, match="being written"):
+        table.view.references_in_partition("root")
+
+    # The next upkeep rebuilds it from a full load, and queries read it again.
+    result = table.view.update(table.store.load)
+    assert result.rebuilt
+    assert view_store.meta(TABLE) == ViewMeta(number)
+    assert table.view.references_in_partition("root").value == []
+
+
+def test_a_query_reads_again_when_an_upkeep_moved_the_view_meanwhile() -> None:
+    items = InMemoryQueryableViewStore()
+    table = Table(items)
+    table.update()
+    leaf = sorted(p.id for p in table.store.state().leaf_partitions())[0]
+    added = ref(data_key(TABLE, "f"), leaf)
+    table.store.commit(AddFiles((added,)))
+    reads = []
+    real_meta = items.meta
+
+    def meta(table_id: str) -> ViewMeta | None:
+        reads.append(real_meta(table_id))
+        if len(reads) == 2:  # between the query's two reads of the meta, an upkeep runs
+            table.update()
+        return real_meta(table_id)
+
+    items.meta = meta  # type: ignore[method-assign]
+    merges: list[int] = []
+    real_merge = table.view._merge
+
+    def merge(view_number: int) -> Merged:
+        merges.append(view_number)
+        return real_merge(view_number)
+
+    table.view._merge = merge  # type: ignore[method-assign]
+    answer = table.view.references_in_partition(leaf)
+    assert answer.value == table.store.state().references_in_partition(leaf)
+    # Merged first from the view's old number, then (the view moved meanwhile) again from its new one.
+    assert merges == [reads[0].transaction_number, table.log.latest_number(TABLE)]  # type: ignore[union-attr]
+
+
+def test_two_upkeeps_never_write_at_once(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    table.update()
+    number = table.log.latest_number(TABLE)
+    view_store.replace_meta(TABLE, ViewMeta(number, writing_to=number + 1), ViewMeta(number))
+
+    with pytest.raises(QueryableViewConflictError):
+        view_store.replace_meta(TABLE, ViewMeta(number, writing_to=number + 1), ViewMeta(number))
+    with pytest.raises(QueryableViewConflictError):
+        view_store.replace_meta(TABLE, ViewMeta(number), None)
+
+
+def test_a_view_is_never_rebuilt_from_an_older_state(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    older = table.store.load()
+    table.store.commit(AddFiles((ref(data_key(TABLE, "f"), "root"),)))
+    table.update()
+
+    with pytest.raises(QueryableViewConflictError, match="older state"):
+        table.view.rebuild(older)
+    assert view_store.meta(TABLE) == ViewMeta(table.log.latest_number(TABLE))
+
+
+def test_a_view_behind_the_trimmed_log_is_rebuilt(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    table.update()
+    leaf = sorted(p.id for p in table.store.state().leaf_partitions())[0]
+    for i in range(3):
+        table.store.commit(AddFiles((ref(data_key(TABLE, f"f{i}"), leaf),)))
+    table.store.create_snapshot()
+    table.log.delete_up_to(TABLE, table.log.latest_number(TABLE) - 1)
+
+    with pytest.raises(TransactionNotRetainedError):
+        table.view.references_in_partition(leaf)
+
+    assert table.view.update(table.store.load).rebuilt
+    assert table.view.references_in_partition(leaf).value == sorted(
+        table.store.state().references_in_partition(leaf)
+    )
+
+
+def test_long_names_are_keyed_by_their_hash(view_store: QueryableViewStore) -> None:
+    table = Table(view_store)
+    leaf = sorted(p.id for p in table.store.state().leaf_partitions())[0]
+    long_name = data_key(TABLE, "x" * 900)
+    job = "j" * 500
+    table.store.commit(AddFiles((ref(long_name, leaf),)))
+    table.store.commit(AssignJobIds((AssignJobIdRequest(job, leaf, (long_name,)),)))
+    table.update()
+
+    assert table.view.file(long_name).value == table.store.state().file(long_name)
+    assert [r.filename for r in table.view.claimed_references(job).value] == [long_name]
+
+
+def test_the_view_beside_the_snapshot_records(aws: AwsBackend) -> None:
+    records, items = aws.snapshot_metadata, aws.queryable_view
+    table = Table(items)
+    table.update()
+    records.record(SnapshotInfo(TABLE, 1, 5, "p", "f"))
+
+    assert [s.transaction_number for s in records.list(TABLE)] == [1]
+    assert items.meta(TABLE) == ViewMeta(1)
+    records.delete_table(TABLE)  # deleting a table's snapshot records deletes its view with them
+    assert items.meta(TABLE) is None
+    assert items.with_prefix(TABLE, "") == {}
+
+
+class _OneTablePerExample(QueryableViewStore):
+    """A store shared by many examples, each example's table under an id of its own."""
+
+    def __init__(self, store: QueryableViewStore, suffix: str) -> None:
+        self.store, self.suffix = store, suffix
+
+    def meta(self, table_id: str) -> ViewMeta | None:
+        return self.store.meta(table_id + self.suffix)
+
+    def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
+        self.store.replace_meta(table_id + self.suffix, new, expected)
+
+    def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
+        return self.store.get(table_id + self.suffix, keys)
+
+    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        return self.store.with_prefix(table_id + self.suffix, prefix)
+
+    def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
+        self.store.write(table_id + self.suffix, puts, deletes)
+
+    def delete_table(self, table_id: str) -> None:
+        self.store.delete_table(table_id + self.suffix)
+
+
+@pytest.fixture
+def dynamodb_local_view(request: pytest.FixtureRequest) -> Iterator[QueryableViewStore]:
+    with open_ports("dynamodb_local", request) as opened:
+        assert opened.backend is not None
+        yield opened.backend.queryable_view
+
+
+@pytest.mark.dynamodb_local
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_every_query_equals_the_full_state_on_dynamodb_local(
+    data: st.DataObject, dynamodb_local_view: QueryableViewStore
+) -> None:
+    run_view_history(data, lambda: _OneTablePerExample(dynamodb_local_view, f"-{uuid.uuid4().hex}"))
+
+
+def test_items_by_prefix_are_exactly_those_under_it(view_store: QueryableViewStore) -> None:
+    keys = ["a", "ab", "a\U0010ffff", "a\U0010ffffz", "b", "ba", "\U0010ffff"]
+    view_store.write(TABLE, {key: f"value of {key}" for key in keys}, ())
+    view_store.write("other-table", {"ab": "another table's"}, ())
+
+    for prefix in ["", "a", "ab", "b", "a\U0010ffff", "\U0010ffff", "c"]:
+        expected = {key: f"value of {key}" for key in keys if key.startswith(prefix)}
+        assert view_store.with_prefix(TABLE, prefix) == expected, prefix
+
+
+class _UnprocessingDynamoDB:
+    """A DynamoDB client that leaves the last item of each batch unprocessed ``times`` times per item."""
+
+    def __init__(self, table_name: str, times: int) -> None:
+        self.table_name, self.times = table_name, times
+        self.batches: list[int] = []
+        self.left: dict[str, int] = {}
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
+        requests = RequestItems[self.table_name]
+        self.batches.append(len(requests))
+        last = requests[-1]["PutRequest"]["Item"]
+        key = last["snapshot_key"]["S"]
+        if self.left.setdefault(key, self.times) > 0:
+            self.left[key] -= 1
+            requests, unprocessed = requests[:-1], [requests[-1]]
+        else:
+            unprocessed = []
+        for request in requests:
+            item = request["PutRequest"]["Item"]
+            self.stored[item["snapshot_key"]["S"]] = item
+        return {"UnprocessedItems": {self.table_name: unprocessed} if unprocessed else {}}
+
+
+def test_writes_go_in_batches_of_25_and_unprocessed_items_are_sent_again() -> None:
+    client = _UnprocessingDynamoDB("snapshots", times=1)
+    store = DynamoDBQueryableViewStore(client, "snapshots", AwsCaller(sleep=lambda _: None))
+    puts = {f"k{i:03d}": f"v{i}" for i in range(60)}
+
+    store.write(TABLE, puts, ())
+
+    assert len(client.stored) == 60
+    assert max(client.batches) == 25
+    assert client.batches == [25, 1, 25, 1, 10, 1]
+
+
+def test_items_left_unprocessed_round_after_round_are_an_error_naming_the_table() -> None:
+    client = _UnprocessingDynamoDB("snapshots", times=100)
+    store = DynamoDBQueryableViewStore(client, "snapshots", AwsCaller(sleep=lambda _: None))
+
+    with pytest.raises(ThrottledError, match="queryable view of table 'table-1'.*unprocessed"):
+        store.write(TABLE, {"k": "v"}, ())

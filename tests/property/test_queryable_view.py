@@ -1,0 +1,183 @@
+"""Random histories (splits, compactions, claims and take-overs, ClearFiles and ClearTable, re-initialisation,
+group commits with rejected members): at every point every query through the queryable view equals the
+full state's answer, whether the view is current, lags the log by some entries, or was just rebuilt; and
+an upkeep leaves exactly the items a rebuild from the full state would write.
+
+``run_view_history`` takes the view's store, so the same property runs on DynamoDB Local
+(``tests/aws/test_dynamodb_queryable_view.py``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statestore.engine.log_store import GroupMember, TransactionLogStateStore
+from statestore.engine.queryable_view import QueryableView
+from statestore.errors import TransactionValidationError
+from statestore.model.files import TableFile
+from statestore.model.partitions import Range, Region
+from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryTransactionLog
+from statestore.store.memory_view import InMemoryQueryableViewStore
+from statestore.store.ports import QueryableViewStore
+from statestore.transactions import (
+    ClearFiles,
+    InitialisePartitions,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+    Transaction,
+)
+from statestore.views.queryable_view import ViewValue, items_of_state
+from tests.builders import STRING_SCHEMA, data_key, ref, tree
+from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
+
+
+def normal(table_file: TableFile | None) -> object:
+    return (
+        None
+        if table_file is None
+        else (table_file.filename, sorted(table_file.references), table_file.last_update_time)
+    )
+
+
+def normal_items(items: dict[str, ViewValue]) -> dict[str, object]:
+    return {k: normal(v) if isinstance(v, TableFile) else v for k, v in items.items()}
+
+
+def regions(data: st.DataObject) -> list[Region]:
+    """A few regions of the one string row key: points, ranges, the whole key space."""
+    found = [Region((Range(""),))]
+    for _ in range(data.draw(st.integers(0, 3))):
+        low, high = sorted(data.draw(st.lists(SPLIT_POINTS, min_size=2, max_size=2, unique=True)))
+        found.append(Region((Range(low, high if data.draw(st.booleans()) else None),)))
+    return found
+
+
+def check_queries(view: QueryableView, state: TableState, data: st.DataObject) -> None:
+    """Every query through ``view`` answers as the full ``state`` (the log's latest) does."""
+    number = state.transaction_number
+    for partition_id in [*sorted(state.partitions_by_id), "no-such-partition"]:
+        answer = view.references_in_partition(partition_id)
+        assert answer.transaction_number == number
+        assert answer.value == sorted(state.references_in_partition(partition_id)), partition_id
+    for filename in [*sorted(state.files_by_name), "no-such-file"]:
+        found = view.file(filename)
+        assert found.transaction_number == number
+        assert normal(found.value) == normal(state.files_by_name.get(filename)), filename
+    for job_id in [*sorted(state.claimed_references()), "no-such-job"]:
+        expected = sorted(state.claimed_references().get(job_id, []))
+        assert view.claimed_references(job_id).value == expected, job_id
+    for region in regions(data):
+        expected_refs = {
+            p.id: sorted(state.references_in_partition(p.id))
+            for p in (state.partition_tree.overlapping(region) if state.partitions_by_id else [])
+        }
+        in_region = view.references_in_region(region)
+        assert in_region.transaction_number == number
+        assert in_region.value == expected_refs, region
+
+
+def replace_onto_an_existing_file(data: st.DataObject, state: TableState) -> Transaction | None:
+    """A compaction commit whose one valid job is applied and whose other job, writing over a file the
+    table already has (any file: the replay must know the view holds it), is rejected."""
+    claimed = [r for r in state.file_references() if r.job_id is not None]
+    if not claimed or not state.files_by_name:
+        return None
+    chosen = data.draw(st.sampled_from(sorted(claimed)))
+    clash = data.draw(st.sampled_from(sorted(state.files_by_name)))
+    if clash == chosen.filename:
+        return None
+    inputs = tuple(
+        sorted(
+            r.filename for r in claimed if (r.job_id, r.partition_id) == (chosen.job_id, chosen.partition_id)
+        )
+    )
+    assert chosen.job_id is not None
+    return ReplaceFileReferences(
+        (
+            ReplaceFileReferencesJob(
+                chosen.job_id, chosen.partition_id, inputs, ref(clash, chosen.partition_id, 3)
+            ),
+            ReplaceFileReferencesJob(
+                chosen.job_id,
+                chosen.partition_id,
+                inputs,
+                ref(data_key(TABLE, f"out-{state.transaction_number}"), chosen.partition_id, 3),
+            ),
+        )
+    )
+
+
+def run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
+    clock = itertools.count(1_000, 7)
+    log = InMemoryTransactionLog()
+    store = TransactionLogStateStore(TABLE, STRING_SCHEMA, log, clock=lambda: next(clock))
+    items = make_store()
+    view = QueryableView(TABLE, STRING_SCHEMA, log, items, sleep=lambda _: None)
+    names = Names()
+    states = [TableState(STRING_SCHEMA)]
+
+    def load() -> TableState:
+        return store.load()
+
+    def step() -> None:
+        state = store.state()
+        if not state.partitions_by_id:  # cleared: initialise again before anything else
+            points = sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3)))
+            store.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA, points))))
+        elif data.draw(st.integers(0, 12)) == 0:
+            store.commit(ClearFiles())
+        elif data.draw(st.integers(0, 8)) == 0 and (replace := replace_onto_an_existing_file(data, state)):
+            store.commit(replace)
+        elif data.draw(st.integers(0, 4)) == 0:
+            # A group commit drawn from one state: later members may clash with earlier ones, and an
+            # invalid one sometimes joins (rejected, the others committed).
+            members = []
+            for _ in range(data.draw(st.integers(1, 3))):
+                transaction = invalid(data, state, names) if data.draw(st.integers(0, 5)) == 0 else None
+                transaction = transaction or next_transaction(data, state, names)
+                if transaction is not None:
+                    members.append(GroupMember(names("request"), transaction))
+            store.commit_group(members)
+        else:
+            transaction = next_transaction(data, state, names)
+            if transaction is None:
+                return
+            try:
+                store.commit(transaction)
+            except TransactionValidationError:
+                return
+
+    store.commit(
+        InitialisePartitions(tuple(tree(STRING_SCHEMA, sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3))))))
+    )
+    for _ in range(data.draw(st.integers(1, 20))):
+        step()
+        latest = log.latest_number(TABLE)
+        while len(states) <= latest:
+            states.append(store.load(len(states)))
+        action = data.draw(st.sampled_from(["lag", "lag", "update", "update_part", "rebuild"]))
+        if action == "update":
+            view.update(load)
+        elif action == "update_part":
+            meta = items.meta(TABLE)
+            start = 0 if meta is None else meta.transaction_number
+            if start < latest:
+                view.update(load, data.draw(st.integers(start + 1, latest)))
+        elif action == "rebuild":
+            view.rebuild(store.load())
+        meta = items.meta(TABLE)
+        if meta is not None:  # an upkeep leaves the items a rebuild at its number would write
+            assert meta.writing_to is None
+            at = states[meta.transaction_number]
+            assert normal_items(items.with_prefix(TABLE, "")) == normal_items(items_of_state(at))
+        check_queries(view, states[latest], data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_query_through_the_view_equals_the_full_state_at_every_point(data: st.DataObject) -> None:
+    run_view_history(data, InMemoryQueryableViewStore)
