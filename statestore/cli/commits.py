@@ -17,7 +17,8 @@ from statestore.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PEN
 from statestore.cli.parser import Command, add_number
 from statestore.cli.session import read_json
 from statestore.errors import CodecError
-from statestore.store.ports import CommitOutcome, CommitStatus, CommitterState, CommitterSwitch
+from statestore.store.ports import CommitOutcome, CommitStatus
+from statestore.store.switch_ports import CommitterState, CommitterSwitch
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session

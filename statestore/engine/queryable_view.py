@@ -27,7 +27,8 @@ from statestore.model.files import FileReference, TableFile
 from statestore.model.partitions import Partition, Region
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import QueryableViewStore, TransactionLogStore
+from statestore.store.ports import TransactionLogStore
+from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import Transaction
 from statestore.views.queryable_view import (
     FILE_PREFIX,

@@ -30,12 +30,9 @@ from statestore.store.ports import (
     CommitQueue,
     CommitStatus,
     CommitStatusStore,
-    CommitterState,
-    CommitterSwitch,
     DeadLetter,
     DeadLetterQueue,
     LogEntry,
-    QueueDepth,
     QueueMessage,
     RequestKey,
     SnapshotInfo,
@@ -44,6 +41,7 @@ from statestore.store.ports import (
     TransactionLogStore,
     one_status_per_request,
 )
+from statestore.store.switch_ports import CommitterState, CommitterSwitch, QueueDepth
 from statestore.store.tables import TableInfo, check_table_name
 
 

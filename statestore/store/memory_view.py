@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from statestore.errors import QueryableViewConflictError
-from statestore.store.ports import QueryableViewStore
+from statestore.store.view_ports import QueryableViewStore
 from statestore.views.queryable_view import ViewMeta, ViewValue
 
 

@@ -1,9 +1,8 @@
 """The small interfaces the engine needs from its backends, each with an in-memory twin in ``memory.py``
 (``memory_files.py`` for the file reference store). The adapters (``statestore.adapters``) implement the
 same interfaces; one behaviour suite runs against all. Implementations raise only :mod:`statestore.errors`
-exceptions, never a backend's own. :class:`TableIndex`'s values are in ``tables.py``. Requests sent while
-the :class:`CommitterSwitch` has the committer paused wait on the commit queue (SQS keeps them for the
-queue's retention period) and are committed in order once it resumes.
+exceptions, never a backend's own. :class:`TableIndex`'s values are in ``tables.py``. The queryable
+view's port is in ``view_ports.py``, the committer switch's in ``switch_ports.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ if TYPE_CHECKING:
     from statestore.model.schema import Schema
     from statestore.store.tables import TableInfo
     from statestore.transactions import Transaction
-    from statestore.views.queryable_view import ViewMeta, ViewValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,76 +467,3 @@ class TableIndex(ABC):
     def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
         """Replace the table's allowed senders (empty: anyone); returns the changed info. Raises
         TableNotFoundError for an unknown id, StateStoreError for an id no sender can have."""
-
-
-@dataclass(frozen=True)
-class QueueDepth:
-    """The commit queue's approximate message counts (as SQS reports them, a few seconds behind)."""
-
-    waiting: int  # visible: not yet taken by the committer
-    in_flight: int  # taken by a committer invocation and not yet acknowledged
-    delayed: int = 0
-
-
-@dataclass(frozen=True)
-class CommitterState:
-    """Whether the committer takes requests off the queue, and how full the queue is.
-
-    ``state`` is what the mechanism itself reports (an event source mapping's ``Enabled``, ``Disabled``,
-    ``Disabling``, ...); ``paused`` is True once it is disabled or disabling.
-    """
-
-    paused: bool
-    state: str
-    queue: QueueDepth
-    where: str  # what was switched: the mapping's id and function, or the local runtime's queue
-
-
-class CommitterSwitch(ABC):
-    """Pauses and resumes one instance's committer."""
-
-    @abstractmethod
-    def set_paused(self, paused: bool) -> CommitterState:
-        """Stop (``True``) or restart (``False``) taking commit requests off the queue; returns the new state.
-
-        Idempotent. Raises :class:`statestore.errors.StateStoreError` naming what could not be found or
-        changed (no committer function or mapping, no permission, an unreachable endpoint).
-        """
-
-    @abstractmethod
-    def state(self) -> CommitterState:
-        """Whether the committer is paused and the queue's depth. Raises as :meth:`set_paused`."""
-
-
-class QueryableViewStore(ABC):
-    """The items of each table's queryable view (``statestore.views.queryable_view``) and its meta.
-
-    Reads are strongly consistent. Writes of items are not atomic together: the meta's ``writing_to``
-    tells readers not to use the items while an upkeep writes them (see ``ViewMeta``).
-    """
-
-    @abstractmethod
-    def meta(self, table_id: str) -> ViewMeta | None:
-        """Where the table's view stands, or None if it has none."""
-
-    @abstractmethod
-    def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
-        """Set the meta to ``new`` if it is ``expected`` (None: absent); else raise
-        QueryableViewConflictError and change nothing."""
-
-    @abstractmethod
-    def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
-        """The items at ``keys`` that exist."""
-
-    @abstractmethod
-    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
-        """Every item whose key starts with ``prefix`` (``""``: every item)."""
-
-    @abstractmethod
-    def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
-        """Put and delete items (disjoint keys); absent keys to delete are ignored. Not atomic: an
-        interrupted write leaves some done (the caller set ``writing_to`` first)."""
-
-    @abstractmethod
-    def delete_table(self, table_id: str) -> None:
-        """Delete the table's items and meta."""

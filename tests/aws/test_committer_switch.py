@@ -18,7 +18,7 @@ from statestore.adapters.aws.sqs_queue import provision_queues
 from statestore.errors import StateStoreError
 from statestore.instance import ResourceNames
 from statestore.store.memory import InMemoryCommitterSwitch
-from statestore.store.ports import CommitterSwitch, QueueDepth
+from statestore.store.switch_ports import CommitterSwitch, QueueDepth
 
 REGION = "us-east-1"
 NAMES = ResourceNames.for_instance("switch")

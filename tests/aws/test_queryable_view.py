@@ -29,7 +29,8 @@ from statestore.errors import (
 from statestore.model.partitions import Range, Region
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
-from statestore.store.ports import QueryableViewStore, SnapshotInfo
+from statestore.store.ports import SnapshotInfo
+from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     AddFiles,
     AssignJobIdRequest,

@@ -22,7 +22,7 @@ from statestore.model.partitions import Range, Region
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
-from statestore.store.ports import QueryableViewStore
+from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     ClearFiles,
     InitialisePartitions,

@@ -19,7 +19,7 @@ from typing import Any
 
 from statestore.adapters.aws.clients import NOT_FOUND_CODES, AwsCaller
 from statestore.errors import ResourceNotFoundError, StateStoreError
-from statestore.store.ports import CommitterState, CommitterSwitch, QueueDepth
+from statestore.store.switch_ports import CommitterState, CommitterSwitch, QueueDepth
 
 PAUSED_TAG = "statestore:committer-paused"
 _DEPTH_ATTRIBUTES = [

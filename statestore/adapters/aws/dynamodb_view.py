@@ -25,7 +25,7 @@ from statestore import instance
 from statestore.adapters.aws.clients import AwsCaller
 from statestore.codec.view_items import view_value_from_json, view_value_to_json
 from statestore.errors import QueryableViewConflictError, StateStoreError, ThrottledError
-from statestore.store.ports import QueryableViewStore
+from statestore.store.view_ports import QueryableViewStore
 from statestore.views.queryable_view import ViewMeta, ViewValue
 
 _TABLE_ID = instance.SNAPSHOTS_KEYS.hash_key[0]

@@ -1,0 +1,45 @@
+"""The queryable view's port: the items of each table's view and its meta, with an in-memory twin in
+``memory_view.py`` and the DynamoDB adapter in ``statestore.adapters.aws.dynamodb_view``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statestore.views.queryable_view import ViewMeta, ViewValue
+
+
+class QueryableViewStore(ABC):
+    """The items of each table's queryable view (``statestore.views.queryable_view``) and its meta.
+
+    Reads are strongly consistent. Writes of items are not atomic together: the meta's ``writing_to``
+    tells readers not to use the items while an upkeep writes them (see ``ViewMeta``).
+    """
+
+    @abstractmethod
+    def meta(self, table_id: str) -> ViewMeta | None:
+        """Where the table's view stands, or None if it has none."""
+
+    @abstractmethod
+    def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
+        """Set the meta to ``new`` if it is ``expected`` (None: absent); else raise
+        QueryableViewConflictError and change nothing."""
+
+    @abstractmethod
+    def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
+        """The items at ``keys`` that exist."""
+
+    @abstractmethod
+    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        """Every item whose key starts with ``prefix`` (``""``: every item)."""
+
+    @abstractmethod
+    def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
+        """Put and delete items (disjoint keys); absent keys to delete are ignored. Not atomic: an
+        interrupted write leaves some done (the caller set ``writing_to`` first)."""
+
+    @abstractmethod
+    def delete_table(self, table_id: str) -> None:
+        """Delete the table's items and meta."""
