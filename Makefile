@@ -42,12 +42,12 @@ SPARK_LATEST_VENV := .venv-spark-latest
 SPARK_LATEST_VERSION := 4.3.0
 SPARK_LATEST_PY := $(SPARK_LATEST_VENV)/bin/python
 venv-spark-latest: $(SPARK_LATEST_VENV)/.installed
-$(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock $(LOCK_PINS)
+$(SPARK_LATEST_VENV)/.installed: Makefile pyproject.toml requirements.lock $(LOCK_PINS)
 	$(PYTHON) -m venv $(SPARK_LATEST_VENV)
 	$(SPARK_LATEST_PY) -m pip install --quiet --upgrade pip==25.3
 	grep -v '^pyspark==' $(LOCK_PINS) > build/constraints-spark-latest.txt
 	$(SPARK_LATEST_PY) -m pip install --quiet -c build/constraints-spark-latest.txt \
-		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local,postgres]' pytest hypothesis
+		pyspark==$(SPARK_LATEST_VERSION) pandas -e '.[local,postgres]' pytest pytest-xdist hypothesis
 	touch $@
 
 # The peers of benchmarks/bench_peers.py (Delta Lake's delta-rs, Apache Iceberg's pyiceberg): the `bench`
@@ -71,8 +71,12 @@ $(NODE_STAMP): package.json package-lock.json
 demo: venv node
 	$(PY) -m statestore.local.demo
 
+# Two processes (pytest-xdist), a test file's tests in the same one (--dist loadscope: a module's fixtures,
+# a synthesized stack or a Spark cluster, are made once). Each process has its own moto server, DynamoDB
+# Local and Spark session.
+PYTEST_PARALLEL := -n 2 --dist loadscope
 test: venv node venv-spark-latest
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 	$(MAKE) --no-print-directory test-spark-latest
 
 # The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and
@@ -81,10 +85,10 @@ test: venv node venv-spark-latest
 # `make test` is the gate.
 FAST_TESTS := tests/unit tests/committer tests/cli
 test-fast: venv
-	$(PY) -m pytest -q -n 2 -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 
 test-spark-latest: venv-spark-latest
-	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q -m spark tests/spark
+	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q $(PYTEST_PARALLEL) -m spark tests/spark
 
 lint: venv
 	$(VENV)/bin/ruff check .
