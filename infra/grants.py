@@ -107,7 +107,8 @@ class StateStoreGrants:
           DeleteObjects under ``tables/<id>/``);
         - ``snapshot``: record a snapshot (its items and its objects);
         - ``cleanup``: delete old log entries and snapshots, garbage data files and stale request bodies,
-          committing DeleteFiles straight to the log; ``files --orphans`` lists the data prefix;
+          committing DeleteFiles straight to the log, and read and move the orphan sweep's progress
+          (``tables/<id>/upkeep/``); ``files --orphans`` lists the data prefix;
         - ``dead-letters``: receive, release (ChangeMessageVisibility) and delete the dead-letter queue's
           messages; redrive sends them to the commit queue, as a commit does. ``dead-letters --queue
           upkeep``: the same on the upkeep dead-letter queue, and redrive sends (SendMessage) fresh work
@@ -125,7 +126,8 @@ class StateStoreGrants:
         state.tables_by_name.grant(grantee, *PUT, *DELETE)
         state.transaction_log.grant(grantee, *PUT, *BATCH_WRITE)
         state.snapshots.grant(grantee, *PUT, *DELETE, *BATCH_WRITE)
-        data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS)
+        data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
+        data.grant_read(grantee, objects.UPKEEP_OBJECTS)
         data.grant_delete(grantee, objects.TABLE_OBJECTS)
         self.commits.dead_letter_queue.grant_consume_messages(grantee)
         self.upkeep.dead_letter_queue.grant_consume_messages(grantee)

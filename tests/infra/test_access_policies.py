@@ -67,8 +67,14 @@ ADMIN = (
     | allows((PUT_ITEM, BATCH_WRITE), table(NAMES.transaction_log_table))
     | allows((PUT_ITEM, DELETE_ITEM, BATCH_WRITE), table(NAMES.snapshots_table))
     | allows(
-        OBJECT_PUT, objects(layout.snapshot_prefix(ANY_TABLE)), objects(layout.log_body_prefix(ANY_TABLE))
+        OBJECT_PUT,
+        objects(layout.snapshot_prefix(ANY_TABLE)),
+        objects(layout.log_body_prefix(ANY_TABLE)),
+        objects(layout.upkeep_prefix(ANY_TABLE)),
     )
+    | allows(
+        OBJECT_READ, "bucket", objects(layout.upkeep_prefix(ANY_TABLE))
+    )  # cleanup's orphan sweep progress
     | allows(OBJECT_DELETE, objects("tables/"))  # every object of every table
     | allows(QUEUE_CONSUME, f"queue:{NAMES.dead_letter_queue}")  # dead-letters list/redrive/purge
     # dead-letters --queue upkeep: list/purge on its dead-letter queue, redrive to the work queues
