@@ -73,10 +73,11 @@ demo: venv node
 
 # Two processes (pytest-xdist), a test file's tests in the same one (--dist loadscope: a module's fixtures,
 # a synthesized stack or a Spark cluster, are made once). Each process has its own moto server, DynamoDB
-# Local and Spark session.
+# Local and Spark session. make test stays in one process until the CLI's dead-letter tests pass under it
+# every time (two failed once in two clean-clone runs with it).
 PYTEST_PARALLEL := -n 2 --dist loadscope
 test: venv node venv-spark-latest
-	$(PY) -m pytest -q $(PYTEST_PARALLEL)
+	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-spark-latest
 
 # The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and
@@ -88,7 +89,7 @@ test-fast: venv
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 
 test-spark-latest: venv-spark-latest
-	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q $(PYTEST_PARALLEL) -m spark tests/spark
+	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q -m spark tests/spark
 
 lint: venv
 	$(VENV)/bin/ruff check .
