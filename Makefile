@@ -42,7 +42,7 @@ SPARK_LATEST_VENV := .venv-spark-latest
 SPARK_LATEST_VERSION := 4.3.0
 SPARK_LATEST_PY := $(SPARK_LATEST_VENV)/bin/python
 venv-spark-latest: $(SPARK_LATEST_VENV)/.installed
-$(SPARK_LATEST_VENV)/.installed: Makefile pyproject.toml requirements.lock $(LOCK_PINS)
+$(SPARK_LATEST_VENV)/.installed: pyproject.toml requirements.lock $(LOCK_PINS)
 	$(PYTHON) -m venv $(SPARK_LATEST_VENV)
 	$(SPARK_LATEST_PY) -m pip install --quiet --upgrade pip==25.3
 	grep -v '^pyspark==' $(LOCK_PINS) > build/constraints-spark-latest.txt
