@@ -73,11 +73,10 @@ demo: venv node
 
 # Two processes (pytest-xdist), a test file's tests in the same one (--dist loadscope: a module's fixtures,
 # a synthesized stack or a Spark cluster, are made once). Each process has its own moto server, DynamoDB
-# Local and Spark session. make test stays in one process until the CLI's dead-letter tests pass under it
-# every time (two failed once in two clean-clone runs with it).
+# Local and Spark session.
 PYTEST_PARALLEL := -n 2 --dist loadscope
 test: venv node venv-spark-latest
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 	$(MAKE) --no-print-directory test-spark-latest
 
 # The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and

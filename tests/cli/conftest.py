@@ -31,6 +31,17 @@ def runtime(moto_server: str, dynamodb_local: str) -> Iterator[LocalRuntime]:  #
         yield rt
 
 
+def _is_function_record(line: str) -> bool:
+    """A line the in-process functions print meanwhile: a log record or an embedded-metric record (EMF)."""
+    return line.startswith(('{"level"', '{"_aws"'))
+
+
+def cli_json(out: str) -> Any:
+    """The CLI's JSON document in ``out``, without the functions' log and metric lines printed meanwhile
+    (the runtime's committer and workers run in this process and share its stdout)."""
+    return json.loads("\n".join(line for line in out.splitlines() if not _is_function_record(line)))
+
+
 @dataclass
 class Run:
     code: int
@@ -38,7 +49,7 @@ class Run:
     err: str
 
     def json(self) -> Any:
-        return json.loads(self.out)
+        return cli_json(self.out)
 
 
 class Cli:

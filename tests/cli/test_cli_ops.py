@@ -17,12 +17,10 @@ from statestore.services.upkeep import UpkeepKind, UpkeepWork
 from statestore.store.ports import QueueMessage
 from statestore.transactions import AddFiles
 from tests.builders import INT_SCHEMA, data_keys, ref
-from tests.cli.conftest import Cli
+from tests.cli.conftest import Cli, cli_json
 
 
-def ours(out: str) -> Any:
-    """The CLI's JSON, without the log lines the in-process committer Lambda prints meanwhile."""
-    return json.loads("\n".join(line for line in out.splitlines() if not line.startswith('{"level"')))
+ours = cli_json
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
