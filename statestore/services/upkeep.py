@@ -175,12 +175,16 @@ def plan_snapshots(
             head = log.latest_number(table.table_id)
             latest = snapshots.metadata.latest(table.table_id)
             due = head - (latest.transaction_number if latest else 0) >= min_transactions
-            if not due and views is not None:
-                due = view_behind(table, head, views)
         except StateStoreError as e:
             logger.exception("could not check whether table %r moved", table.table_id)
             errors[table.table_id] = str(e)
             continue
+        if not due and views is not None:
+            try:
+                due = view_behind(table, head, views)
+            except StateStoreError as e:  # its view setting or meta: its snapshots are planned regardless
+                logger.exception("could not check the queryable view of table %r", table.table_id)
+                errors[table.table_id] = str(e)
         (planned if due else skipped).append(table.table_id)
     _send(queue, UpkeepKind.SNAPSHOT, planned, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.SNAPSHOT, tuple(planned), tuple(skipped), errors)

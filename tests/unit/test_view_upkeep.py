@@ -16,7 +16,7 @@ from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StoreUnavailableError
 from statestore.model.partitions import Range, Region
 from statestore.services.cleanup import SnapshotOutcome
-from statestore.services.upkeep import UpkeepWork, plan_snapshots, run_snapshot_work
+from statestore.services.upkeep import UpkeepPlan, UpkeepWork, plan_snapshots, run_snapshot_work
 from statestore.services.view_upkeep import QUERYABLE_VIEWS_ENV, views_kept
 from statestore.store.memory import (
     InMemoryBlobStore,
@@ -68,8 +68,13 @@ class Instance:
         return store
 
     def plan(self) -> list[str]:
+        made = self.plan_reporting()
+        assert not made.errors
+        return list(made.planned)
+
+    def plan_reporting(self) -> UpkeepPlan:
         self.now += PERIOD
-        made = plan_snapshots(
+        return plan_snapshots(
             self.tables,
             self.log,
             self.snapshots,
@@ -78,8 +83,6 @@ class Instance:
             now=self.now,
             views=self.views,
         )
-        assert not made.errors
-        return list(made.planned)
 
     def work(self, *, views: bool = True) -> list[SnapshotOutcome]:
         """What the worker does with each queued message."""
@@ -243,6 +246,26 @@ def test_switching_the_view_off_stops_its_upkeep_and_keeps_its_items(instance: I
     assert outcome.view is not None and outcome.view.result is not None
     assert not outcome.view.result.rebuilt and outcome.view.result.writes == 2
     assert_answers_as_a_full_load(instance, store)
+
+
+def test_a_setting_written_before_it_was_checked_is_reported_and_the_snapshots_go_on(
+    instance: Instance,
+) -> None:
+    unchecked = TableInfo("legacy-id", "legacy", INT_SCHEMA, {"queryable_view": "yes"})
+    instance.tables.create(unchecked)  # as a record written before the property was checked
+    store = TransactionLogStateStore(unchecked.table_id, INT_SCHEMA, instance.log, instance.snapshots)
+    store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+    instance.run()  # its first snapshot
+
+    add(store, "a")
+    made = instance.plan_reporting()
+    assert made.planned == (unchecked.table_id,) and made.errors == {}  # due anyway: not asked about its view
+    [outcome] = instance.work()
+    assert outcome.snapshot is not None and outcome.view is not None
+    assert "queryable_view='yes' must be true or false" in str(outcome.view.error)
+
+    made = instance.plan_reporting()  # not due: its view setting is looked at, and reported
+    assert made.planned == () and "queryable_view='yes'" in made.errors[unchecked.table_id]
 
 
 def test_a_deployment_without_the_stack_option_keeps_no_view(instance: Instance) -> None:
