@@ -26,6 +26,7 @@ from infra.functions import StatestoreFunction
 from infra.nag import acknowledge
 from infra.observability import function_metric, table_throttles
 from statestore.instance import DEAD_LETTER_RETENTION_SECONDS
+from statestore.services.view_upkeep import VIEW_FAILURES_METRIC
 
 DEAD_LETTER_RETENTION_DAYS = DEAD_LETTER_RETENTION_SECONDS // 86_400
 
@@ -35,7 +36,8 @@ class Alarms(Construct):
 
     ``functions`` maps ``committer``, ``snapshot`` and ``cleanup`` to their functions; ``work_queues`` maps
     ``snapshot`` and ``cleanup`` to their work queue and their schedule's period in minutes. Rates are
-    counts per five minutes; ``memory_percent`` is of each function's memory size.
+    counts per five minutes; ``memory_percent`` is of each function's memory size. ``queryable_views``: the
+    snapshot function keeps tables' queryable views, and a failed update alarms.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Alarms(Construct):
         throttles_per_5_minutes: int,
         memory_percent: int,
         alarm_email: str | None,
+        queryable_views: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "Topic", topic_name=f"statestore-{instance_id}-alarms", enforce_ssl=True)
@@ -158,6 +161,16 @@ class Alarms(Construct):
                 f"{name}-errors",
                 f"The {name} Lambda failed a plan or a table's work (retried from its queue): see its logs.",
                 functions[name].function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+                1,
+            )
+        if queryable_views:
+            alarm(
+                "QueryableViewFailures",
+                "queryable-view-failures",
+                "The snapshot function could not update a table's queryable view (the snapshot was written): "
+                "queries through the view merge more of the log until it is retried next period, and fail "
+                "once cleanup trims what they need. See the function's logs for the table and the error.",
+                function_metric(functions["snapshot"], VIEW_FAILURES_METRIC),
                 1,
             )
         alarm(

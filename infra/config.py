@@ -56,6 +56,12 @@
   ``gc_delay_minutes`` property overrides it.
 - ``claim_expiry_minutes`` (780 = 13 hours): the cleanup releases compaction claims older than this, their
   job presumed dead; keep it longer than the longest compaction, or a slow job's work is thrown away.
+- ``queryable_views`` (true): the snapshot function keeps the queryable view of each table whose property
+  ``queryable_view`` is true, after its snapshot (``statestore tables view TABLE --on``; docs/queryable-
+  view.md), and its role may write the snapshots table with BatchWriteItem, which the view's items need
+  (IAM cannot narrow it to the view's keys: the snapshot records share the table). False: no view is kept,
+  the role has no BatchWriteItem, and queries through a view merge ever more of the log until cleanup
+  trims what they need.
 - ``alarm_email`` (unset): an address subscribed to the alarm topic.
 - ``emr_serverless`` (true): an EMR Serverless Spark application and a job execution role for it.
 - ``emr_idle_timeout_minutes`` (15): the application stops after this long without jobs (1 to 10080);
@@ -95,6 +101,7 @@ from statestore.services.cleanup_policy import (
     GC_DELAY_ENV,
     MAX_DELAY_MS,
 )
+from statestore.services.view_upkeep import QUERYABLE_VIEWS_ENV
 from statestore.services.warm_cache import WARM_CACHE_MB_ENV
 from statestore.sizing import DEFAULT_WORKER_MEMORY_MB
 
@@ -168,6 +175,7 @@ class InstanceConfig:
     postgres: bool = False
     postgres_proxy: bool = True
     postgres_max_acu: int = 4
+    queryable_views: bool = True
 
     def __post_init__(self) -> None:
         ResourceNames.for_instance(self.instance_id)  # raises a clear error for a bad id
@@ -240,6 +248,11 @@ class InstanceConfig:
         """The committer's and the snapshot function's warm budget, as the environment they read it from
         (none when unset: each follows its memory)."""
         return {} if self.warm_cache_mb is None else {WARM_CACHE_MB_ENV: str(self.warm_cache_mb)}
+
+    @property
+    def snapshot_environment(self) -> dict[str, str]:
+        """The snapshot function's settings from this config, as the environment it reads them from."""
+        return {QUERYABLE_VIEWS_ENV: "true" if self.queryable_views else "false"}
 
     @property
     def cleanup_environment(self) -> dict[str, str]:

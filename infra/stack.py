@@ -139,10 +139,12 @@ class StatestoreStack(Stack):
         )
         for name, value in config.cleanup_environment.items():  # the GC delay and the claim expiry
             self.cleanup.function.add_environment(name, value)
+        for name, value in config.snapshot_environment.items():  # whether it keeps queryable views
+            self.snapshot.function.add_environment(name, value)
         for name, value in config.warm_cache_environment.items():  # the warm budget, when set
             self.committer.function.add_environment(name, value)
             self.snapshot.function.add_environment(name, value)
-        self._grant()
+        self._grant(queryable_views=config.queryable_views)
         if self.postgres is not None:
             # The committer applies file-reference transactions; the cleanup marks and collects garbage
             # files. The snapshot function only touches partitions (always on the log): no database.
@@ -208,6 +210,7 @@ class StatestoreStack(Stack):
             throttles_per_5_minutes=config.throttles_alarm_per_5_minutes,
             memory_percent=config.memory_alarm_percent,
             alarm_email=config.alarm_email,
+            queryable_views=config.queryable_views,
         )
         self.dashboard = Dashboard(
             self,
@@ -227,7 +230,7 @@ class StatestoreStack(Stack):
         )
         self._outputs()
 
-    def _grant(self) -> None:
+    def _grant(self, *, queryable_views: bool) -> None:
         """Each function's grants, from the calls its handler makes through statestore.adapters.aws. Every one
         loads tables, which is :meth:`StateStoreGrants.grant_read_state`; the rest is its own."""
         state, data, commits = self.state, self.data, self.commits
@@ -256,6 +259,10 @@ class StatestoreStack(Stack):
         state.snapshots.grant(snapshot, *PUT)
         data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
         data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
+        if queryable_views:
+            # The queryable views' items, beside the snapshot records (view#...): written and deleted in
+            # batches of 25; their meta moves with a conditional PutItem, granted above.
+            state.snapshots.grant(snapshot, *BATCH_WRITE)
 
         # Cleanup: deletes old log entries with their bodies and old snapshots (records and objects),
         # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles

@@ -38,6 +38,7 @@ from statestore.services.upkeep import (
     UpkeepKind,
     period_ms_from_minutes,
 )
+from statestore.services.view_upkeep import views_kept
 from statestore.services.warm_cache import WARM_CACHE_MB_ENV, WarmCache
 from statestore.store.memory import (
     InMemoryBlobStore,
@@ -46,6 +47,7 @@ from statestore.store.memory import (
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
+from statestore.store.memory_view import InMemoryQueryableViewStore
 from statestore.store.ports import (
     BlobStore,
     CommitQueue,
@@ -54,6 +56,7 @@ from statestore.store.ports import (
     TableIndex,
     TransactionLogStore,
 )
+from statestore.store.view_ports import QueryableViewStore
 
 
 class Runtime:
@@ -69,6 +72,7 @@ class Runtime:
         dead_letters: CommitQueue | None = None,
         upkeep_queues: Mapping[UpkeepKind, CommitQueue] | None = None,
         file_store: FileReferenceStore | None = None,
+        queryable_view: QueryableViewStore | None = None,
         *,
         names: ResourceNames | None = None,
         endpoint_url: str | None = None,
@@ -82,6 +86,7 @@ class Runtime:
             "blobs": blobs,
             "dead_letters": dead_letters,
             "file_store": file_store,
+            "queryable_view": queryable_view,
         }
         # A value in the instance's __dict__ takes the place of the cached_property of that name.
         self.__dict__.update({name: piece for name, piece in given.items() if piece is not None})
@@ -110,6 +115,7 @@ class Runtime:
             blobs=blobs,
             dead_letters=InMemoryCommitQueue(),
             upkeep_queues={kind: InMemoryCommitQueue() for kind in UpkeepKind},
+            queryable_view=InMemoryQueryableViewStore(),
         )
 
     @cached_property
@@ -132,6 +138,17 @@ class Runtime:
     @cached_property
     def blobs(self) -> BlobStore:
         return self._backend.blobs
+
+    @cached_property
+    def queryable_view(self) -> QueryableViewStore:
+        """The items of the tables' queryable views (beside the snapshot records)."""
+        return self._backend.queryable_view
+
+    @property
+    def views(self) -> QueryableViewStore | None:
+        """The view store when the deployment keeps queryable views (the stack option ``queryable_views``,
+        as :func:`statestore.services.view_upkeep.views_kept` reads it), else None."""
+        return self.queryable_view if views_kept(os.environ) else None
 
     @property
     def statuses(self) -> CommitStatusStore:

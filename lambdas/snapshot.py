@@ -1,6 +1,7 @@
 """The snapshot Lambda, in two modes: on its schedule it *plans* (queues a snapshot of every table whose log
 moved, one message per table, checked without loading any); fed by its work queue it snapshots the one table
-of each message (the event source hands it one at a time). See :mod:`statestore.services.upkeep`."""
+of each message (the event source hands it one at a time), then updates its queryable view if it keeps one.
+See :mod:`statestore.services.upkeep`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lambdas._runtime import (
     upkeep_period_ms,
 )
 from statestore.services.upkeep import UpkeepKind, UpkeepWork, plan_snapshots, run_snapshot_work
+from statestore.services.view_upkeep import VIEW_FAILURES_METRIC
 
 logger = Logger()
 tracer = Tracer()
@@ -37,6 +39,7 @@ def plan(rt: Runtime) -> dict[str, Any]:
         rt.upkeep_queue(UpkeepKind.SNAPSHOT),
         period_ms=upkeep_period_ms(UpkeepKind.SNAPSHOT),
         min_transactions=snapshot_min_transactions(),
+        views=rt.views,
     )
     metrics.add_metric(name="SnapshotTablesPlanned", unit=MetricUnit.Count, value=len(made.planned))
     metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=len(made.skipped))
@@ -57,6 +60,7 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
             first_received_at=first_received_at(record),
             min_transactions=snapshot_min_transactions(),
             stores=rt.snapshot_stores,
+            views=rt.views,
         )
         for record in records
     ]
@@ -66,7 +70,26 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
     skipped = {o.table_id: o.skipped for o in outcomes if o.skipped is not None}
     metrics.add_metric(name="SnapshotsWritten", unit=MetricUnit.Count, value=len(written))
     metrics.add_metric(name="SnapshotTablesSkipped", unit=MetricUnit.Count, value=len(skipped))
-    summary = {"written": written, "skipped": len(skipped), "errors": errors}
+    views = [o.view for o in outcomes if o.view is not None]
+    moved = {v.table_id: v.result.to_number for v in views if v.result is not None}
+    view_errors = {v.table_id: v.error for v in views if v.error is not None}
+    if views:
+        # A failed view update fails nothing: the snapshot stands, and the next plan queues the table again.
+        # The failure count is what the view's alarm watches.
+        metrics.add_metric(name="QueryableViewsUpdated", unit=MetricUnit.Count, value=len(moved))
+        metrics.add_metric(name=VIEW_FAILURES_METRIC, unit=MetricUnit.Count, value=len(view_errors))
+        metrics.add_metric(
+            name="QueryableViewItemWrites",
+            unit=MetricUnit.Count,
+            value=sum(v.result.writes for v in views if v.result is not None),
+        )
+    summary = {
+        "written": written,
+        "skipped": len(skipped),
+        "errors": errors,
+        "views": moved,
+        "view_errors": view_errors,
+    }
     logger.info("snapshots", extra={**summary, "skipped_because": skipped})
     if errors:
         raise SnapshotFailedError(f"could not snapshot {len(errors)} table(s): {errors}")

@@ -258,6 +258,11 @@ class QueryableViewConflictError(StateStoreError):
     by this one; the next upkeep continues from where the view is."""
 
 
+class QueryableViewOffError(StateStoreError):
+    """A query through the queryable view of a table that does not keep one (its property
+    ``queryable_view`` is not true): switch it on, or ask for the answer from a full load."""
+
+
 class UnsupportedByFileStoreError(StateStoreError):
     """The table keeps its files in a file-reference store (PostgreSQL), which holds only the current state:
     what needs the history of its file transactions (time travel, incremental reads, job history) needs a

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statestore.cli import maintenance
+from statestore.cli import maintenance, view
 from statestore.cli import output as fmt
-from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, CliError
+from statestore.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
 from statestore.cli.parser import INT64_MAX, MAX_LIMIT, Command, add_number
 from statestore.errors import UnreadableLogEntryError
 
@@ -23,13 +23,20 @@ def register_partitions(commands: Any, command: Command) -> None:
 
 def register_files_and_log(commands: Any, command: Command) -> None:
     """Add ``files`` and ``log``."""
-    p = command(commands, "files", "a table's files and their references", cmd_files)
+    p = command(
+        commands,
+        "files",
+        "a table's files and their references; one partition's, a key range's, a job's or a file's through "
+        "the table's queryable view",
+        cmd_files,
+    )
     p.add_argument("table", metavar="TABLE")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--unreferenced", action="store_true", help="only files awaiting garbage collection")
     shown.add_argument(
         "--orphans", action="store_true", help="data objects no file names, older than the GC delay"
     )
+    view.add_query_options(shown, p)
 
     p = command(commands, "log", "a table's transaction log", cmd_log)
     p.add_argument("table", metavar="TABLE")
@@ -104,6 +111,10 @@ def _tree_order(partitions: dict[str, Any]) -> list[tuple[Any, int]]:
 
 
 def cmd_files(s: Session) -> int:
+    if s.args.full_load and not view.wants_view_query(s.args):
+        raise CliError("--full-load goes with --partition, --range, --job or --file", EXIT_USAGE)
+    if view.wants_view_query(s.args):
+        return view.cmd_files_through_view(s)
     if s.args.orphans:
         return maintenance.cmd_orphan_files(s)
     table = s.table(s.args.table)

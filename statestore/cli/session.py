@@ -81,7 +81,12 @@ class Session:
 
         b = self.backend
         return StateStoreClient(
-            b.table_index, b.log, b.snapshot_metadata, b.blobs, file_store=self.file_store
+            b.table_index,
+            b.log,
+            b.snapshot_metadata,
+            b.blobs,
+            file_store=self.file_store,
+            queryable_view=b.queryable_view,
         )
 
     @cached_property

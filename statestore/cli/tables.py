@@ -1,4 +1,5 @@
-"""``statestore tables create|list|show|senders|rename|delete``."""
+"""``statestore tables create|list|show|senders|view|rename|delete`` (``view``: in
+:mod:`statestore.cli.view`)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 
 
 def register(commands: Any, command: Command) -> None:
-    """Add ``tables create|list|show|rename|delete``."""
-    tables = commands.add_parser("tables", help="create, list, show, rename and delete tables")
+    """Add ``tables create|list|show|senders|view|rename|delete``."""
+    tables = commands.add_parser(
+        "tables", help="create, list, show, rename and delete tables; switch their queryable views"
+    )
     table_commands = tables.add_subparsers(
         dest="tables_command", metavar="ACTION", required=True, parser_class=type(tables)
     )
@@ -66,6 +69,9 @@ def register(commands: Any, command: Command) -> None:
         "for the table (repeatable; default: anyone the queue lets send)",
     )
     command(table_commands, "list", "list the tables", cmd_tables_list)
+    from statestore.cli.view import register_tables_view
+
+    register_tables_view(table_commands, command)
     p = command(
         table_commands,
         "senders",
@@ -92,7 +98,7 @@ def register(commands: Any, command: Command) -> None:
 
 def cmd_tables_create(s: Session) -> int:
     from statestore.model.partition_tree import partitions_from_split_points
-    from statestore.store.tables import check_table_name, parse_schema
+    from statestore.store.tables import check_properties, check_table_name, parse_schema
 
     args = s.args
     try:
@@ -106,6 +112,10 @@ def cmd_tables_create(s: Session) -> int:
     points = _split_points(args, schema)
     properties = _properties(args.property or [])
     _check_gc_delay(args.name, schema, properties)
+    try:
+        check_properties(args.name, properties, args.file_store)
+    except StateStoreError as e:
+        raise CliError(f"--property: {e}", EXIT_USAGE) from None
     senders = _senders(args.allowed_sender or [], "--allowed-sender")
     try:
         partitions = partitions_from_split_points(schema, points)
@@ -177,11 +187,12 @@ def _split_points(args: argparse.Namespace, schema: Any) -> list[Any]:
             raw = [line.strip() for line in text.splitlines() if line.strip()]
     else:
         raw = list(args.split_point or [])
-    return [_key_value(v, field_.name, field_.type) for v in raw]
+    return [key_value(v, field_.name, field_.type) for v in raw]
 
 
-def _key_value(value: Any, field_name: str, key_type: str) -> Any:
-    """A split point as the key's type: integers for int/long, text for string, base64 text for bytes."""
+def key_value(value: Any, field_name: str, key_type: str, what: str = "split point") -> Any:
+    """A split point (or another key ``what`` names) as the key's type: integers for int/long, text for
+    string, base64 text for bytes. Raises CliError (exit 2) naming the value and the row key."""
     import base64
     import binascii
 
@@ -202,7 +213,7 @@ def _key_value(value: Any, field_name: str, key_type: str) -> Any:
     except (ValueError, binascii.Error):
         form = {"int": "an integer", "long": "an integer", "string": "a string"}.get(key_type, "base64 text")
         raise CliError(
-            f"split point {value!r} is not a valid {key_type} for row key {field_name!r}; give {form}",
+            f"{what} {value!r} is not a valid {key_type} for row key {field_name!r}; give {form}",
             EXIT_USAGE,
         ) from None
 

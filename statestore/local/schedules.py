@@ -57,7 +57,8 @@ class UpkeepSchedules:
         """Run the snapshot schedule now and wait for its work: the plan (raising what it raises), then each
         queued table's snapshot as the upkeep poller delivers it. Returns ``planned`` (table ids), ``written``
         (table id: transaction number), ``skipped`` (tables that needed none, by the plan or on a second
-        look) and ``errors`` (table id: the failure of its last attempt)."""
+        look), ``errors`` (table id: the failure of its last attempt), and the queryable views the work
+        updated (``views``, table id: the transaction number each reached) or failed to (``view_errors``)."""
         start = len(self._upkeep_results)
         plan = self._plan(UpkeepKind.SNAPSHOT)
         works = self._wait_for_work(UpkeepKind.SNAPSHOT, start, timeout)
@@ -66,6 +67,8 @@ class UpkeepSchedules:
             "written": {t: n for w in works.values() for t, n in w.get("written", {}).items()},
             "skipped": plan["skipped"] + sum(w.get("skipped", 0) for w in works.values()),
             "errors": {t: w["error"] for t, w in works.items() if "error" in w},
+            "views": {t: n for w in works.values() for t, n in w.get("views", {}).items()},
+            "view_errors": {t: e for w in works.values() for t, e in w.get("view_errors", {}).items()},
         }
 
     def run_cleanup(self, timeout: float = 120.0) -> dict[str, Any]:

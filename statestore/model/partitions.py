@@ -10,7 +10,7 @@ tree they form, and the checks of a tree and of its changes, are in :mod:`states
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from statestore.errors import (
@@ -68,6 +68,23 @@ class Region:
     def whole(cls, schema: Schema) -> Region:
         """The whole key space of a schema: the root partition's region."""
         return cls(tuple(Range(t.minimum) for t in schema.row_key_types))
+
+    @classmethod
+    def of(cls, schema: Schema, bounds: Mapping[str, tuple[Key | None, Key | None]]) -> Region:
+        """The region ``{row key: (min, max)}`` of ``schema``: min inclusive, max exclusive, None unbounded;
+        a row key not named covers its whole range. Raises InvalidKeyError naming an unknown row key or a
+        bound of the wrong type, InvalidPartitionTreeError for an empty range."""
+        fields = {f.name: f for f in schema.row_keys}
+        unknown = sorted(set(bounds) - set(fields))
+        if unknown:
+            raise InvalidKeyError(f"not row keys of the table: {unknown}; its row keys are {list(fields)}")
+        ranges = []
+        for field in schema.row_keys:
+            low, high = bounds.get(field.name, (None, None))
+            key_type = field.key_type
+            low = key_type.minimum if low is None else key_type.check(low, field.name)
+            ranges.append(Range(low, None if high is None else key_type.check(high, field.name)))
+        return cls(tuple(ranges))
 
     def contains(self, key: Sequence[Key]) -> bool:
         return len(key) == len(self.ranges) and all(

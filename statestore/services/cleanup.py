@@ -66,6 +66,7 @@ from statestore.services.cleanup_policy import (
     check_against_skew,
     gc_delay_ms,
 )
+from statestore.services.view_upkeep import ViewOutcome
 from statestore.store.ports import (
     BlobStore,
     FileReferenceStore,
@@ -298,6 +299,7 @@ class SnapshotOutcome:
     snapshot: SnapshotInfo | None = None  # the snapshot written, if any
     skipped: str | None = None  # why none was written
     error: str | None = None
+    view: ViewOutcome | None = None  # the upkeep of the table's queryable view, when it keeps one
 
 
 def snapshot_tables(

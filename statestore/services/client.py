@@ -13,13 +13,18 @@ from statestore.engine.jobs_reader import JobStatusReader, save_job_model_beside
 from statestore.engine.log_store import CommitResult, RetryPolicy, TableStateStore
 from statestore.engine.row_store import open_state_store
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import StateStoreError, TableNotFoundError, UnsupportedByFileStoreError
+from statestore.errors import (
+    StateStoreError,
+    TableNotFoundError,
+    UnsupportedByFileStoreError,
+)
 from statestore.instance import ResourceNames
 from statestore.model import layout
 from statestore.model.files import TableFile
 from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
+from statestore.services.view_queries import QueryableViewQueries
 from statestore.state.table_state import TableState
 from statestore.store.memory import (
     InMemoryBlobStore,
@@ -28,6 +33,7 @@ from statestore.store.memory import (
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
+from statestore.store.memory_view import InMemoryQueryableViewStore
 from statestore.store.ports import (
     BlobStore,
     FileReferenceStore,
@@ -37,6 +43,7 @@ from statestore.store.ports import (
     TransactionLogStore,
 )
 from statestore.store.tables import FILE_STORE_LOG, TableInfo, parse_schema
+from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import InitialisePartitions, Transaction
 from statestore.views import reports
 from statestore.views.jobs_model import JobRun, JobState
@@ -47,13 +54,14 @@ _NO_FILE_STORE = (
 )
 
 
-class StateStoreClient:
+class StateStoreClient(QueryableViewQueries):
     """Create, find, rename and delete tables, and open their state stores.
 
     Tables are named by name or by id wherever ``table`` is asked for; a name is tried first.
     Thread-safe as far as its ports are; each :meth:`state_store` is for one thread.
     ``file_store`` holds the files of tables created with ``file_store="postgres"`` (None: such tables
-    cannot be opened).
+    cannot be opened). ``queryable_view`` holds the items of the tables' queryable views (None: the
+    queries through a view, and its upkeep, are refused).
     """
 
     def __init__(
@@ -65,6 +73,7 @@ class StateStoreClient:
         *,
         retry: RetryPolicy | None = None,
         file_store: FileReferenceStore | None = None,
+        queryable_view: QueryableViewStore | None = None,
     ) -> None:
         self.table_index = table_index
         self.log = log
@@ -72,6 +81,8 @@ class StateStoreClient:
         self.blobs = blobs
         self.retry = retry
         self.file_store = file_store
+        # The items of the tables' queryable views (None: this client queries no view, and says so).
+        self.queryable_view_store = queryable_view
 
     @classmethod
     def in_memory(cls, file_store: FileReferenceStore | None = None) -> StateStoreClient:
@@ -80,7 +91,14 @@ class StateStoreClient:
         tables."""
         blobs = InMemoryBlobStore()
         log = InMemoryTransactionLog(blobs, InMemoryCommitStatusStore())
-        return cls(InMemoryTableIndex(), log, InMemorySnapshotMetadataStore(), blobs, file_store=file_store)
+        return cls(
+            InMemoryTableIndex(),
+            log,
+            InMemorySnapshotMetadataStore(),
+            blobs,
+            file_store=file_store,
+            queryable_view=InMemoryQueryableViewStore(),
+        )
 
     @classmethod
     def for_aws(
@@ -110,6 +128,7 @@ class StateStoreClient:
             backend.snapshot_metadata,
             backend.blobs,
             file_store=file_store,
+            queryable_view=backend.queryable_view,
         )
 
     # --- tables ---------------------------------------------------------------------------------
@@ -129,9 +148,11 @@ class StateStoreClient:
         ``"postgres"`` (rows of this client's file store; partitions stay on the log).
         ``allowed_senders``: the IAM principal ids whose queued commit requests the committer accepts for
         the table (empty: anyone the queue lets send; ``statestore.services.committer.senders``).
+        ``properties``: e.g. ``{"queryable_view": "true"}`` for a table whose queryable view the upkeep
+        keeps current (see :meth:`set_queryable_view`).
         Raises InvalidSchemaError, InvalidKeyError/InvalidPartitionSplitError for bad split points (nothing
         is written), TableAlreadyExistsError if the name is taken, StateStoreError for an unknown file
-        store or a postgres table on a client without one.
+        store, a postgres table on a client without one, or a property value the store cannot use.
         """
         parsed = parse_schema(schema)
         partitions = partitions_from_split_points(parsed, list(split_points or []))
@@ -180,6 +201,8 @@ class StateStoreClient:
         if info.files_in_rows:
             self._require_file_store(info).delete_table(info.table_id)
         self.log.delete_table(info.table_id)
+        if self.queryable_view_store is not None:
+            self.queryable_view_store.delete_table(info.table_id)
         self.snapshots.delete_table(info.table_id)
         self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
         self.table_index.delete(info.table_id)

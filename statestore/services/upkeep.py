@@ -19,8 +19,10 @@ superseded: each plan queues the tables in a new random order, so that is not th
 
 Snapshots: the plan skips a table whose log has not moved enough since its latest snapshot without
 loading it (two reads), so an unmoved table costs no message; the worker checks again (another snapshot
-may have been written meanwhile). Cleanup: every table is queued (orphans and expired claims need no new
-transaction to appear).
+may have been written meanwhile). Where the deployment keeps queryable views, the worker then updates the
+view of a table that asks for one, and the plan also queues a table whose view is behind its log
+(:mod:`statestore.services.view_upkeep`). Cleanup: every table is queued (orphans and expired claims
+need no new transaction to appear).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from statestore.engine.log_store import TransactionLogStateStore
@@ -41,9 +43,10 @@ from statestore.services.cleanup import (
     SnapshotOutcome,
     cleanup_one,
     snapshot_table,
-    transactions_since_snapshot,
 )
 from statestore.services.cleanup_policy import CleanupPolicy
+from statestore.services.view_upkeep import ViewOutcome, update_view, view_behind
+from statestore.state.table_state import TableState
 from statestore.store.ports import (
     BlobStore,
     CommitQueue,
@@ -53,6 +56,7 @@ from statestore.store.ports import (
     TransactionLogStore,
 )
 from statestore.store.tables import TableInfo
+from statestore.store.view_ports import QueryableViewStore
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +158,13 @@ def plan_snapshots(
     min_transactions: int = 1,
     now: int | None = None,
     rng: random.Random | None = None,
+    views: QueryableViewStore | None = None,
 ) -> UpkeepPlan:
     """Queue a snapshot of every table whose log moved at least ``min_transactions`` since its latest
-    snapshot, checked without loading it. A table that cannot be checked is reported; the others go on.
+    snapshot, checked without loading it. With ``views`` (the deployment keeps queryable views), also every
+    table whose property asks for a view that is behind its log (:func:`view_behind`: one more read), so a
+    view whose update failed is retried, and a view switched on is built, without waiting for a commit.
+    A table that cannot be checked is reported; the others go on.
     Raises what ``queue.send`` raises (sending the plan again is safe: it is deduplicated per period)."""
     now = now_millis() if now is None else now
     planned: list[str] = []
@@ -164,12 +172,20 @@ def plan_snapshots(
     errors: dict[str, str] = {}
     for table in tables.list():
         try:
-            moved = transactions_since_snapshot(table.table_id, log, snapshots)
+            head = log.latest_number(table.table_id)
+            latest = snapshots.metadata.latest(table.table_id)
+            due = head - (latest.transaction_number if latest else 0) >= min_transactions
         except StateStoreError as e:
             logger.exception("could not check whether table %r moved", table.table_id)
             errors[table.table_id] = str(e)
             continue
-        (planned if moved >= min_transactions else skipped).append(table.table_id)
+        if not due and views is not None:
+            try:
+                due = view_behind(table, head, views)
+            except StateStoreError as e:  # its view setting or meta: its snapshots are planned regardless
+                logger.exception("could not check the queryable view of table %r", table.table_id)
+                errors[table.table_id] = str(e)
+        (planned if due else skipped).append(table.table_id)
     _send(queue, UpkeepKind.SNAPSHOT, planned, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.SNAPSHOT, tuple(planned), tuple(skipped), errors)
 
@@ -229,17 +245,42 @@ def run_snapshot_work(
     min_transactions: int = 1,
     clock: Callable[[], int] = now_millis,
     stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+    views: QueryableViewStore | None = None,
 ) -> SnapshotOutcome:
     """Snapshot the work's table if it still needs one (see
-    :func:`statestore.services.cleanup.snapshot_table`)."""
+    :func:`statestore.services.cleanup.snapshot_table`); then, with ``views`` (the deployment keeps
+    queryable views) and a table whose property asks for one, bring its view to the log's latest entry
+    (:func:`statestore.services.view_upkeep.update_view`, reported in the outcome's ``view``, never raised),
+    rebuilding it if need be from the state the snapshot loaded."""
     if work.kind is not UpkeepKind.SNAPSHOT:
         raise MalformedWorkError(f"{work.kind.value} work on the snapshot queue, for table {work.table_id!r}")
     table = _table_for(work, tables, first_received_at)
     if isinstance(table, str):
         return SnapshotOutcome(work.table_id, skipped=table)
-    return snapshot_table(
+    stores = {} if stores is None else stores
+    outcome = snapshot_table(
         table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores
     )
+    if views is None:
+        return outcome
+    try:
+        keeps_view = table.queryable_view
+    except StateStoreError as e:
+        logger.error("table %r: %s", table.table_id, e)
+        return replace(outcome, view=ViewOutcome(table.table_id, error=str(e)))
+    if not keeps_view:
+        return outcome
+    info = table
+
+    def load_state() -> TableState:
+        # The snapshot step's store (kept in ``stores``), whose state is loaded already: it only reads the
+        # entries committed since. A new one only when the snapshot step failed or evicted it.
+        store = stores.get(info.table_id)
+        if store is None or store.schema != info.schema:
+            store = TransactionLogStateStore(info.table_id, info.schema, log, snapshots, clock=clock)
+        return store.state()
+
+    return replace(outcome, view=update_view(table, log, views, load_state))
 
 
 def run_cleanup_work(

@@ -42,7 +42,7 @@ from statestore.store.ports import (
     one_status_per_request,
 )
 from statestore.store.switch_ports import CommitterState, CommitterSwitch, QueueDepth
-from statestore.store.tables import TableInfo, check_table_name
+from statestore.store.tables import TableInfo, check_table_name, with_property
 
 
 class InMemoryTransactionLog(TransactionLogStore):
@@ -420,6 +420,15 @@ class InMemoryTableIndex(TableIndex):
             if table is None:
                 raise TableNotFoundError(table_id)
             changed = self._by_id[table_id] = dataclasses.replace(table, allowed_senders=tuple(senders))
+            return changed
+
+    def set_property(self, table_id: str, name: str, value: str | None) -> TableInfo:
+        with self._lock:
+            table = self._by_id.get(table_id)
+            if table is None:
+                raise TableNotFoundError(table_id)
+            changed = with_property(table, name, value)
+            self._by_id[table_id] = changed
             return changed
 
     def delete(self, table_id: str) -> None:

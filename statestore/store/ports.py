@@ -467,3 +467,10 @@ class TableIndex(ABC):
     def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
         """Replace the table's allowed senders (empty: anyone); returns the changed info. Raises
         TableNotFoundError for an unknown id, StateStoreError for an id no sender can have."""
+
+    @abstractmethod
+    def set_property(self, table_id: str, name: str, value: str | None) -> TableInfo:
+        """Set one of the table's properties (None: remove it), leaving the others as they are, even when
+        another caller changes one at the same time; returns the changed info. Raises TableNotFoundError
+        for an unknown id, StateStoreError for a value the store cannot use
+        (:func:`statestore.store.tables.check_properties`)."""

@@ -21,6 +21,10 @@ MAX_TABLE_NAME_LENGTH = 255
 FILE_STORE_LOG = "log"
 FILE_STORE_POSTGRES = "postgres"
 FILE_STORES = (FILE_STORE_LOG, FILE_STORE_POSTGRES)
+# The table property that asks the upkeep to keep the table's queryable view current
+# (statestore.engine.queryable_view), "true" or "false" (absent: false).
+QUERYABLE_VIEW_PROPERTY = "queryable_view"
+_SWITCH_VALUES = {"true": True, "false": False}
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,13 @@ class TableInfo:
         """Whether the table's file references are rows of a file-reference store, not on its log."""
         return self.file_store != FILE_STORE_LOG
 
+    @property
+    def queryable_view(self) -> bool:
+        """Whether the upkeep keeps the table's queryable view current (its property
+        :data:`QUERYABLE_VIEW_PROPERTY`). Raises StateStoreError naming the value for one that is neither
+        ``true`` nor ``false`` (a record written before the property was checked may hold one)."""
+        return queryable_view_setting(self.table_name, self.properties.get(QUERYABLE_VIEW_PROPERTY))
+
     @classmethod
     def new(
         cls,
@@ -71,6 +82,7 @@ class TableInfo:
         for key, value in props.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise StateStoreError(f"table properties must map strings to strings, got {key!r}: {value!r}")
+        check_properties(table_name, props, file_store)
         return cls(
             str(uuid.uuid4()), table_name, schema, props, now_millis(), file_store, tuple(allowed_senders)
         )
@@ -131,6 +143,44 @@ def check_senders(senders: object) -> None:
         raise StateStoreError(f"a table's allowed senders must be a tuple of ids, got {senders!r}")
     for sender in senders:
         check_sender_id(sender)
+
+
+def with_property(table: TableInfo, name: str, value: str | None) -> TableInfo:
+    """``table`` with its property ``name`` set to ``value`` (None: removed), checked as at creation.
+    Raises StateStoreError for a name or value that is not a string, or a value the store cannot use."""
+    if not isinstance(name, str) or not name or not (value is None or isinstance(value, str)):
+        raise StateStoreError(f"a table property is a name and a string value, got {name!r}: {value!r}")
+    properties = {k: v for k, v in table.properties.items() if k != name}
+    if value is not None:
+        properties[name] = value
+    check_properties(table.table_name, properties, table.file_store)
+    return replace(table, properties=properties)
+
+
+def queryable_view_setting(table_name: str, raw: str | None) -> bool:
+    """The value of a table's :data:`QUERYABLE_VIEW_PROPERTY` (None: not set, false). Raises StateStoreError
+    naming the table and the value for anything but ``true`` or ``false``."""
+    if raw is None:
+        return False
+    try:
+        return _SWITCH_VALUES[raw]
+    except KeyError:
+        raise StateStoreError(
+            f"table {table_name!r}: property {QUERYABLE_VIEW_PROPERTY}={raw!r} must be true or false"
+        ) from None
+
+
+def check_properties(table_name: str, properties: Mapping[str, str], file_store: str) -> None:
+    """Raise StateStoreError for a property the store reads that has a value it cannot use: a
+    :data:`QUERYABLE_VIEW_PROPERTY` that is not ``true``/``false``, or ``true`` on a table whose file
+    references are not on its log (the view is kept from the log's file transactions)."""
+    if queryable_view_setting(table_name, properties.get(QUERYABLE_VIEW_PROPERTY)) and (
+        file_store != FILE_STORE_LOG
+    ):
+        raise StateStoreError(
+            f"table {table_name!r} keeps its file references in {file_store}: it cannot have a queryable "
+            f"view, which is kept from the file transactions of the log (drop {QUERYABLE_VIEW_PROPERTY})"
+        )
 
 
 def check_file_store(file_store: object) -> None:

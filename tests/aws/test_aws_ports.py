@@ -6,6 +6,8 @@ import gzip
 
 import pytest
 
+from statestore.adapters.aws.backend import AwsBackend
+from statestore.adapters.aws.table_index import DynamoDBTableIndex
 from statestore.errors import (
     BlobNotFoundError,
     RequestsAlreadyDecidedError,
@@ -356,6 +358,57 @@ def test_a_table_record_keeps_where_its_files_live_through_a_rename(ports: Ports
     assert ports.table_index.get(in_rows.table_id) == in_rows
     assert ports.table_index.rename(in_rows.table_id, "renamed").file_store == "postgres"
     assert ports.table_index.get_by_name("renamed").file_store == "postgres"
+
+
+def test_a_property_is_set_changed_and_removed_leaving_the_others(ports: Ports) -> None:
+    table = TableInfo.new("orders", SCHEMA, {"owner": "team-a"})
+    ports.table_index.create(table)
+
+    on = ports.table_index.set_property(table.table_id, "queryable_view", "true")
+    assert on.properties == {"owner": "team-a", "queryable_view": "true"} and on.queryable_view
+    assert ports.table_index.get_by_name("orders") == on
+    ports.table_index.set_property(table.table_id, "owner", "team-b")
+    off = ports.table_index.set_property(table.table_id, "queryable_view", None)
+    assert ports.table_index.get(table.table_id) == off
+    assert off.properties == {"owner": "team-b"} and not off.queryable_view
+
+
+def test_a_property_value_the_store_cannot_use_is_refused_and_changes_nothing(ports: Ports) -> None:
+    on_log = TableInfo.new("on-log", SCHEMA)
+    in_rows = TableInfo.new("in-rows", SCHEMA, file_store="postgres")
+    ports.table_index.create(on_log)
+    ports.table_index.create(in_rows)
+
+    with pytest.raises(StateStoreError, match="queryable_view='yes' must be true or false"):
+        ports.table_index.set_property(on_log.table_id, "queryable_view", "yes")
+    with pytest.raises(StateStoreError, match="cannot have a queryable view"):
+        ports.table_index.set_property(in_rows.table_id, "queryable_view", "true")
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.set_property("no-such-id", "queryable_view", "true")
+
+    assert ports.table_index.list() == [in_rows, on_log]
+
+
+def test_a_property_another_caller_sets_meanwhile_is_kept(
+    aws: AwsBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = aws.table_index
+    other = DynamoDBTableIndex(aws.dynamodb, index.by_id_table, index.by_name_table)
+    table = TableInfo.new("orders", SCHEMA)
+    index.create(table)
+    read = index.get
+
+    def read_then_another_caller_writes(table_id: str) -> TableInfo:
+        found = read(table_id)
+        if "owner" not in found.properties:  # between this read and the update, another caller's write
+            other.set_property(table_id, "owner", "team-a")
+        return found
+
+    monkeypatch.setattr(index, "get", read_then_another_caller_writes)
+    changed = index.set_property(table.table_id, "queryable_view", "true")
+
+    assert changed.properties == {"owner": "team-a", "queryable_view": "true"}
+    assert other.get(table.table_id) == changed
 
 
 def test_a_second_table_with_the_same_name_is_refused(ports: Ports) -> None:

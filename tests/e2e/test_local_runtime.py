@@ -317,7 +317,14 @@ def test_a_scheduled_run_queues_one_message_per_moved_table_and_the_poller_works
     assert len(cleanup["planned"]) == 3 and cleanup["tables"] == 3 and cleanup["errors"] == {}
     # Every table's work went through the queues, one invocation each.
     assert runtime.stats.upkeep_work == 5 and runtime.stats.upkeep_errors == 0
-    assert runtime.run_snapshots() == {"planned": [], "written": {}, "skipped": 3, "errors": {}}
+    assert runtime.run_snapshots() == {
+        "planned": [],
+        "written": {},
+        "skipped": 3,
+        "errors": {},
+        "views": {},
+        "view_errors": {},
+    }
 
 
 def test_a_table_whose_snapshot_keeps_failing_ends_in_the_upkeep_dead_letter_queue_alone(

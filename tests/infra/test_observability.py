@@ -197,7 +197,7 @@ def test_memory_alarm_fires_near_each_functions_memory_size(template: Any, name:
 def test_every_alarm_tells_the_topic_both_when_it_fires_and_when_it_is_ok(template: Any) -> None:
     [topic] = template.find_resources("AWS::SNS::Topic")
     alarms = template.find_resources("AWS::CloudWatch::Alarm").values()
-    assert len(alarms) == 18
+    assert len(alarms) == 19  # with the queryable views, on by default
     for found in alarms:
         properties = found["Properties"]
         assert properties["AlarmActions"] == properties["OKActions"] == [{"Ref": topic}], properties[

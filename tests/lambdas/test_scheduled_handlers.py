@@ -138,7 +138,7 @@ def test_work_that_waited_a_period_behind_its_table_is_dropped_unloaded(
 
     summary = snapshot_lambda.handler(sqs_event(record), LambdaContext())
 
-    assert summary == {"written": {}, "skipped": 1, "errors": {}}
+    assert summary == {"written": {}, "skipped": 1, "errors": {}, "views": {}, "view_errors": {}}
     assert rt.log.reads == {} and rt.snapshots.metadata.latest(store.table_id) is None
 
 

@@ -15,7 +15,7 @@ from statestore.adapters.aws.clients import AwsCaller, cancellation_reasons
 from statestore.errors import StateStoreError, TableAlreadyExistsError, TableNotFoundError
 from statestore.model.schema import Schema
 from statestore.store.ports import TableIndex
-from statestore.store.tables import FILE_STORE_LOG, TableInfo, check_table_name
+from statestore.store.tables import FILE_STORE_LOG, TableInfo, check_table_name, with_property
 
 _ID = instance.TABLE_ID
 _NAME = instance.TABLE_NAME
@@ -162,6 +162,44 @@ class DynamoDBTableIndex(TableIndex):
         )
         return table
 
+    def set_property(self, table_id: str, name: str, value: str | None) -> TableInfo:
+        # The properties are one JSON attribute: the update is conditional on the JSON read, so a property
+        # another caller set meanwhile is read again and kept, never overwritten.
+        for _ in range(_RENAME_ATTEMPTS):
+            table = self.get(table_id)
+            changed = with_property(table, name, value)
+            moved: list[str] = []
+
+            def conflict(code: str, error: ClientError, moved: list[str] = moved) -> StateStoreError | None:
+                if code != "ConditionalCheckFailedException":
+                    return None
+                moved.append("moved")
+                return StateStoreError("table changed while its property was set")
+
+            try:
+                self.call(
+                    f"set property {name!r} of table {table.table_name!r}",
+                    self.dynamodb.update_item,
+                    conflict,
+                    TableName=self.by_id_table,
+                    Key={_ID: {"S": table_id}},
+                    UpdateExpression="SET #p = :new",
+                    ConditionExpression="#p = :old",
+                    ExpressionAttributeNames={"#p": _PROPERTIES},
+                    ExpressionAttributeValues={
+                        ":new": {"S": _properties_json(changed)},
+                        ":old": {"S": _properties_json(table)},
+                    },
+                )
+            except StateStoreError:
+                if not moved:
+                    raise
+                continue  # changed (or deleted: the next read says so) meanwhile
+            return changed
+        raise StateStoreError(
+            f"table {table_id!r} kept changing while its property {name!r} was set; try again"
+        )
+
     def delete(self, table_id: str) -> None:
         table = self.get(table_id)
 
@@ -217,11 +255,15 @@ def _record_item(table: TableInfo) -> dict[str, Any]:
         _ID: {"S": table.table_id},
         _NAME: {"S": table.table_name},
         _SCHEMA: {"S": json.dumps(table.schema.to_json(), sort_keys=True)},
-        _PROPERTIES: {"S": json.dumps(dict(table.properties), sort_keys=True)},
+        _PROPERTIES: {"S": _properties_json(table)},
         _CREATED: {"N": str(table.created_time)},
         _FILE_STORE: {"S": table.file_store},
         **({_SENDERS: {"S": json.dumps(list(table.allowed_senders))}} if table.allowed_senders else {}),
     }
+
+
+def _properties_json(table: TableInfo) -> str:
+    return json.dumps(dict(table.properties), sort_keys=True)
 
 
 def _name_item(table_name: str, table_id: str) -> dict[str, Any]:
