@@ -15,7 +15,7 @@ by an upkeep that stopped is rebuilt from a full load of the state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -24,7 +24,8 @@ from statestore.engine.log_loading import entries_after
 from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import Partition, Region
+from statestore.model.partition_tree import PartitionTree
+from statestore.model.partitions import Region
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
 from statestore.store.ports import TransactionLogStore
@@ -33,7 +34,7 @@ from statestore.transactions import Transaction
 from statestore.views.queryable_view import (
     FILE_PREFIX,
     PARTITION_PREFIX,
-    ROOT_KEY,
+    VIEW_FORMAT,
     Merged,
     ReadPlan,
     ViewChanges,
@@ -49,6 +50,7 @@ from statestore.views.queryable_view import (
     replay,
     view_changes,
 )
+from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_upper_bound, leaves_in_region
 
 T = TypeVar("T")
 
@@ -122,33 +124,42 @@ class QueryableView:
         """The references of every partition overlapping ``region`` (leaves and the partitions above them,
         which hold references not yet split down), by partition id: the files holding the region's rows.
 
-        The tree is read level by level from the root, only the children of partitions that overlap the
-        region: a one-leaf region reads its leaf's ancestors, not the tree.
+        The leaves come from one read of the view's index (``statestore.views.view_index``), which holds
+        each leaf's ancestors too; the partitions' references are then read at once.
         """
 
         def query(merged: Merged) -> dict[str, list[FileReference]]:
-            return {pid: self._references_in(merged, pid) for pid in self._overlapping(merged, region)}
+            ids = self._overlapping(merged, region)
+            if merged.clears_files:
+                in_view: list[dict[str, ViewValue]] = [{} for _ in ids]
+            else:
+                in_view = self.store.with_prefixes(self.table_id, [references_prefix(i) for i in ids])
+            return {
+                pid: merged.references_in(pid, (v for v in items.values() if isinstance(v, FileReference)))
+                for pid, items in zip(ids, in_view, strict=True)
+            }
 
         return self._read(query)
 
     def _overlapping(self, merged: Merged, region: Region) -> list[str]:
-        root = None if merged.replaces_partitions else self.store.get(self.table_id, [ROOT_KEY]).get(ROOT_KEY)
-        root_id = merged.root_id(root if isinstance(root, str) else None)
-        found: list[str] = []
-        level = [] if root_id is None else [root_id]
-        while level:
-            partitions = self._partitions(merged, level)
-            overlapping = [p for p in partitions if p.region.overlaps(region)]
-            found += (p.id for p in overlapping)
-            level = [child for p in overlapping for child in p.child_ids]
-        return found
-
-    def _partitions(self, merged: Merged, ids: Iterable[str]) -> list[Partition]:
-        ids = list(ids)
-        known = [merged.state.partitions_by_id.get(i) for i in ids if merged.partition_is_known(i)]
-        unknown = [partition_key(i) for i in ids if not merged.partition_is_known(i)]
-        fetched = self.store.get(self.table_id, unknown).values() if unknown else []
-        return [p for p in (*known, *fetched) if isinstance(p, Partition)]
+        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries."""
+        current = merged.state.partitions_by_id
+        if merged.replaces_partitions:  # the whole tree is in the replay's state
+            return [p.id for p in PartitionTree(current).overlapping(region)] if current else []
+        scan = self.store.descending(self.table_id, INDEX_PREFIX, index_upper_bound(region))
+        leaves = leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
+        found = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
+        for leaf in leaves:
+            # A leaf of the view the entries split is in the replay's state, with what is below it.
+            stack = [
+                current[leaf.partition.id] if merged.partition_is_known(leaf.partition.id) else leaf.partition
+            ]
+            while stack:
+                node = stack.pop()
+                if node.region.overlaps(region):
+                    found[node.id] = None
+                    stack.extend(current[c] for c in node.child_ids)
+        return list(found)
 
     def _references_in(self, merged: Merged, partition_id: str) -> list[FileReference]:
         return merged.references_in(partition_id, self._references(merged, references_prefix(partition_id)))
@@ -164,6 +175,12 @@ class QueryableView:
         """Run ``query`` on the view merged with the log, retrying while an upkeep writes the items."""
         for attempt in range(READ_ATTEMPTS):
             meta = self.store.meta(self.table_id)
+            if meta is not None and meta.format != VIEW_FORMAT:
+                raise QueryableViewBusyError(
+                    f"the queryable view of table {self.table_id!r} was written in format {meta.format}, not "
+                    f"{VIEW_FORMAT}: the next upkeep (QueryableView.update) rebuilds it; read the table "
+                    "through a full load until then"
+                )
             if meta is None or meta.writing_to is None:
                 merged = self._merge(0 if meta is None else meta.transaction_number)
                 value = query(merged)
@@ -217,7 +234,7 @@ class QueryableView:
         another upkeep moved the view meanwhile (nothing of this one's is written then).
         """
         meta = self.store.meta(self.table_id)
-        if meta is None or meta.writing_to is not None:
+        if meta is None or meta.writing_to is not None or meta.format != VIEW_FORMAT:
             return self.rebuild(load_state())
         try:
             entries = self._entries(meta.transaction_number, to_number)
@@ -230,7 +247,7 @@ class QueryableView:
         merged = replay(
             self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
         )
-        return self._write(meta, merged.transaction_number, view_changes(before, merged))
+        return self._write(meta, merged.transaction_number, view_changes(self.schema, before, merged))
 
     def rebuild(self, state: TableState) -> UpkeepResult:
         """Make the view the items of ``state`` (a full load), whatever it held before.

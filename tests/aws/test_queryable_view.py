@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -265,6 +265,12 @@ class _OneTablePerExample(QueryableViewStore):
 
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         return self.store.with_prefix(table_id + self.suffix, prefix)
+
+    def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
+        return self.store.with_prefixes(table_id + self.suffix, prefixes)
+
+    def descending(self, table_id: str, low: str, high: str) -> Iterator[ViewValue]:
+        return self.store.descending(table_id + self.suffix, low, high)
 
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
         self.store.write(table_id + self.suffix, puts, deletes)
