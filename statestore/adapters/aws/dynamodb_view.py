@@ -43,6 +43,7 @@ ITEM_PREFIX = "view#i#"
 _BATCH_WRITE_LIMIT = 25
 _BATCH_GET_LIMIT = 100
 _PARALLEL_QUERIES = 8  # the clients' pool holds 32 connections
+_PARALLEL_WRITES = 8
 _PAGES = (1, 10, 100, 1000)  # the item limits of a descending read's pages, the last repeated
 
 
@@ -214,22 +215,29 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         ]
         requests += ({"DeleteRequest": {"Key": _key(table_id, ITEM_PREFIX + key)}} for key in deletes)
         what = f"write the queryable view of table {table_id!r}"
-        for start in range(0, len(requests), _BATCH_WRITE_LIMIT):
-            batch = requests[start : start + _BATCH_WRITE_LIMIT]
-            for attempt in range(self.call.max_attempts):
-                response = self.call(
-                    what, self.dynamodb.batch_write_item, RequestItems={self.table_name: batch}
-                )
-                batch = response.get("UnprocessedItems", {}).get(self.table_name, [])
-                if not batch:
-                    break
-                if attempt + 1 < self.call.max_attempts:
-                    self.call.backoff(attempt)
-            else:
-                raise ThrottledError(
-                    f"could not {what}: DynamoDB kept returning {len(batch)} item(s) unprocessed after "
-                    f"{self.call.max_attempts} rounds; try again later"
-                )
+        batches = [requests[i : i + _BATCH_WRITE_LIMIT] for i in range(0, len(requests), _BATCH_WRITE_LIMIT)]
+        if len(batches) < 2:
+            for batch in batches:
+                self._write_batch(what, batch)
+            return
+        # A rebuild writes every item of the table: batches go on several threads, whose round trips
+        # overlap (each batch is retried on its own; the meta says the items are being written meanwhile).
+        with ThreadPoolExecutor(_PARALLEL_WRITES) as pool:
+            for _ in pool.map(lambda batch: self._write_batch(what, batch), batches):
+                pass
+
+    def _write_batch(self, what: str, batch: list[dict[str, Any]]) -> None:
+        for attempt in range(self.call.max_attempts):
+            response = self.call(what, self.dynamodb.batch_write_item, RequestItems={self.table_name: batch})
+            batch = response.get("UnprocessedItems", {}).get(self.table_name, [])
+            if not batch:
+                return
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
+        raise ThrottledError(
+            f"could not {what}: DynamoDB kept returning {len(batch)} item(s) unprocessed after "
+            f"{self.call.max_attempts} rounds; try again later"
+        )
 
     def delete_table(self, table_id: str) -> None:
         keys = [*self.with_prefix(table_id, "")]
