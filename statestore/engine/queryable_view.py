@@ -100,7 +100,7 @@ class QueryableView:
         """The file with its references and update time, or None if the table has no such file."""
 
         def query(merged: Merged) -> TableFile | None:
-            if filename in merged.touched_files:
+            if merged.decides_file(filename):
                 return merged.file(filename, None)
             found = self.store.get(self.table_id, [file_key(filename)]).get(file_key(filename))
             return merged.file(filename, found if isinstance(found, TableFile) else None)
@@ -221,7 +221,13 @@ class QueryableView:
         entries = self._entries(view_number)
         plan = plan_reads(t for _, _, t in entries)
         return replay(
-            self.schema, layout.data_prefix(self.table_id), view_number, self._fetch(plan), plan, entries
+            self.schema,
+            layout.data_prefix(self.table_id),
+            view_number,
+            self._fetch(plan),
+            plan,
+            entries,
+            defer_adds=True,
         )
 
     # --- upkeep ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ clear, which deletes every item of what it cleared); :func:`items_of_state` rebu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statestore.model.files import FileReference, TableFile
@@ -210,7 +210,12 @@ def plan_reads(transactions: Iterable[Transaction]) -> ReadPlan:
 @dataclass
 class Merged:
     """A run of log entries replayed on the view items they read: the state at ``transaction_number``
-    for every key the run touched, and the rules for combining it with the view's other items."""
+    for every key the run touched, and the rules for combining it with the view's other items.
+
+    ``added`` holds the run's ``AddFiles`` entries (update time, transaction) that a query's replay did not
+    apply (see :func:`replay`): their files are new, and nothing else in the run names them, so each is
+    its references stamped with the entry's update time, read only where a query asks for them.
+    """
 
     state: TableState  # partial: the plan's files and partitions, as of the run's last entry
     touched_files: frozenset[str]
@@ -218,17 +223,49 @@ class Merged:
     clears_files: bool
     replaces_partitions: bool
     placed: Mapping[str, PlacedPartition]  # the view's placements of the partitions fetched
+    added: Sequence[tuple[int, AddFiles]] = ()
     _by_partition: dict[str, list[FileReference]] | None = field(default=None, repr=False)
+    _added_files: dict[str, TableFile] | None = field(default=None, repr=False)
+    _added_by_partition: dict[str, list[tuple[int, FileReference]]] | None = field(default=None, repr=False)
 
     @property
     def transaction_number(self) -> int:
         return self.state.transaction_number
 
+    def decides_file(self, filename: str) -> bool:
+        """Whether the replay holds the file's current value (else the view's ``f#`` item does)."""
+        return filename in self.touched_files or filename in self._files_added()
+
     def file(self, filename: str, in_view: TableFile | None) -> TableFile | None:
         """The file's current value, given its ``f#`` item (None if absent)."""
+        added = self._files_added().get(filename)
+        if added is not None:
+            return added
         if filename in self.touched_files:
             return self.state.files_by_name.get(filename)
         return None if self.clears_files else in_view
+
+    def _files_added(self) -> dict[str, TableFile]:
+        if self._added_files is None:  # only a file query asks: made on its first use
+            self._added_files = {}
+            for update_time, add in self.added:
+                grouped: dict[str, list[FileReference]] = {}
+                for ref in add.references:
+                    grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
+                for filename in add.unreferenced_files:
+                    grouped.setdefault(filename, [])
+                for filename, refs in grouped.items():
+                    self._added_files[filename] = TableFile(filename, tuple(refs), update_time)
+        return self._added_files
+
+    def _added_in(self, partition_id: str) -> list[FileReference]:
+        """The references the unapplied ``added`` entries put in ``partition_id``, stamped."""
+        if self._added_by_partition is None:  # grouped once, stamped only where asked
+            self._added_by_partition = {}
+            for update_time, add in self.added:
+                for ref in add.references:
+                    self._added_by_partition.setdefault(ref.partition_id, []).append((update_time, ref))
+        return [ref._replace(last_update_time=t) for t, ref in self._added_by_partition.get(partition_id, ())]
 
     def references(
         self, in_view: Iterable[FileReference], keep: Iterable[FileReference]
@@ -243,13 +280,13 @@ class Merged:
             for table_file in self.state.files_by_name.values():
                 for r in table_file.references:
                     self._by_partition.setdefault(r.partition_id, []).append(r)
-        return self.references(in_view, self._by_partition.get(partition_id, ()))
+        return self.references(
+            in_view, [*self._by_partition.get(partition_id, ()), *self._added_in(partition_id)]
+        )
 
     def claims_of(self, job_id: str, in_view: Iterable[FileReference]) -> list[FileReference]:
-        return self.references(
-            in_view,
-            (r for f in self.state.files_by_name.values() for r in f.references if r.job_id == job_id),
-        )
+        files = [*self.state.files_by_name.values(), *(self._files_added().values() if self.added else ())]
+        return self.references(in_view, (r for f in files for r in f.references if r.job_id == job_id))
 
     def partition_is_known(self, partition_id: str) -> bool:
         """Whether the replay decides this partition (else the view's item does)."""
@@ -263,19 +300,33 @@ def replay(
     fetched: Mapping[str, ViewValue],
     plan: ReadPlan,
     entries: Sequence[tuple[int, int, Transaction]],
+    *,
+    defer_adds: bool = False,
 ) -> Merged:
     """Apply ``entries`` (number, update time, transaction; in order, following ``view_number``) to the
     view items ``fetched`` for ``plan`` (``f#`` items of its files and of its jobs' claims, ``p#`` items of
-    its partitions; more may be given)."""
+    its partitions; more may be given).
+
+    With ``defer_adds`` (a query's replay), an ``AddFiles`` entry whose files no entry of the run names
+    (``plan.files``) is not applied but kept in ``Merged.added``, unless the run clears the files: its
+    files are new, so applying it reads nothing and changes nothing another entry reads, and a query
+    reads from it only the references of the partitions it asks for. Entries behind the view are mostly
+    such adds, and applying each to a state costs far more than the few references a query keeps.
+    """
     files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
     placed = {v.partition.id: v for v in fetched.values() if isinstance(v, PlacedPartition)}
     partitions = {i: v.partition for i, v in placed.items()}
     state = TableState(schema, partitions, files, view_number)
     state.data_prefix = data_prefix
+    defer = defer_adds and not plan.clears_files
+    added: list[tuple[int, AddFiles]] = []
     for number, update_time, transaction in entries:
         if number != state.transaction_number + 1:
             raise ValueError(f"entry {number} does not follow {state.transaction_number}")
-        transaction.apply(state, update_time)
+        if defer and type(transaction) is AddFiles and not _names_any(transaction, plan.files):
+            added.append((update_time, transaction))
+        else:
+            transaction.apply(state, update_time)
         state.transaction_number, state.last_update_time = number, update_time
     return Merged(
         state,
@@ -284,6 +335,15 @@ def replay(
         plan.clears_files,
         plan.replaces_partitions,
         placed,
+        added,
+    )
+
+
+def _names_any(add: AddFiles, filenames: Collection[str]) -> bool:
+    if not filenames:
+        return False
+    return any(r.filename in filenames for r in add.references) or any(
+        f in filenames for f in add.unreferenced_files
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,6 @@ from statestore.store.ports import QueueMessage
 from statestore.transactions import AddFiles
 from tests.builders import INT_SCHEMA, data_keys, ref
 from tests.cli.conftest import Cli, cli_json
-
 
 ours = cli_json
 
