@@ -15,7 +15,7 @@ by an upkeep that stopped is rebuilt from a full load of the state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -25,7 +25,7 @@ from statestore.errors import QueryableViewBusyError, QueryableViewConflictError
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partition_tree import PartitionTree
-from statestore.model.partitions import Region
+from statestore.model.partitions import Partition, Region
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
 from statestore.store.ports import TransactionLogStore
@@ -34,6 +34,7 @@ from statestore.transactions import Transaction
 from statestore.views.queryable_view import (
     FILE_PREFIX,
     PARTITION_PREFIX,
+    REFERENCE_PREFIX,
     VIEW_FORMAT,
     Merged,
     ReadPlan,
@@ -51,10 +52,13 @@ from statestore.views.queryable_view import (
     view_changes,
 )
 from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_upper_bound, leaves_in_region
+from statestore.views.view_keys import sized
+from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
 
 READ_ATTEMPTS = 5
+_AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts with
 
 
 @dataclass(frozen=True)
@@ -129,26 +133,32 @@ class QueryableView:
         """
 
         def query(merged: Merged) -> dict[str, list[FileReference]]:
-            ids = self._overlapping(merged, region)
-            if merged.clears_files:
-                in_view: list[dict[str, ViewValue]] = [{} for _ in ids]
-            else:
-                in_view = self.store.with_prefixes(self.table_id, [references_prefix(i) for i in ids])
+            ids, in_view_ids = self._overlapping(merged, region)
+            read = [] if merged.clears_files else [i for i in ids if i in in_view_ids]
+            prefixes = [references_prefix(i) for i in read]
+            in_view = dict(zip(read, self.store.with_prefixes(self.table_id, prefixes), strict=True))
             return {
-                pid: merged.references_in(pid, (v for v in items.values() if isinstance(v, FileReference)))
-                for pid, items in zip(ids, in_view, strict=True)
+                pid: merged.references_in(
+                    pid, (v for v in in_view.get(pid, {}).values() if isinstance(v, FileReference))
+                )
+                for pid in ids
             }
 
         return self._read(query)
 
-    def _overlapping(self, merged: Merged, region: Region) -> list[str]:
-        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries."""
+    def _overlapping(self, merged: Merged, region: Region) -> tuple[list[str], set[str]]:
+        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries, and those
+        of them whose references the view may hold (the others hold only what the entries put there)."""
         current = merged.state.partitions_by_id
         if merged.replaces_partitions:  # the whole tree is in the replay's state
-            return [p.id for p in PartitionTree(current).overlapping(region)] if current else []
+            ids = [p.id for p in PartitionTree(current).overlapping(region)] if current else []
+            return ids, set(ids)
         scan = self.store.descending(self.table_id, INDEX_PREFIX, index_upper_bound(region))
         leaves = leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
         found = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
+        # The view holds references of a partition above its leaves only where it marks it (one read).
+        marked = {} if merged.clears_files else self.store.get(self.table_id, [marker_key(a) for a in found])
+        in_view = {a for a in found if marker_key(a) in marked} | {leaf.partition.id for leaf in leaves}
         for leaf in leaves:
             # A leaf of the view the entries split is in the replay's state, with what is below it.
             stack = [
@@ -159,7 +169,7 @@ class QueryableView:
                 if node.region.overlaps(region):
                     found[node.id] = None
                     stack.extend(current[c] for c in node.child_ids)
-        return list(found)
+        return list(found), in_view
 
     def _references_in(self, merged: Merged, partition_id: str) -> list[FileReference]:
         return merged.references_in(partition_id, self._references(merged, references_prefix(partition_id)))
@@ -253,7 +263,43 @@ class QueryableView:
         merged = replay(
             self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
         )
-        return self._write(meta, merged.transaction_number, view_changes(self.schema, before, merged))
+        changes = self._with_markers(plan, merged, view_changes(self.schema, before, merged))
+        return self._write(meta, merged.transaction_number, changes)
+
+    def _with_markers(self, plan: ReadPlan, merged: Merged, changes: ViewChanges) -> ViewChanges:
+        """``changes`` and the marker writes that follow them (``statestore.views.view_markers``)."""
+        survives = not (plan.clears_files or plan.replaces_partitions)
+        gained = reference_partitions(changes.puts, REFERENCE_PREFIX)
+        touched = dict(merged.state.partitions_by_id)
+        if survives:
+            candidates = {*gained, *changes.lost, *touched}
+            old_markers = self.store.get(self.table_id, [marker_key(p) for p in candidates])
+        else:
+            old_markers = self.store.with_prefix(self.table_id, MARKER_PREFIX)
+
+        def partition_of(ids: Collection[str]) -> dict[str, Partition]:
+            if plan.replaces_partitions:
+                return {}
+            found = self.store.get(self.table_id, [partition_key(p) for p in ids]).values()
+            return {v.partition.id: v.partition for v in found if isinstance(v, PlacedPartition)}
+
+        def holds_in_view(partition_id: str) -> bool:
+            prefix = references_prefix(partition_id)
+            for value in self.store.descending(self.table_id, prefix, prefix + _AFTER_EVERY_NAME):
+                if isinstance(value, FileReference) and prefix + sized(value.filename) not in changes.deletes:
+                    return True
+            return False
+
+        puts, deletes = marker_changes(
+            gained=gained,
+            lost=changes.lost,
+            touched=touched,
+            view_survives=survives,
+            old_markers=old_markers,
+            partition_of=partition_of,
+            holds_in_view=holds_in_view,
+        )
+        return ViewChanges({**changes.puts, **puts}, changes.deletes | deletes, changes.lost)
 
     def rebuild(self, state: TableState) -> UpkeepResult:
         """Make the view the items of ``state`` (a full load), whatever it held before.

@@ -12,10 +12,12 @@ Items (keys are strings, one namespace per table)::
     j#<job id><filename><partition id> -> FileReference  (one per claimed reference)
     p#<partition id>                  -> PlacedPartition (the partition, its ancestors' ids, its cell)
     x#<cell's lower bound><leaf id>   -> PlacedPartition (one per leaf: the index the region query reads)
+    a#<partition id>                  -> the id         (a partition above the leaves holding references)
 
 where each name is written ``<length>:<name>`` (or ``#<sha-256>`` if long, see
-:func:`~statestore.views.view_keys.sized`), and the ``x#`` items are keyed as
-:mod:`statestore.views.view_index` explains.
+:func:`~statestore.views.view_keys.sized`), the ``x#`` items are keyed as
+:mod:`statestore.views.view_index` explains, and the ``a#`` items are kept as
+:mod:`statestore.views.view_markers` explains.
 
 The ``r#`` and ``j#`` items are projections of the ``f#`` items, and ``x#`` of the ``p#`` items of leaves:
 :func:`items_of_file` and :func:`items_of_partition` derive them, so a change is a diff of derived items.
@@ -63,6 +65,7 @@ from statestore.transactions import (
 )
 from statestore.views.view_index import PlacedPartition, index_key, place
 from statestore.views.view_keys import sized
+from statestore.views.view_markers import markers_of_state, reference_partitions
 
 ViewValue = TableFile | FileReference | PlacedPartition | str
 
@@ -72,8 +75,9 @@ CLAIM_PREFIX = "j#"
 PARTITION_PREFIX = "p#"
 
 # The view's items as this version writes them (``ViewMeta.format``). A view of another format is rebuilt
-# by the next upkeep, and a query will not read it (format 1 had no index of the leaves).
-VIEW_FORMAT = 2
+# by the next upkeep, and a query will not read it (format 1 had no index of the leaves, format 2 no markers
+# of the partitions above the leaves holding references).
+VIEW_FORMAT = 3
 
 
 def file_key(filename: str) -> str:
@@ -114,7 +118,7 @@ def items_of_partition(placed: PlacedPartition) -> dict[str, ViewValue]:
 
 def items_of_state(state: TableState) -> dict[str, ViewValue]:
     """Every item of the view of ``state`` (a rebuild writes these and deletes every other item)."""
-    items: dict[str, ViewValue] = {}
+    items: dict[str, ViewValue] = dict(markers_of_state(state))
     for placed in place(state.schema, state.partitions_by_id, {}).values():
         items.update(items_of_partition(placed))
     for table_file in state.files_by_name.values():
@@ -356,6 +360,7 @@ class ViewChanges:
 
     puts: Mapping[str, ViewValue]
     deletes: frozenset[str]
+    lost: frozenset[str] = frozenset()  # the partitions whose ``r#`` items are among ``deletes``
 
     @property
     def writes(self) -> int:
@@ -383,7 +388,10 @@ def view_changes(schema: Schema, before: Mapping[str, ViewValue], merged: Merged
     for placed in place(schema, merged.state.partitions_by_id, known).values():
         new.update(items_of_partition(placed))
     puts = {key: value for key, value in new.items() if old.get(key) != value}
-    return ViewChanges(puts, frozenset(old.keys() - new.keys()))
+    deletes = frozenset(old.keys() - new.keys())
+    return ViewChanges(
+        puts, deletes, frozenset(reference_partitions({k: old[k] for k in deletes}, REFERENCE_PREFIX))
+    )
 
 
 def diff_items(current: Mapping[str, ViewValue], wanted: Mapping[str, ViewValue]) -> ViewChanges:

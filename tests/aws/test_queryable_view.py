@@ -26,6 +26,7 @@ from statestore.errors import (
     ThrottledError,
     TransactionNotRetainedError,
 )
+from statestore.model.files import FileReference
 from statestore.model.partitions import Partition, Range, Region
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
@@ -38,8 +39,11 @@ from statestore.transactions import (
     ClearFiles,
     InitialisePartitions,
     ReleaseClaims,
+    SplitFileReferenceRequest,
+    SplitFileReferences,
+    SplitPartition,
 )
-from statestore.views.queryable_view import Merged, ViewMeta, ViewValue
+from statestore.views.queryable_view import Merged, ViewMeta, ViewValue, references_prefix
 from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_key
 from tests.aws.backends import open_ports
 from tests.aws.conftest import DYNAMODB_LOCAL
@@ -373,6 +377,59 @@ def test_a_one_leaf_region_query_reads_one_index_item_and_no_level_of_the_tree()
     assert answer.value == {
         p.id: state.references_in_partition(p.id) for p in state.partition_tree.overlapping(leaf.region)
     }
+
+
+class PrefixCountingStore(InMemoryQueryableViewStore):
+    """The twin, recording the prefixes of the references a query reads (one Query each on DynamoDB)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefixes: list[str] = []
+
+    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        self.prefixes.append(prefix)
+        return super().with_prefix(table_id, prefix)
+
+
+def test_a_one_leaf_region_query_reads_references_only_of_the_partitions_holding_some() -> None:
+    items = PrefixCountingStore()
+    table = Table(items, tuple(f"k{i:03d}" for i in range(1, 200)))
+    state = table.store.state()
+    leaf = state.partition_tree.leaf_for_key(["k100x"])
+    assert len(state.partition_tree.overlapping(leaf.region)) > 5  # the leaf and its ancestors
+    table.store.commit(AddFiles((ref(data_key(TABLE, "f"), leaf.id),)))
+    table.update()
+
+    def query() -> tuple[dict[str, list[FileReference]], list[str]]:
+        items.prefixes.clear()
+        answer = table.view.references_in_region(leaf.region).value
+        latest = table.store.state()
+        assert answer == {
+            p.id: latest.references_in_partition(p.id) for p in latest.partition_tree.overlapping(leaf.region)
+        }
+        return answer, list(items.prefixes)
+
+    # None of the partitions above the leaf holds a reference: only the leaf's are read.
+    assert query()[1] == [references_prefix(leaf.id)]
+
+    # The leaf split: it holds its reference until that is split down, and is then read as an ancestor.
+    parent, left, right = leaf.split(0, "k100y", "left", "right")
+    table.store.commit(SplitPartition(parent, (left, right)))
+    for step in ("behind", "updated"):
+        answer, read = query()
+        assert [r.filename for r in answer[leaf.id]] == [data_key(TABLE, "f")]
+        assert references_prefix(leaf.id) in read, step
+        table.update()
+
+    table.store.commit(
+        SplitFileReferences(
+            (SplitFileReferenceRequest(data_key(TABLE, "f"), leaf.id, (ref(data_key(TABLE, "f"), left.id),)),)
+        )
+    )
+    table.update()
+    answer, read = query()
+    assert answer[leaf.id] == [] and [r.filename for r in answer[left.id]] == [data_key(TABLE, "f")]
+    assert sorted(read) == sorted(references_prefix(p.id) for p in (left, right))  # the two leaves only
 
 
 @pytest.mark.parametrize(
