@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from statestore.codec.json_encoding import _partition_to_json, _reference_to_json
-from statestore.codec.transaction_json import _Object, _partition_from_json, _reference_from_json
+from statestore.codec.json_encoding import _key_to_json, _partition_to_json, _reference_to_json
+from statestore.codec.transaction_json import (
+    _check_str,
+    _key_from_json,
+    _Object,
+    _partition_from_json,
+    _reference_from_json,
+)
 from statestore.errors import CodecError
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import Partition
 from statestore.views.queryable_view import ViewValue
+from statestore.views.view_index import PlacedPartition
 
 
 def view_value_to_json(value: ViewValue) -> str:
-    """One compact JSON object naming the value's kind: ``f`` file, ``r`` reference, ``p`` partition,
-    ``root`` the root partition's id."""
+    """One compact JSON object naming the value's kind: ``f`` file, ``r`` reference, ``p`` placed
+    partition, ``root`` a partition id."""
     data: dict[str, Any]
     if isinstance(value, TableFile):
         data = {
@@ -27,8 +33,14 @@ def view_value_to_json(value: ViewValue) -> str:
         }
     elif isinstance(value, FileReference):
         data = {"r": _reference_to_json(value)}
-    elif isinstance(value, Partition):
-        data = {"p": _partition_to_json(value)}
+    elif isinstance(value, PlacedPartition):
+        data = {
+            "p": {
+                "partition": _partition_to_json(value.partition),
+                "ancestor_ids": list(value.ancestor_ids),
+                "cell_min": _key_to_json(value.cell_min),
+            }
+        }
     elif isinstance(value, str):
         data = {"root": value}
     else:
@@ -48,7 +60,14 @@ def view_value_from_json(text: str) -> ViewValue:
     if kind == "r":
         return _reference_from_json(body, "view item reference")
     if kind == "p":
-        return _partition_from_json(body, "view item partition")
+        obj = _Object(body, "view item partition")
+        placed = PlacedPartition(
+            _partition_from_json(obj.raw("partition"), "view item partition.partition"),
+            tuple(obj.items("ancestor_ids", _check_str)),
+            _key_from_json(obj.raw("cell_min"), "view item partition.cell_min"),
+        )
+        obj.done()
+        return placed
     if kind == "root":
         if not isinstance(body, str):
             raise CodecError("a queryable view root item must name a partition id")

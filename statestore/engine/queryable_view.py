@@ -15,7 +15,7 @@ by an upkeep that stopped is rebuilt from a full load of the state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -24,6 +24,7 @@ from statestore.engine.log_loading import entries_after
 from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
+from statestore.model.partition_tree import PartitionTree
 from statestore.model.partitions import Partition, Region
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
@@ -33,7 +34,8 @@ from statestore.transactions import Transaction
 from statestore.views.queryable_view import (
     FILE_PREFIX,
     PARTITION_PREFIX,
-    ROOT_KEY,
+    REFERENCE_PREFIX,
+    VIEW_FORMAT,
     Merged,
     ReadPlan,
     ViewChanges,
@@ -49,10 +51,14 @@ from statestore.views.queryable_view import (
     replay,
     view_changes,
 )
+from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_upper_bound, leaves_in_region
+from statestore.views.view_keys import sized
+from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
 
 READ_ATTEMPTS = 5
+_AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts with
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class QueryableView:
         """The file with its references and update time, or None if the table has no such file."""
 
         def query(merged: Merged) -> TableFile | None:
-            if filename in merged.touched_files:
+            if merged.decides_file(filename):
                 return merged.file(filename, None)
             found = self.store.get(self.table_id, [file_key(filename)]).get(file_key(filename))
             return merged.file(filename, found if isinstance(found, TableFile) else None)
@@ -122,33 +128,48 @@ class QueryableView:
         """The references of every partition overlapping ``region`` (leaves and the partitions above them,
         which hold references not yet split down), by partition id: the files holding the region's rows.
 
-        The tree is read level by level from the root, only the children of partitions that overlap the
-        region: a one-leaf region reads its leaf's ancestors, not the tree.
+        The leaves come from one read of the view's index (``statestore.views.view_index``), which holds
+        each leaf's ancestors too; the partitions' references are then read at once.
         """
 
         def query(merged: Merged) -> dict[str, list[FileReference]]:
-            return {pid: self._references_in(merged, pid) for pid in self._overlapping(merged, region)}
+            ids, in_view_ids = self._overlapping(merged, region)
+            read = [] if merged.clears_files else [i for i in ids if i in in_view_ids]
+            prefixes = [references_prefix(i) for i in read]
+            in_view = dict(zip(read, self.store.with_prefixes(self.table_id, prefixes), strict=True))
+            return {
+                pid: merged.references_in(
+                    pid, (v for v in in_view.get(pid, {}).values() if isinstance(v, FileReference))
+                )
+                for pid in ids
+            }
 
         return self._read(query)
 
-    def _overlapping(self, merged: Merged, region: Region) -> list[str]:
-        root = None if merged.replaces_partitions else self.store.get(self.table_id, [ROOT_KEY]).get(ROOT_KEY)
-        root_id = merged.root_id(root if isinstance(root, str) else None)
-        found: list[str] = []
-        level = [] if root_id is None else [root_id]
-        while level:
-            partitions = self._partitions(merged, level)
-            overlapping = [p for p in partitions if p.region.overlaps(region)]
-            found += (p.id for p in overlapping)
-            level = [child for p in overlapping for child in p.child_ids]
-        return found
-
-    def _partitions(self, merged: Merged, ids: Iterable[str]) -> list[Partition]:
-        ids = list(ids)
-        known = [merged.state.partitions_by_id.get(i) for i in ids if merged.partition_is_known(i)]
-        unknown = [partition_key(i) for i in ids if not merged.partition_is_known(i)]
-        fetched = self.store.get(self.table_id, unknown).values() if unknown else []
-        return [p for p in (*known, *fetched) if isinstance(p, Partition)]
+    def _overlapping(self, merged: Merged, region: Region) -> tuple[list[str], set[str]]:
+        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries, and those
+        of them whose references the view may hold (the others hold only what the entries put there)."""
+        current = merged.state.partitions_by_id
+        if merged.replaces_partitions:  # the whole tree is in the replay's state
+            ids = [p.id for p in PartitionTree(current).overlapping(region)] if current else []
+            return ids, set(ids)
+        scan = self.store.descending(self.table_id, INDEX_PREFIX, index_upper_bound(region))
+        leaves = leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
+        found = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
+        # The view holds references of a partition above its leaves only where it marks it (one read).
+        marked = {} if merged.clears_files else self.store.get(self.table_id, [marker_key(a) for a in found])
+        in_view = {a for a in found if marker_key(a) in marked} | {leaf.partition.id for leaf in leaves}
+        for leaf in leaves:
+            # A leaf of the view the entries split is in the replay's state, with what is below it.
+            stack = [
+                current[leaf.partition.id] if merged.partition_is_known(leaf.partition.id) else leaf.partition
+            ]
+            while stack:
+                node = stack.pop()
+                if node.region.overlaps(region):
+                    found[node.id] = None
+                    stack.extend(current[c] for c in node.child_ids)
+        return list(found), in_view
 
     def _references_in(self, merged: Merged, partition_id: str) -> list[FileReference]:
         return merged.references_in(partition_id, self._references(merged, references_prefix(partition_id)))
@@ -164,6 +185,12 @@ class QueryableView:
         """Run ``query`` on the view merged with the log, retrying while an upkeep writes the items."""
         for attempt in range(READ_ATTEMPTS):
             meta = self.store.meta(self.table_id)
+            if meta is not None and meta.format != VIEW_FORMAT:
+                raise QueryableViewBusyError(
+                    f"the queryable view of table {self.table_id!r} was written in format {meta.format}, not "
+                    f"{VIEW_FORMAT}: the next upkeep (QueryableView.update) rebuilds it; read the table "
+                    "through a full load until then"
+                )
             if meta is None or meta.writing_to is None:
                 merged = self._merge(0 if meta is None else meta.transaction_number)
                 value = query(merged)
@@ -204,7 +231,13 @@ class QueryableView:
         entries = self._entries(view_number)
         plan = plan_reads(t for _, _, t in entries)
         return replay(
-            self.schema, layout.data_prefix(self.table_id), view_number, self._fetch(plan), plan, entries
+            self.schema,
+            layout.data_prefix(self.table_id),
+            view_number,
+            self._fetch(plan),
+            plan,
+            entries,
+            defer_adds=True,
         )
 
     # --- upkeep ------------------------------------------------------------------------------------
@@ -217,7 +250,7 @@ class QueryableView:
         another upkeep moved the view meanwhile (nothing of this one's is written then).
         """
         meta = self.store.meta(self.table_id)
-        if meta is None or meta.writing_to is not None:
+        if meta is None or meta.writing_to is not None or meta.format != VIEW_FORMAT:
             return self.rebuild(load_state())
         try:
             entries = self._entries(meta.transaction_number, to_number)
@@ -230,7 +263,43 @@ class QueryableView:
         merged = replay(
             self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
         )
-        return self._write(meta, merged.transaction_number, view_changes(before, merged))
+        changes = self._with_markers(plan, merged, view_changes(self.schema, before, merged))
+        return self._write(meta, merged.transaction_number, changes)
+
+    def _with_markers(self, plan: ReadPlan, merged: Merged, changes: ViewChanges) -> ViewChanges:
+        """``changes`` and the marker writes that follow them (``statestore.views.view_markers``)."""
+        survives = not (plan.clears_files or plan.replaces_partitions)
+        gained = reference_partitions(changes.puts, REFERENCE_PREFIX)
+        touched = dict(merged.state.partitions_by_id)
+        if survives:
+            candidates = {*gained, *changes.lost, *touched}
+            old_markers = self.store.get(self.table_id, [marker_key(p) for p in candidates])
+        else:
+            old_markers = self.store.with_prefix(self.table_id, MARKER_PREFIX)
+
+        def partition_of(ids: Collection[str]) -> dict[str, Partition]:
+            if plan.replaces_partitions:
+                return {}
+            found = self.store.get(self.table_id, [partition_key(p) for p in ids]).values()
+            return {v.partition.id: v.partition for v in found if isinstance(v, PlacedPartition)}
+
+        def holds_in_view(partition_id: str) -> bool:
+            prefix = references_prefix(partition_id)
+            for value in self.store.descending(self.table_id, prefix, prefix + _AFTER_EVERY_NAME):
+                if isinstance(value, FileReference) and prefix + sized(value.filename) not in changes.deletes:
+                    return True
+            return False
+
+        puts, deletes = marker_changes(
+            gained=gained,
+            lost=changes.lost,
+            touched=touched,
+            view_survives=survives,
+            old_markers=old_markers,
+            partition_of=partition_of,
+            holds_in_view=holds_in_view,
+        )
+        return ViewChanges({**changes.puts, **puts}, changes.deletes | deletes, changes.lost)
 
     def rebuild(self, state: TableState) -> UpkeepResult:
         """Make the view the items of ``state`` (a full load), whatever it held before.

@@ -3,7 +3,7 @@ counting the items read and written (what the view's costs are measured in)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 from statestore.errors import QueryableViewConflictError
 from statestore.store.view_ports import QueryableViewStore
@@ -38,6 +38,13 @@ class InMemoryQueryableViewStore(QueryableViewStore):
         found = {k: v for k, v in self._items.get(table_id, {}).items() if k.startswith(prefix)}
         self.items_read += len(found)
         return found
+
+    def descending(self, table_id: str, low: str, high: str) -> Iterator[ViewValue]:
+        items = self._items.get(table_id, {})
+        for key in sorted((k for k in items if low <= k <= high), reverse=True):
+            if key in items:
+                self.items_read += 1
+                yield items[key]
 
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
         if puts.keys() & set(deletes):

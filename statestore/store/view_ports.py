@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,6 +34,15 @@ class QueryableViewStore(ABC):
     @abstractmethod
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         """Every item whose key starts with ``prefix`` (``""``: every item)."""
+
+    def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
+        """:meth:`with_prefix` of each of ``prefixes``, in their order (a store may read them at once)."""
+        return [self.with_prefix(table_id, prefix) for prefix in prefixes]
+
+    @abstractmethod
+    def descending(self, table_id: str, low: str, high: str) -> Iterator[ViewValue]:
+        """The items with keys from ``low`` to ``high`` (both included), highest key first, read as the
+        caller takes them: one that stops early reads little more than it took."""
 
     @abstractmethod
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:

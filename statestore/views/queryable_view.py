@@ -7,15 +7,19 @@ written after that number into its answer, so the answer is always the one a ful
 
 Items (keys are strings, one namespace per table)::
 
-    f#<filename>                      -> TableFile      (the file, all its references, its update time)
-    r#<partition id><filename>        -> FileReference  (one per reference: a partition's references)
-    j#<job id><filename><partition id> -> FileReference (one per claimed reference)
-    p#<partition id>                  -> Partition      (children by id: the tree read level by level)
-    root                              -> str            (the root partition's id)
+    f#<filename>                      -> TableFile       (the file, all its references, its update time)
+    r#<partition id><filename>        -> FileReference   (one per reference: a partition's references)
+    j#<job id><filename><partition id> -> FileReference  (one per claimed reference)
+    p#<partition id>                  -> PlacedPartition (the partition, its ancestors' ids, its cell)
+    x#<cell's lower bound><leaf id>   -> PlacedPartition (one per leaf: the index the region query reads)
+    a#<partition id>                  -> the id         (a partition above the leaves holding references)
 
-where each name is written ``<length>:<name>`` (or ``#<sha-256>`` if long, see :func:`_sized`).
+where each name is written ``<length>:<name>`` (or ``#<sha-256>`` if long, see
+:func:`~statestore.views.view_keys.sized`), the ``x#`` items are keyed as
+:mod:`statestore.views.view_index` explains, and the ``a#`` items are kept as
+:mod:`statestore.views.view_markers` explains.
 
-The ``r#`` and ``j#`` items are projections of the ``f#`` items, and ``root`` of the ``p#`` items:
+The ``r#`` and ``j#`` items are projections of the ``f#`` items, and ``x#`` of the ``p#`` items of leaves:
 :func:`items_of_file` and :func:`items_of_partition` derive them, so a change is a diff of derived items.
 Adding a file with one reference writes two items (``f#`` and ``r#``).
 
@@ -38,12 +42,10 @@ clear, which deletes every item of what it cleared); :func:`items_of_state` rebu
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statestore.model.files import FileReference, TableFile
-from statestore.model.partitions import Partition
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
 from statestore.transactions import (
@@ -61,69 +63,64 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
+from statestore.views.view_index import PlacedPartition, index_key, place
+from statestore.views.view_keys import sized
+from statestore.views.view_markers import markers_of_state, reference_partitions
 
-ViewValue = TableFile | FileReference | Partition | str
+ViewValue = TableFile | FileReference | PlacedPartition | str
 
 FILE_PREFIX = "f#"
 REFERENCE_PREFIX = "r#"
 CLAIM_PREFIX = "j#"
 PARTITION_PREFIX = "p#"
-ROOT_KEY = "root"
 
-
-# A name longer than this (in UTF-8 bytes) is keyed by its SHA-256: a key of three names stays well under
-# DynamoDB's 1,024-byte sort key, while names (up to 1,024 bytes each) are held whole in the item's value.
-_LONGEST_NAME_IN_KEY = 200
-
-
-def _sized(name: str) -> str:
-    """``name`` as one part of a key: its length, a colon and itself (or ``#`` and its hash if long), so no
-    name can run into the next part."""
-    if len(name.encode()) > _LONGEST_NAME_IN_KEY:
-        return "#" + hashlib.sha256(name.encode()).hexdigest()
-    return f"{len(name)}:{name}"
+# The view's items as this version writes them (``ViewMeta.format``). A view of another format is rebuilt
+# by the next upkeep, and a query will not read it (format 1 had no index of the leaves, format 2 no markers
+# of the partitions above the leaves holding references).
+VIEW_FORMAT = 3
 
 
 def file_key(filename: str) -> str:
-    return FILE_PREFIX + _sized(filename)
+    return FILE_PREFIX + sized(filename)
 
 
 def partition_key(partition_id: str) -> str:
-    return PARTITION_PREFIX + _sized(partition_id)
+    return PARTITION_PREFIX + sized(partition_id)
 
 
 def references_prefix(partition_id: str) -> str:
     """The prefix of the ``r#`` items of one partition."""
-    return REFERENCE_PREFIX + _sized(partition_id)
+    return REFERENCE_PREFIX + sized(partition_id)
 
 
 def claims_prefix(job_id: str) -> str:
     """The prefix of the ``j#`` items of one job."""
-    return CLAIM_PREFIX + _sized(job_id)
+    return CLAIM_PREFIX + sized(job_id)
 
 
 def items_of_file(table_file: TableFile) -> dict[str, ViewValue]:
     """The items that hold ``table_file``: its own, one per reference, one per claimed reference."""
     items: dict[str, ViewValue] = {file_key(table_file.filename): table_file}
     for ref in table_file.references:
-        items[references_prefix(ref.partition_id) + _sized(ref.filename)] = ref
+        items[references_prefix(ref.partition_id) + sized(ref.filename)] = ref
         if ref.job_id is not None:
-            items[claims_prefix(ref.job_id) + _sized(ref.filename) + _sized(ref.partition_id)] = ref
+            items[claims_prefix(ref.job_id) + sized(ref.filename) + sized(ref.partition_id)] = ref
     return items
 
 
-def items_of_partition(partition: Partition) -> dict[str, ViewValue]:
-    items: dict[str, ViewValue] = {partition_key(partition.id): partition}
-    if partition.parent_id is None:
-        items[ROOT_KEY] = partition.id
+def items_of_partition(placed: PlacedPartition) -> dict[str, ViewValue]:
+    """The items that hold a placed partition: its own, and if it is a leaf its index item."""
+    items: dict[str, ViewValue] = {partition_key(placed.partition.id): placed}
+    if placed.partition.leaf:
+        items[index_key(placed)] = placed
     return items
 
 
 def items_of_state(state: TableState) -> dict[str, ViewValue]:
     """Every item of the view of ``state`` (a rebuild writes these and deletes every other item)."""
-    items: dict[str, ViewValue] = {}
-    for partition in state.partitions_by_id.values():
-        items.update(items_of_partition(partition))
+    items: dict[str, ViewValue] = dict(markers_of_state(state))
+    for placed in place(state.schema, state.partitions_by_id, {}).values():
+        items.update(items_of_partition(placed))
     for table_file in state.files_by_name.values():
         items.update(items_of_file(table_file))
     return items
@@ -140,6 +137,7 @@ class ViewMeta:
 
     transaction_number: int
     writing_to: int | None = None
+    format: int = VIEW_FORMAT
 
 
 # --- what a run of entries reads ------------------------------------------------------------------
@@ -216,23 +214,62 @@ def plan_reads(transactions: Iterable[Transaction]) -> ReadPlan:
 @dataclass
 class Merged:
     """A run of log entries replayed on the view items they read: the state at ``transaction_number``
-    for every key the run touched, and the rules for combining it with the view's other items."""
+    for every key the run touched, and the rules for combining it with the view's other items.
+
+    ``added`` holds the run's ``AddFiles`` entries (update time, transaction) that a query's replay did not
+    apply (see :func:`replay`): their files are new, and nothing else in the run names them, so each is
+    its references stamped with the entry's update time, read only where a query asks for them.
+    """
 
     state: TableState  # partial: the plan's files and partitions, as of the run's last entry
     touched_files: frozenset[str]
     touched_partitions: frozenset[str]
     clears_files: bool
     replaces_partitions: bool
+    placed: Mapping[str, PlacedPartition]  # the view's placements of the partitions fetched
+    added: Sequence[tuple[int, AddFiles]] = ()
+    _by_partition: dict[str, list[FileReference]] | None = field(default=None, repr=False)
+    _added_files: dict[str, TableFile] | None = field(default=None, repr=False)
+    _added_by_partition: dict[str, list[tuple[int, FileReference]]] | None = field(default=None, repr=False)
 
     @property
     def transaction_number(self) -> int:
         return self.state.transaction_number
 
+    def decides_file(self, filename: str) -> bool:
+        """Whether the replay holds the file's current value (else the view's ``f#`` item does)."""
+        return filename in self.touched_files or filename in self._files_added()
+
     def file(self, filename: str, in_view: TableFile | None) -> TableFile | None:
         """The file's current value, given its ``f#`` item (None if absent)."""
+        added = self._files_added().get(filename)
+        if added is not None:
+            return added
         if filename in self.touched_files:
             return self.state.files_by_name.get(filename)
         return None if self.clears_files else in_view
+
+    def _files_added(self) -> dict[str, TableFile]:
+        if self._added_files is None:  # only a file query asks: made on its first use
+            self._added_files = {}
+            for update_time, add in self.added:
+                grouped: dict[str, list[FileReference]] = {}
+                for ref in add.references:
+                    grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
+                for filename in add.unreferenced_files:
+                    grouped.setdefault(filename, [])
+                for filename, refs in grouped.items():
+                    self._added_files[filename] = TableFile(filename, tuple(refs), update_time)
+        return self._added_files
+
+    def _added_in(self, partition_id: str) -> list[FileReference]:
+        """The references the unapplied ``added`` entries put in ``partition_id``, stamped."""
+        if self._added_by_partition is None:  # grouped once, stamped only where asked
+            self._added_by_partition = {}
+            for update_time, add in self.added:
+                for ref in add.references:
+                    self._added_by_partition.setdefault(ref.partition_id, []).append((update_time, ref))
+        return [ref._replace(last_update_time=t) for t, ref in self._added_by_partition.get(partition_id, ())]
 
     def references(
         self, in_view: Iterable[FileReference], keep: Iterable[FileReference]
@@ -242,32 +279,22 @@ class Merged:
         return sorted([*kept, *keep])
 
     def references_in(self, partition_id: str, in_view: Iterable[FileReference]) -> list[FileReference]:
+        if self._by_partition is None:  # a region query asks for several partitions: group once
+            self._by_partition = {}
+            for table_file in self.state.files_by_name.values():
+                for r in table_file.references:
+                    self._by_partition.setdefault(r.partition_id, []).append(r)
         return self.references(
-            in_view,
-            (
-                r
-                for f in self.state.files_by_name.values()
-                for r in f.references
-                if r.partition_id == partition_id
-            ),
+            in_view, [*self._by_partition.get(partition_id, ()), *self._added_in(partition_id)]
         )
 
     def claims_of(self, job_id: str, in_view: Iterable[FileReference]) -> list[FileReference]:
-        return self.references(
-            in_view,
-            (r for f in self.state.files_by_name.values() for r in f.references if r.job_id == job_id),
-        )
+        files = [*self.state.files_by_name.values(), *(self._files_added().values() if self.added else ())]
+        return self.references(in_view, (r for f in files for r in f.references if r.job_id == job_id))
 
     def partition_is_known(self, partition_id: str) -> bool:
         """Whether the replay decides this partition (else the view's item does)."""
         return self.replaces_partitions or partition_id in self.touched_partitions
-
-    def root_id(self, in_view: str | None) -> str | None:
-        """The root's id, given the view's ``root`` item (a tree only changes its root when replaced)."""
-        if not self.replaces_partitions:
-            return in_view
-        roots = [p.id for p in self.state.partitions_by_id.values() if p.parent_id is None]
-        return roots[0] if roots else None
 
 
 def replay(
@@ -277,18 +304,33 @@ def replay(
     fetched: Mapping[str, ViewValue],
     plan: ReadPlan,
     entries: Sequence[tuple[int, int, Transaction]],
+    *,
+    defer_adds: bool = False,
 ) -> Merged:
     """Apply ``entries`` (number, update time, transaction; in order, following ``view_number``) to the
     view items ``fetched`` for ``plan`` (``f#`` items of its files and of its jobs' claims, ``p#`` items of
-    its partitions; more may be given)."""
+    its partitions; more may be given).
+
+    With ``defer_adds`` (a query's replay), an ``AddFiles`` entry whose files no entry of the run names
+    (``plan.files``) is not applied but kept in ``Merged.added``, unless the run clears the files: its
+    files are new, so applying it reads nothing and changes nothing another entry reads, and a query
+    reads from it only the references of the partitions it asks for. Entries behind the view are mostly
+    such adds, and applying each to a state costs far more than the few references a query keeps.
+    """
     files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
-    partitions = {v.id: v for v in fetched.values() if isinstance(v, Partition)}
+    placed = {v.partition.id: v for v in fetched.values() if isinstance(v, PlacedPartition)}
+    partitions = {i: v.partition for i, v in placed.items()}
     state = TableState(schema, partitions, files, view_number)
     state.data_prefix = data_prefix
+    defer = defer_adds and not plan.clears_files
+    added: list[tuple[int, AddFiles]] = []
     for number, update_time, transaction in entries:
         if number != state.transaction_number + 1:
             raise ValueError(f"entry {number} does not follow {state.transaction_number}")
-        transaction.apply(state, update_time)
+        if defer and type(transaction) is AddFiles and not _names_any(transaction, plan.files):
+            added.append((update_time, transaction))
+        else:
+            transaction.apply(state, update_time)
         state.transaction_number, state.last_update_time = number, update_time
     return Merged(
         state,
@@ -296,6 +338,16 @@ def replay(
         frozenset(plan.partitions | partitions.keys() | state.partitions_by_id.keys()),
         plan.clears_files,
         plan.replaces_partitions,
+        placed,
+        added,
+    )
+
+
+def _names_any(add: AddFiles, filenames: Collection[str]) -> bool:
+    if not filenames:
+        return False
+    return any(r.filename in filenames for r in add.references) or any(
+        f in filenames for f in add.unreferenced_files
     )
 
 
@@ -308,13 +360,14 @@ class ViewChanges:
 
     puts: Mapping[str, ViewValue]
     deletes: frozenset[str]
+    lost: frozenset[str] = frozenset()  # the partitions whose ``r#`` items are among ``deletes``
 
     @property
     def writes(self) -> int:
         return len(self.puts) + len(self.deletes)
 
 
-def view_changes(before: Mapping[str, ViewValue], merged: Merged) -> ViewChanges:
+def view_changes(schema: Schema, before: Mapping[str, ViewValue], merged: Merged) -> ViewChanges:
     """The writes that move the view past the run ``merged`` replayed.
 
     ``before`` holds the view's items the run can change, as fetched for its plan; after a clear of the
@@ -325,15 +378,20 @@ def view_changes(before: Mapping[str, ViewValue], merged: Merged) -> ViewChanges
     for value in before.values():
         if isinstance(value, TableFile):
             old.update(items_of_file(value))
-        elif isinstance(value, Partition):
+        elif isinstance(value, PlacedPartition):
             old.update(items_of_partition(value))
     new: dict[str, ViewValue] = {}
     for table_file in merged.state.files_by_name.values():
         new.update(items_of_file(table_file))
-    for partition in merged.state.partitions_by_id.values():
-        new.update(items_of_partition(partition))
+    # A replaced tree is all in the replay's state; otherwise a split's parent was fetched, placed.
+    known = {} if merged.replaces_partitions else merged.placed
+    for placed in place(schema, merged.state.partitions_by_id, known).values():
+        new.update(items_of_partition(placed))
     puts = {key: value for key, value in new.items() if old.get(key) != value}
-    return ViewChanges(puts, frozenset(old.keys() - new.keys()))
+    deletes = frozenset(old.keys() - new.keys())
+    return ViewChanges(
+        puts, deletes, frozenset(reference_partitions({k: old[k] for k in deletes}, REFERENCE_PREFIX))
+    )
 
 
 def diff_items(current: Mapping[str, ViewValue], wanted: Mapping[str, ViewValue]) -> ViewChanges:

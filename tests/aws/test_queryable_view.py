@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -26,7 +26,8 @@ from statestore.errors import (
     ThrottledError,
     TransactionNotRetainedError,
 )
-from statestore.model.partitions import Range, Region
+from statestore.model.files import FileReference
+from statestore.model.partitions import Partition, Range, Region
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
 from statestore.store.ports import SnapshotInfo
@@ -38,8 +39,12 @@ from statestore.transactions import (
     ClearFiles,
     InitialisePartitions,
     ReleaseClaims,
+    SplitFileReferenceRequest,
+    SplitFileReferences,
+    SplitPartition,
 )
-from statestore.views.queryable_view import Merged, ViewMeta, ViewValue
+from statestore.views.queryable_view import Merged, ViewMeta, ViewValue, references_prefix
+from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_key
 from tests.aws.backends import open_ports
 from tests.aws.conftest import DYNAMODB_LOCAL
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
@@ -266,6 +271,12 @@ class _OneTablePerExample(QueryableViewStore):
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         return self.store.with_prefix(table_id + self.suffix, prefix)
 
+    def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
+        return self.store.with_prefixes(table_id + self.suffix, prefixes)
+
+    def descending(self, table_id: str, low: str, high: str) -> Iterator[ViewValue]:
+        return self.store.descending(table_id + self.suffix, low, high)
+
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
         self.store.write(table_id + self.suffix, puts, deletes)
 
@@ -337,7 +348,7 @@ def test_writes_go_in_batches_of_25_and_unprocessed_items_are_sent_again() -> No
 
     assert len(client.stored) == 60
     assert max(client.batches) == 25
-    assert client.batches == [25, 1, 25, 1, 10, 1]
+    assert sorted(client.batches) == [1, 1, 1, 10, 25, 25]  # batches go on several threads
 
 
 def test_items_left_unprocessed_round_after_round_are_an_error_naming_the_table() -> None:
@@ -346,3 +357,99 @@ def test_items_left_unprocessed_round_after_round_are_an_error_naming_the_table(
 
     with pytest.raises(ThrottledError, match="queryable view of table 'table-1'.*unprocessed"):
         store.write(TABLE, {"k": "v"}, ())
+
+
+def test_a_one_leaf_region_query_reads_one_index_item_and_no_level_of_the_tree() -> None:
+    items = InMemoryQueryableViewStore()
+    points = tuple(f"k{i:03d}" for i in range(1, 200))
+    table = Table(items, points)
+    table.update()
+    leaf = table.store.state().partition_tree.leaf_for_key(["k100x"])
+    table.store.commit(AddFiles((ref(data_key(TABLE, "f"), leaf.id),)))
+    table.update()
+    items.items_read = 0
+
+    answer = table.view.references_in_region(leaf.region)
+
+    # One index item (the leaf's, naming its ancestors) and the one reference: no partition item.
+    assert items.items_read == 2
+    state = table.store.state()
+    assert answer.value == {
+        p.id: state.references_in_partition(p.id) for p in state.partition_tree.overlapping(leaf.region)
+    }
+
+
+class PrefixCountingStore(InMemoryQueryableViewStore):
+    """The twin, recording the prefixes of the references a query reads (one Query each on DynamoDB)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefixes: list[str] = []
+
+    def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        self.prefixes.append(prefix)
+        return super().with_prefix(table_id, prefix)
+
+
+def test_a_one_leaf_region_query_reads_references_only_of_the_partitions_holding_some() -> None:
+    items = PrefixCountingStore()
+    table = Table(items, tuple(f"k{i:03d}" for i in range(1, 200)))
+    state = table.store.state()
+    leaf = state.partition_tree.leaf_for_key(["k100x"])
+    assert len(state.partition_tree.overlapping(leaf.region)) > 5  # the leaf and its ancestors
+    table.store.commit(AddFiles((ref(data_key(TABLE, "f"), leaf.id),)))
+    table.update()
+
+    def query() -> tuple[dict[str, list[FileReference]], list[str]]:
+        items.prefixes.clear()
+        answer = table.view.references_in_region(leaf.region).value
+        latest = table.store.state()
+        assert answer == {
+            p.id: latest.references_in_partition(p.id) for p in latest.partition_tree.overlapping(leaf.region)
+        }
+        return answer, list(items.prefixes)
+
+    # None of the partitions above the leaf holds a reference: only the leaf's are read.
+    assert query()[1] == [references_prefix(leaf.id)]
+
+    # The leaf split: it holds its reference until that is split down, and is then read as an ancestor.
+    parent, left, right = leaf.split(0, "k100y", "left", "right")
+    table.store.commit(SplitPartition(parent, (left, right)))
+    for step in ("behind", "updated"):
+        answer, read = query()
+        assert [r.filename for r in answer[leaf.id]] == [data_key(TABLE, "f")]
+        assert references_prefix(leaf.id) in read, step
+        table.update()
+
+    table.store.commit(
+        SplitFileReferences(
+            (SplitFileReferenceRequest(data_key(TABLE, "f"), leaf.id, (ref(data_key(TABLE, "f"), left.id),)),)
+        )
+    )
+    table.update()
+    answer, read = query()
+    assert answer[leaf.id] == [] and [r.filename for r in answer[left.id]] == [data_key(TABLE, "f")]
+    assert sorted(read) == sorted(references_prefix(p.id) for p in (left, right))  # the two leaves only
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [-(2**63), -(2**31), -1, 0, 1, 255, 256, 2**31 - 1, 2**63 - 1],
+        ["", "\x00", "\x01", "a", "a\x00", "ab", "b", "é", "\uffff", "\U00010000", "\U0010ffff"],
+        [b"", b"\x00", b"\x00\x00", b"\x01", b"\x7f", b"\x80", b"\xfe", b"\xff", b"\xff\x00"],
+    ],
+    ids=["int and long", "string", "bytes"],
+)
+def test_index_keys_sort_as_the_bounds_do_in_every_store(
+    view_store: QueryableViewStore, values: list[object]
+) -> None:
+    leaves = [
+        PlacedPartition(Partition(f"leaf-{i}", Region((Range(v),))), ("root",), v)  # type: ignore[arg-type]
+        for i, v in enumerate(values)
+    ]
+    view_store.write(TABLE, {index_key(leaf): leaf for leaf in leaves}, ())
+
+    read = list(view_store.descending(TABLE, INDEX_PREFIX, INDEX_PREFIX + "\U0010ffff"))
+
+    assert read == list(reversed(leaves))

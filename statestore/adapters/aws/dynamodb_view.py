@@ -9,14 +9,17 @@ table where it is scoped to tables) read the view too::
 
 Snapshot records are ``snapshot#...`` and ``latest``, so neither listing nor deleting snapshots sees the
 view; deleting a table's snapshot records (``delete_table``) deletes its view with them. Items are read
-strongly consistent, with BatchGetItem (100 keys per call) and Query (by key prefix), and written with
-BatchWriteItem (25 per call), unprocessed items retried with backoff. The meta is moved by a conditional
-PutItem.
+strongly consistent, with BatchGetItem (100 keys per call) and Query (by key prefix, or a key range read
+backwards in pages that grow from one item, so a read that stops early costs one call), and written with
+BatchWriteItem (25 per call), unprocessed items retried with backoff. The Queries of several prefixes
+(a region's partitions) run at once on a few threads: their round trips, not DynamoDB's work, bound a
+region query. The meta is moved by a conditional PutItem.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -33,11 +36,15 @@ _KEY = instance.SNAPSHOTS_KEYS.range_key[0]  # type: ignore[index]
 _VALUE = "view_value"
 _NUMBER = "transaction_number"
 _WRITING_TO = "writing_to"
+_FORMAT = "view_format"  # absent: format 1
 
 META_KEY = "view#meta"
 ITEM_PREFIX = "view#i#"
 _BATCH_WRITE_LIMIT = 25
 _BATCH_GET_LIMIT = 100
+_PARALLEL_QUERIES = 8  # the clients' pool holds 32 connections
+_PARALLEL_WRITES = 8
+_PAGES = (1, 10, 100, 1000)  # the item limits of a descending read's pages, the last repeated
 
 
 class DynamoDBQueryableViewStore(QueryableViewStore):
@@ -58,7 +65,11 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         return None if item is None else _meta(item)
 
     def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
-        item = {**_key(table_id, META_KEY), _NUMBER: {"N": str(new.transaction_number)}}
+        item = {
+            **_key(table_id, META_KEY),
+            _NUMBER: {"N": str(new.transaction_number)},
+            _FORMAT: {"N": str(new.format)},
+        }
         if new.writing_to is not None:
             item[_WRITING_TO] = {"N": str(new.writing_to)}
         names: dict[str, str] = {}
@@ -141,23 +152,54 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             high = low[:-1] + chr(following)
             condition = "#t = :t AND #k BETWEEN :low AND :high"
             values = {":low": {"S": low}, ":high": {"S": high}}
+        found: dict[str, ViewValue] = {}
+        for items in self._pages(table_id, condition, values, forward=True, limits=()):
+            for item in items:
+                if item[_KEY]["S"] != high:
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+        return found
+
+    def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
+        if len(prefixes) < 2:
+            return [self.with_prefix(table_id, prefix) for prefix in prefixes]
+        with ThreadPoolExecutor(min(len(prefixes), _PARALLEL_QUERIES)) as pool:
+            return list(pool.map(lambda prefix: self.with_prefix(table_id, prefix), prefixes))
+
+    def descending(self, table_id: str, low: str, high: str) -> Iterator[ViewValue]:
+        values = {":low": {"S": ITEM_PREFIX + low}, ":high": {"S": ITEM_PREFIX + high}}
+        condition = "#t = :t AND #k BETWEEN :low AND :high"
+        for items in self._pages(table_id, condition, values, forward=False, limits=_PAGES):
+            for item in items:
+                yield view_value_from_json(item[_VALUE]["S"])
+
+    def _pages(
+        self,
+        table_id: str,
+        condition: str,
+        values: dict[str, Any],
+        *,
+        forward: bool,
+        limits: Sequence[int],
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The pages of one Query, each of at most the next of ``limits`` items (the last repeated; none:
+        DynamoDB's own page size)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": condition,
             "ExpressionAttributeNames": {"#t": _TABLE_ID, "#k": _KEY},
             "ExpressionAttributeValues": {":t": {"S": table_id}, **values},
             "ConsistentRead": True,
+            "ScanIndexForward": forward,
         }
-        found: dict[str, ViewValue] = {}
-        while True:
+        for page in range(2**62):
+            if limits:
+                kwargs["Limit"] = limits[min(page, len(limits) - 1)]
             response = self.call(
                 f"read the queryable view of table {table_id!r}", self.dynamodb.query, **kwargs
             )
-            for item in response.get("Items", []):
-                if item[_KEY]["S"] != high:
-                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+            yield response.get("Items", [])
             if not response.get("LastEvaluatedKey"):
-                return found
+                return
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
@@ -173,22 +215,29 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         ]
         requests += ({"DeleteRequest": {"Key": _key(table_id, ITEM_PREFIX + key)}} for key in deletes)
         what = f"write the queryable view of table {table_id!r}"
-        for start in range(0, len(requests), _BATCH_WRITE_LIMIT):
-            batch = requests[start : start + _BATCH_WRITE_LIMIT]
-            for attempt in range(self.call.max_attempts):
-                response = self.call(
-                    what, self.dynamodb.batch_write_item, RequestItems={self.table_name: batch}
-                )
-                batch = response.get("UnprocessedItems", {}).get(self.table_name, [])
-                if not batch:
-                    break
-                if attempt + 1 < self.call.max_attempts:
-                    self.call.backoff(attempt)
-            else:
-                raise ThrottledError(
-                    f"could not {what}: DynamoDB kept returning {len(batch)} item(s) unprocessed after "
-                    f"{self.call.max_attempts} rounds; try again later"
-                )
+        batches = [requests[i : i + _BATCH_WRITE_LIMIT] for i in range(0, len(requests), _BATCH_WRITE_LIMIT)]
+        if len(batches) < 2:
+            for batch in batches:
+                self._write_batch(what, batch)
+            return
+        # A rebuild writes every item of the table: batches go on several threads, whose round trips
+        # overlap (each batch is retried on its own; the meta says the items are being written meanwhile).
+        with ThreadPoolExecutor(_PARALLEL_WRITES) as pool:
+            for _ in pool.map(lambda batch: self._write_batch(what, batch), batches):
+                pass
+
+    def _write_batch(self, what: str, batch: list[dict[str, Any]]) -> None:
+        for attempt in range(self.call.max_attempts):
+            response = self.call(what, self.dynamodb.batch_write_item, RequestItems={self.table_name: batch})
+            batch = response.get("UnprocessedItems", {}).get(self.table_name, [])
+            if not batch:
+                return
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
+        raise ThrottledError(
+            f"could not {what}: DynamoDB kept returning {len(batch)} item(s) unprocessed after "
+            f"{self.call.max_attempts} rounds; try again later"
+        )
 
     def delete_table(self, table_id: str) -> None:
         keys = [*self.with_prefix(table_id, "")]
@@ -207,4 +256,9 @@ def _key(table_id: str, key: str) -> dict[str, Any]:
 
 def _meta(item: dict[str, Any]) -> ViewMeta:
     writing = item.get(_WRITING_TO)
-    return ViewMeta(int(item[_NUMBER]["N"]), None if writing is None else int(writing["N"]))
+    written_format = item.get(_FORMAT)
+    return ViewMeta(
+        int(item[_NUMBER]["N"]),
+        None if writing is None else int(writing["N"]),
+        1 if written_format is None else int(written_format["N"]),
+    )
