@@ -88,7 +88,7 @@ test-fast: venv
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 
 test-spark-latest: venv-spark-latest
-	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q -m spark tests/spark
+	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q $(PYTEST_PARALLEL) -m spark tests/spark
 
 lint: venv
 	$(VENV)/bin/ruff check .
