@@ -15,6 +15,7 @@ by an upkeep that stopped is rebuilt from a full load of the state.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -28,15 +29,16 @@ from statestore.model.partition_tree import PartitionTree
 from statestore.model.partitions import Partition, Region
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import TransactionLogStore
+from statestore.store.ports import LogEntry, TransactionLogStore
 from statestore.store.view_ports import QueryableViewStore
-from statestore.transactions import Transaction
+from statestore.transactions import AddFiles, Transaction
 from statestore.views.queryable_view import (
     FILE_PREFIX,
     PARTITION_PREFIX,
     REFERENCE_PREFIX,
     VIEW_FORMAT,
     Merged,
+    PendingAdd,
     ReadPlan,
     ViewChanges,
     ViewMeta,
@@ -227,8 +229,31 @@ class QueryableView:
             fetched.update(self.store.get(self.table_id, [partition_key(p) for p in plan.partitions]))
         return fetched
 
+    def _pending(self, after: int) -> list[tuple[int, int, Transaction | PendingAdd]]:
+        """The entries after ``after`` for a query: an ``AddFiles`` is decompressed, not decoded (see
+        :class:`~statestore.views.queryable_view.PendingAdd`); every other entry is decoded."""
+        read: list[tuple[int, int, Transaction | PendingAdd]] = []
+        for entry in entries_after(self.log, self.table_id, after, None, "queryable view"):
+            text = None
+            if entry.transaction_type == AddFiles.TYPE and not entry.attachments:
+                try:
+                    text = zlib.decompress(entry.body) if entry.compressed else entry.body
+                except zlib.error:
+                    text = None  # decoded now, which says what is wrong with it
+            if text is None:
+                read.append((entry.transaction_number, entry.update_time, decode_entry(entry, self.table_id)))
+            else:
+                read.append(
+                    (
+                        entry.transaction_number,
+                        entry.update_time,
+                        PendingAdd(entry.update_time, text, _decoder(entry, self.table_id)),
+                    )
+                )
+        return read
+
     def _merge(self, view_number: int) -> Merged:
-        entries = self._entries(view_number)
+        entries = self._pending(view_number)
         plan = plan_reads(t for _, _, t in entries)
         return replay(
             self.schema,
@@ -325,3 +350,12 @@ class QueryableView:
         self.store.write(self.table_id, changes.puts, changes.deletes)
         self.store.replace_meta(self.table_id, ViewMeta(to_number), writing)
         return UpkeepResult(from_number, to_number, changes.writes)
+
+
+def _decoder(entry: LogEntry, table_id: str) -> Callable[[], AddFiles]:
+    def decode() -> AddFiles:
+        transaction = decode_entry(entry, table_id)
+        assert isinstance(transaction, AddFiles)  # decode_entry checks the entry's type
+        return transaction
+
+    return decode

@@ -42,7 +42,8 @@ clear, which deletes every item of what it cleared); :func:`items_of_state` rebu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statestore.model.files import FileReference, TableFile
@@ -201,14 +202,51 @@ class ReadPlan:
             raise ValueError(f"the queryable view cannot follow a {type(t).__name__} transaction")
 
 
-def plan_reads(transactions: Iterable[Transaction]) -> ReadPlan:
+def plan_reads(transactions: Iterable[Transaction | PendingAdd]) -> ReadPlan:
+    """What ``transactions`` read (an ``AddFiles``, decoded or not, reads nothing)."""
     plan = ReadPlan()
     for transaction in transactions:
-        plan.add(transaction)
+        if not isinstance(transaction, PendingAdd):
+            plan.add(transaction)
     return plan
 
 
 # --- the replay on a partial state ----------------------------------------------------------------
+
+
+class PendingAdd:
+    """An ``AddFiles`` entry a query's replay did not apply: its update time and its transaction, decoded
+    only if a query needs it.
+
+    ``text`` is the entry's JSON body (decompressed), searched for a name before decoding: the codec writes
+    a name that needs no escaping in JSON as itself between quotes, so a body that does not hold
+    ``"<name>"`` adds nothing named so. A name that would be escaped is never searched for (the entry is
+    decoded). Made from a decoded transaction, it has no text and is always read.
+    """
+
+    __slots__ = ("_decode", "_transaction", "text", "update_time")
+
+    def __init__(
+        self, update_time: int, text: bytes | None, decode: Callable[[], AddFiles] | AddFiles
+    ) -> None:
+        self.update_time = update_time
+        self.text = text
+        self._transaction = decode if isinstance(decode, AddFiles) else None
+        self._decode = None if isinstance(decode, AddFiles) else decode
+
+    @property
+    def transaction(self) -> AddFiles:
+        if self._transaction is None:
+            assert self._decode is not None
+            self._transaction = self._decode()
+        return self._transaction
+
+    def may_name(self, name: str) -> bool:
+        """False only if the entry certainly adds nothing named ``name`` (file or partition)."""
+        if self.text is None or self._transaction is not None:
+            return True
+        quoted = json.dumps(name)
+        return quoted[1:-1] != name or quoted.encode("ascii") in self.text
 
 
 @dataclass
@@ -227,7 +265,7 @@ class Merged:
     clears_files: bool
     replaces_partitions: bool
     placed: Mapping[str, PlacedPartition]  # the view's placements of the partitions fetched
-    added: Sequence[tuple[int, AddFiles]] = ()
+    added: Sequence[PendingAdd] = ()
     _by_partition: dict[str, list[FileReference]] | None = field(default=None, repr=False)
     _added_files: dict[str, TableFile] | None = field(default=None, repr=False)
     _added_by_partition: dict[str, list[tuple[int, FileReference]]] | None = field(default=None, repr=False)
@@ -252,7 +290,8 @@ class Merged:
     def _files_added(self) -> dict[str, TableFile]:
         if self._added_files is None:  # only a file query asks: made on its first use
             self._added_files = {}
-            for update_time, add in self.added:
+            for pending in self.added:
+                update_time, add = pending.update_time, pending.transaction
                 grouped: dict[str, list[FileReference]] = {}
                 for ref in add.references:
                     grouped.setdefault(ref.filename, []).append(ref._replace(last_update_time=update_time))
@@ -264,12 +303,17 @@ class Merged:
 
     def _added_in(self, partition_id: str) -> list[FileReference]:
         """The references the unapplied ``added`` entries put in ``partition_id``, stamped."""
-        if self._added_by_partition is None:  # grouped once, stamped only where asked
+        if self._added_by_partition is None:
             self._added_by_partition = {}
-            for update_time, add in self.added:
-                for ref in add.references:
-                    self._added_by_partition.setdefault(ref.partition_id, []).append((update_time, ref))
-        return [ref._replace(last_update_time=t) for t, ref in self._added_by_partition.get(partition_id, ())]
+        if partition_id not in self._added_by_partition:  # decodes only the entries that may add to it
+            self._added_by_partition[partition_id] = [
+                (pending.update_time, ref)
+                for pending in self.added
+                if pending.may_name(partition_id)
+                for ref in pending.transaction.references
+                if ref.partition_id == partition_id
+            ]
+        return [ref._replace(last_update_time=t) for t, ref in self._added_by_partition[partition_id]]
 
     def references(
         self, in_view: Iterable[FileReference], keep: Iterable[FileReference]
@@ -303,7 +347,7 @@ def replay(
     view_number: int,
     fetched: Mapping[str, ViewValue],
     plan: ReadPlan,
-    entries: Sequence[tuple[int, int, Transaction]],
+    entries: Sequence[tuple[int, int, Transaction | PendingAdd]],
     *,
     defer_adds: bool = False,
 ) -> Merged:
@@ -315,7 +359,9 @@ def replay(
     (``plan.files``) is not applied but kept in ``Merged.added``, unless the run clears the files: its
     files are new, so applying it reads nothing and changes nothing another entry reads, and a query
     reads from it only the references of the partitions it asks for. Entries behind the view are mostly
-    such adds, and applying each to a state costs far more than the few references a query keeps.
+    such adds, and applying each to a state costs far more than the few references a query keeps. An
+    entry may come as a :class:`PendingAdd` not decoded yet: it is decoded here only if it may name one of
+    the plan's files (or the run clears the files), else kept as it is.
     """
     files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
     placed = {v.partition.id: v for v in fetched.values() if isinstance(v, PlacedPartition)}
@@ -323,14 +369,20 @@ def replay(
     state = TableState(schema, partitions, files, view_number)
     state.data_prefix = data_prefix
     defer = defer_adds and not plan.clears_files
-    added: list[tuple[int, AddFiles]] = []
-    for number, update_time, transaction in entries:
+    added: list[PendingAdd] = []
+    for number, update_time, entry in entries:
         if number != state.transaction_number + 1:
             raise ValueError(f"entry {number} does not follow {state.transaction_number}")
-        if defer and type(transaction) is AddFiles and not _names_any(transaction, plan.files):
-            added.append((update_time, transaction))
+        if isinstance(entry, PendingAdd):
+            if defer and not any(entry.may_name(f) for f in plan.files):
+                added.append(entry)
+                state.transaction_number, state.last_update_time = number, update_time
+                continue
+            entry = entry.transaction
+        if defer and type(entry) is AddFiles and not _names_any(entry, plan.files):
+            added.append(PendingAdd(update_time, None, entry))
         else:
-            transaction.apply(state, update_time)
+            entry.apply(state, update_time)
         state.transaction_number, state.last_update_time = number, update_time
     return Merged(
         state,

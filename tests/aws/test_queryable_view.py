@@ -37,6 +37,7 @@ from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
     ClearFiles,
+    DeleteFiles,
     InitialisePartitions,
     ReleaseClaims,
     SplitFileReferenceRequest,
@@ -377,6 +378,26 @@ def test_a_one_leaf_region_query_reads_one_index_item_and_no_level_of_the_tree()
     assert answer.value == {
         p.id: state.references_in_partition(p.id) for p in state.partition_tree.overlapping(leaf.region)
     }
+
+
+@pytest.mark.parametrize("name", ["plain", 'é "quoted" \\ ünïcode'])
+def test_adds_behind_the_view_are_merged_whatever_their_names(
+    view_store: QueryableViewStore, name: str
+) -> None:
+    table = Table(view_store)
+    table.update()
+    leaves = sorted(p.id for p in table.store.state().leaf_partitions())
+    gone, kept = data_key(TABLE, f"{name} gone"), data_key(TABLE, f"{name} kept")
+    # Behind the view: an add, a delete naming the added file (applied only if the add was), and an add
+    # no other entry names.
+    table.store.commit(AddFiles((), unreferenced_files=(gone,)))
+    table.store.commit(DeleteFiles((gone,)))
+    table.store.commit(AddFiles((ref(kept, leaves[0]),)))
+
+    latest = table.store.state()
+    assert table.view.references_in_partition(leaves[0]).value == latest.references_in_partition(leaves[0])
+    assert table.view.file(gone).value is None
+    assert table.view.file(kept).value == latest.files_by_name[kept]
 
 
 class PrefixCountingStore(InMemoryQueryableViewStore):
