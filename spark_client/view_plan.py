@@ -189,6 +189,8 @@ def _answers(view: QueryableView, regions: Sequence[Region]) -> list[Answer[dict
 
 def _partition_change(view: QueryableView, after: int, to_number: int) -> int | None:
     """The first entry in ``after + 1 .. to_number`` that changes the partitions, or None."""
+    if to_number <= after:
+        return None  # the view is current: no entry to read
     try:
         for entry in entries_after(view.log, view.table_id, after, to_number, "queryable view"):
             if entry.transaction_type in _PARTITION_CHANGE_TYPES:
