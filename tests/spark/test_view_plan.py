@@ -8,9 +8,13 @@ import logging
 from collections.abc import Sequence
 
 import pytest
+from pyspark.sql.types import StructType
 
+from spark_client.datasource import StatestoreDataSource
+from spark_client.errors import DataSourceOptionError
 from spark_client.read_plan import plan_read, region_of
-from spark_client.view_plan import overlapping_partitions, plan_latest, table_view
+from spark_client.source_options import SourceOptions
+from spark_client.view_plan import DEFAULT_VIEW_MAX_LEAVES, overlapping_partitions, plan_latest, table_view
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import QueryableView
 from statestore.model.files import FileReference
@@ -247,3 +251,22 @@ def test_a_table_whose_files_are_rows_has_no_view_to_plan_through() -> None:
 
     assert table_view(info, client.log, InMemoryQueryableViewStore()) is None
     assert table_view(client.get_table("rows"), client.log, None) is None
+
+
+def test_the_view_leaf_limit_option_is_parsed_and_checked() -> None:
+    def parse(**options: str) -> SourceOptions:
+        return SourceOptions.parse({"table": "t", **options}, environ={})
+
+    assert parse().view_max_leaves == DEFAULT_VIEW_MAX_LEAVES
+    assert parse(viewMaxLeaves="0").view_max_leaves == 0  # never through the view, not the default
+    assert parse(VIEWMAXLEAVES="7").view_max_leaves == 7
+    for bad in ("-1", "ten", "1.5"):
+        with pytest.raises(DataSourceOptionError, match="option 'viewMaxLeaves' must be an integer >= 0"):
+            parse(viewMaxLeaves=bad)
+
+
+def test_a_write_refuses_the_view_leaf_limit() -> None:
+    source = StatestoreDataSource({"table": "t", "viewMaxLeaves": "3"})
+
+    with pytest.raises(DataSourceOptionError, match=r"\['viewMaxLeaves'\] do not apply to writes"):
+        source.writer(StructType([]), overwrite=False)
