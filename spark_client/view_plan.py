@@ -50,8 +50,10 @@ from statestore.views.queryable_view import ROOT_KEY, partition_key
 
 logger = logging.getLogger(__name__)
 
-# Plan through the view when the read's regions overlap at most this many leaves; measured by
-# benchmarks/bench_view_planning.py (where planning through the view stops beating a full load).
+# Plan through the view when the read's regions overlap at most this many leaves: where planning through
+# the view stops beating a full load in benchmarks/bench_view_planning.py at its default scale (1,000,000
+# references over 100,000 leaves). The crossing moves with the table's size (a full load costs it), lower
+# on smaller tables: the option viewMaxLeaves overrides it per read.
 DEFAULT_VIEW_MAX_LEAVES = 100
 # Each region is one view query; they must answer at the same transaction (a commit between two of them
 # would mix two states), so a moving log is tried this many times before the read falls back.
