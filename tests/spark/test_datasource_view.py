@@ -9,8 +9,10 @@ in this process (``StatestoreReader.partitions``), and the rows by reading them 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from pyspark.sql import SparkSession
 from spark_client.columns import spark_schema
 from spark_client.committer import SyncCommitter
 from spark_client.compaction import split_references_down
-from spark_client.datasource import FILTER_PUSHDOWN_AVAILABLE, StatestoreDataSource
+from spark_client.datasource import FILTER_PUSHDOWN_AVAILABLE, StatestoreDataSource, StatestoreReader
 from spark_client.source_options import SourceOptions
 from spark_client.splitting import split_partition_at
 from spark_client.table_read import read_table
@@ -38,10 +40,16 @@ def view_of(table: SourceTable) -> QueryableView:
     return QueryableView(table.table_id, KEY_SCHEMA, table.client.log, store)
 
 
-def planned_through_view(table: SourceTable, caplog: pytest.LogCaptureFixture, **options: str) -> bool:
-    """Whether the data source plans a read with ``options`` through the view (planned in this process)."""
+def planned_through_view(
+    table: SourceTable, caplog: pytest.LogCaptureFixture, pushed: Sequence[Any] = (), **options: str
+) -> bool:
+    """Whether the data source plans a read with ``options`` (and Spark's ``pushed`` filters) through the
+    view (planned in this process)."""
     source = StatestoreDataSource({**table.options, **options})
     reader = source.reader(spark_schema(KEY_SCHEMA))
+    assert isinstance(reader, StatestoreReader)
+    if pushed:
+        assert reader.pushFilters(list(pushed)) == []
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         reader.partitions()
@@ -96,10 +104,15 @@ def test_a_region_read_through_the_view_returns_the_full_loads_rows(
 
 @pytest.mark.skipif(not FILTER_PUSHDOWN_AVAILABLE, reason="PySpark < 4.1 pushes no filters to Python sources")
 def test_a_region_from_pushed_filters_is_read_through_the_view(
-    spark: SparkSession, table: tuple[SourceTable, list[tuple[Any, ...]]]
+    spark: SparkSession, table: tuple[SourceTable, list[tuple[Any, ...]]], caplog: pytest.LogCaptureFixture
 ) -> None:
+    ds: Any = importlib.import_module("pyspark.sql.datasource")  # its filters exist on Spark 4.1+ only
     source, rows = table
     condition = f"key >= {REGION[0]} AND key < {REGION[1]}"
+    pushed = [ds.GreaterThanOrEqual(("key",), REGION[0]), ds.LessThan(("key",), REGION[1])]
+
+    assert planned_through_view(source, caplog, pushed, viewMaxLeaves="3")
+    assert not planned_through_view(source, caplog, viewMaxLeaves="3")  # no filter: every leaf
 
     through_view = as_tuples(source.read(spark).where(condition))
     full_load = as_tuples(source.read(spark, viewMaxLeaves="0").where(condition))
