@@ -80,6 +80,7 @@ from spark_client.source_options import (
     SourceOptions,
 )
 from spark_client.tables import schema_of
+from spark_client.view_plan import plan_latest, table_view
 from statestore.errors import TableAlreadyExistsError, TableNotFoundError
 from statestore.model.files import FileReference
 from statestore.model.partition_tree import PartitionTree
@@ -96,7 +97,7 @@ FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 # A write task sorts and writes its rows whenever it holds this many bytes of them, bounding its memory.
 WRITE_BUFFER_BYTES = 256 * 1024 * 1024
 
-_READ_ONLY_OPTIONS = ("region", "asof", "timestampasof", "rowspertask", *RANGE_OPTIONS)
+_READ_ONLY_OPTIONS = ("region", "asof", "timestampasof", "rowspertask", "viewmaxleaves", *RANGE_OPTIONS)
 
 
 def register(spark: SparkSession) -> None:
@@ -134,7 +135,7 @@ class StatestoreDataSource(DataSource):
             if changes is None:  # a schema was given, so schema() was not called
                 changes = plan_changes(options, client.state_store(info.table_id))
             return ChangesReader(options, info.schema, schema, changes)
-        return StatestoreReader(options, info.table_id, info.schema, schema)
+        return StatestoreReader(options, info, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> StatestoreWriter:
         if overwrite:
@@ -175,11 +176,12 @@ class StatestoreDataSource(DataSource):
 class StatestoreReader(ArrowPartsReader):
     """Plans a read from the table's state, in a Python worker on the driver."""
 
-    def __init__(self, options: SourceOptions, table_id: str, schema: Schema, requested: StructType) -> None:
-        super().__init__(schema, options.data, requested, options.rows_per_task)
+    def __init__(self, options: SourceOptions, info: TableInfo, requested: StructType) -> None:
+        super().__init__(info.schema, options.data, requested, options.rows_per_task)
         self.options = options
-        self.table_id = table_id
-        self.region = options.region_in(schema)
+        self.info = info
+        self.table_id = info.table_id
+        self.region = options.region_in(info.schema)
 
     def pushFilters(self, filters: list[Any]) -> list[Any]:  # noqa: N802 (Spark's name)
         """Take the filters pyarrow evaluates exactly; hand the rest back to Spark (Spark 4.1+)."""
@@ -191,13 +193,20 @@ class StatestoreReader(ArrowPartsReader):
         return key_regions(self.predicates, self.table_schema, self.region)
 
     def partitions(self) -> list[ReadTask]:
-        store = self.options.connection.client().state_store(self.table_id)
+        """The read's tasks; the latest state's through the queryable view where that pays
+        (:func:`spark_client.view_plan.plan_latest`), a past state's from a full load."""
+        client = self.options.connection.client()
+        store = client.state_store(self.table_id)
         as_of = self.options.as_of
         if self.options.timestamp_as_of is not None:
             as_of = LogTimes(store.log, store.table_id).latest_at(
                 self.options.timestamp_as_of, "timestampAsOf"
             )
-        state = store.state() if as_of is None else store.load(as_of)
+        if as_of is None:
+            view = table_view(self.info, client.log, self.options.connection.view_store())
+            planned = plan_latest(store, view, self.regions(), self.options.view_max_leaves)
+            return self.tasks(planned.parts, planned.transaction_number)
+        state = store.load(as_of)
         return self.tasks(plan_read(state, self.regions()), state.transaction_number)
 
 

@@ -9,10 +9,11 @@ so a file referenced from two partitions yields each of its rows once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from statestore.model.files import FileReference
 from statestore.model.partitions import Partition, Range, Region
 from statestore.model.schema import Key, Schema
 from statestore.state.table_state import TableState
@@ -101,26 +102,40 @@ def plan_read(state: TableState, regions: Sequence[Region]) -> list[ReadPart]:
     """
     if not regions:
         return []
-    whole = regions[0] if len(regions) == 1 else hull(regions)
     partitions: dict[str, Partition] = {}
     for region in regions:
         for partition in state.partition_tree.overlapping(region):
             partitions[partition.id] = partition
-    by_partition = state.references_in_partitions(partitions)
+    return parts_of(partitions.values(), state.references_in_partitions(partitions), regions)
+
+
+def parts_of(
+    partitions: Iterable[Partition],
+    references: Mapping[str, Iterable[FileReference]],
+    regions: Sequence[Region],
+) -> list[ReadPart]:
+    """The parts :func:`plan_read` makes of ``partitions`` (those overlapping ``regions``) and their
+    ``references`` (by partition id), however they were found: from a full state or from the queryable
+    view (:mod:`spark_client.view_plan`), which must therefore give the same parts."""
+    if not regions:
+        return []
+    whole = regions[0] if len(regions) == 1 else hull(regions)
     parts = []
-    for partition in sorted(partitions.values(), key=_region_order):
+    for partition in sorted(partitions, key=_region_order):
         restricted = intersect(partition.region, whole)
         if restricted is None:
             continue
         covered = whole.covers(partition.region)
-        for ref in sorted(by_partition.get(partition.id, ()), key=lambda r: r.filename):
+        for ref in sorted(references.get(partition.id, ()), key=lambda r: r.filename):
             read_all = covered and ref.only_contains_data_for_this_partition
             parts.append(ReadPart(ref.filename, None if read_all else restricted, ref.number_of_rows))
     return parts
 
 
 def _region_order(partition: Partition) -> tuple[Any, ...]:
-    return tuple(r.min for r in partition.region.ranges)
+    # The id breaks ties (a partition and its first descendants share their lower bounds), so the order
+    # does not depend on the order the partitions were found in.
+    return (*(r.min for r in partition.region.ranges), partition.id)
 
 
 def group_parts(

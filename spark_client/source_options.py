@@ -26,6 +26,9 @@ option              meaning (default)
 ``startingTimestamp``    ... or from the first transaction committed at or after this time ...
 ``endingTimestamp``      ... to the last committed at or before this time
 ``rowsPerTask``     rows per read task, from the references' row counts (1000000)
+``viewMaxLeaves``   plan a read of the latest state through the table's queryable view when its regions
+                    overlap at most this many leaves, else by a full load of the state; 0: never through
+                    the view (:data:`spark_client.view_plan.DEFAULT_VIEW_MAX_LEAVES`)
 ``rowKeys``         on an append to a table that does not exist yet: create it from the DataFrame's
                     schema with these row keys (comma-separated); on one that does, they must be its own
 ``sortKeys``        with ``rowKeys``: the sort keys (none)
@@ -56,6 +59,7 @@ from spark_client.data_store import DataStore
 from spark_client.errors import DataSourceOptionError
 from spark_client.log_times import parse_timestamp
 from spark_client.read_plan import region_of
+from spark_client.view_plan import DEFAULT_VIEW_MAX_LEAVES
 from statestore.errors import StateStoreError
 from statestore.instance import ResourceNames
 from statestore.model.partitions import Region
@@ -64,6 +68,7 @@ from statestore.model.schema import Schema
 if TYPE_CHECKING:
     from statestore.engine.requests import CommitSender
     from statestore.services.client import StateStoreClient
+    from statestore.store.view_ports import QueryableViewStore
 
 FORMAT = "statestore-table"
 # Spark lower-cases option names; these are the lower-cased names this source knows.
@@ -84,6 +89,7 @@ KNOWN_OPTIONS = {
     "startingtimestamp": "startingTimestamp",
     "endingtimestamp": "endingTimestamp",
     "rowspertask": "rowsPerTask",
+    "viewmaxleaves": "viewMaxLeaves",
     "rowkeys": "rowKeys",
     "sortkeys": "sortKeys",
     "committer": "committer",
@@ -109,6 +115,10 @@ class Connection:
     def client(self) -> StateStoreClient:
         """A client for the instance, built once per process (its AWS clients are thread-safe)."""
         return _client(self)
+
+    def view_store(self) -> QueryableViewStore:
+        """The instance's queryable view items, through a backend built once per process."""
+        return _view_store(self)
 
     def commit_sender(self) -> CommitSender:
         """A sender of commit requests to the instance's queue."""
@@ -138,6 +148,19 @@ def _client(connection: Connection) -> StateStoreClient:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _view_store(connection: Connection) -> QueryableViewStore:
+    from statestore.adapters.aws.backend import AwsBackend
+
+    backend = AwsBackend.connect(
+        connection.resources,
+        connection.endpoint_url,
+        region=connection.aws_region,
+        dynamodb_endpoint_url=connection.dynamodb_endpoint_url,
+    )
+    return backend.queryable_view
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The parsed options of one read or write. Build with :meth:`parse`."""
@@ -153,6 +176,7 @@ class SourceOptions:
     starting_time: int | None = None  # epoch ms
     ending_time: int | None = None  # epoch ms
     rows_per_task: int = DEFAULT_ROWS_PER_TASK
+    view_max_leaves: int = DEFAULT_VIEW_MAX_LEAVES
     row_keys: tuple[str, ...] | None = None
     sort_keys: tuple[str, ...] = ()
     committer: str = "queue"
@@ -197,6 +221,7 @@ class SourceOptions:
             starting_time=_timestamp(given, "startingtimestamp"),
             ending_time=_timestamp(given, "endingtimestamp"),
             rows_per_task=_integer(given, "rowspertask", minimum=1) or DEFAULT_ROWS_PER_TASK,
+            view_max_leaves=_default(_integer(given, "viewmaxleaves", minimum=0), DEFAULT_VIEW_MAX_LEAVES),
             row_keys=_names(given, "rowkeys"),
             sort_keys=_names(given, "sortkeys") or (),
             committer=committer,
@@ -357,6 +382,10 @@ def _integer(given: Mapping[str, str], name: str, minimum: int) -> int | None:
             f"option {KNOWN_OPTIONS[name]!r} must be an integer >= {minimum}, got {raw!r}"
         )
     return value
+
+
+def _default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _timestamp(given: Mapping[str, str], name: str) -> int | None:

@@ -36,6 +36,7 @@ from spark_client.errors import DataSourceOptionError
 from spark_client.log_times import LogTimes, parse_timestamp
 from spark_client.read_plan import ReadPart, plan_read, region_of
 from spark_client.source_options import parse_connection, parse_data
+from spark_client.view_plan import DEFAULT_VIEW_MAX_LEAVES, plan_latest, table_view
 from statestore.model.partitions import Region
 from statestore.model.schema import Key, Schema
 
@@ -54,6 +55,7 @@ def read_table(
     timestamp_as_of: str | int | datetime.datetime | None = None,
     reader: str = "auto",
     options: Mapping[str, str] | None = None,
+    view_max_leaves: int = DEFAULT_VIEW_MAX_LEAVES,
 ) -> DataFrame:
     """The rows of ``table`` whose row keys lie in ``region`` (``{key: (min, max)}``, min inclusive, max
     exclusive, None unbounded; the whole table if None), as of transaction ``as_of`` or time
@@ -63,6 +65,10 @@ def read_table(
     ``"spark"`` (raise :class:`DataSourceOptionError` if it cannot) or ``"python"``. ``options`` are the
     data source's connection options and ``data`` (by default the environment's, as ``statestore local``
     prints them). The file list is fixed now: evaluate the DataFrame within the GC delay.
+
+    A read of the latest state is planned through the table's queryable view when ``region`` overlaps at
+    most ``view_max_leaves`` leaves (0: never), else from a full load (:mod:`spark_client.view_plan`);
+    the rows are the same either way.
     """
     if reader not in READERS:
         raise DataSourceOptionError(f"reader is one of {list(READERS)}, got {reader!r}")
@@ -71,17 +77,25 @@ def read_table(
     given = dict(options or {})
     connection = parse_connection(given)
     data = parse_data(given, connection)
+    if view_max_leaves < 0:
+        raise DataSourceOptionError(f"view_max_leaves is a number of leaves >= 0, got {view_max_leaves}")
     client = connection.client()
-    store = client.state_store(client.get_table(table).table_id)
+    info = client.get_table(table)
+    store = client.state_store(info.table_id)
     schema = store.schema
     if timestamp_as_of is not None:
         as_of = LogTimes(store.log, store.table_id).latest_at(_moment(timestamp_as_of), "timestamp_as_of")
-    state = store.state() if as_of is None else store.load(as_of)
     if region is None:
         region = Region.whole(schema)
     elif not isinstance(region, Region):
         region = region_of(schema, region)
-    parts = plan_read(state, [region])
+    if as_of is None:
+        view = table_view(info, client.log, connection.view_store())
+        planned = plan_latest(store, view, [region], view_max_leaves)
+        parts, planned_at = planned.parts, planned.transaction_number
+    else:
+        state = store.load(as_of)
+        parts, planned_at = plan_read(state, [region]), state.transaction_number
     regions = {part.region for part in parts}
     use_spark = reader == "spark" or (
         reader == "auto" and len(regions) <= MAX_SCANS and spark_reaches(spark, data)
@@ -94,7 +108,7 @@ def read_table(
         return read_parquet_parts(spark, schema, data, parts)
     if not can_read_planned(data):  # never from options: credentials come from the environment there
         raise DataSourceOptionError("read_table reads data stores without explicit credentials only")
-    return read_planned(spark, schema, data, parts, planned_at=state.transaction_number)
+    return read_planned(spark, schema, data, parts, planned_at=planned_at)
 
 
 def spark_reaches(spark: SparkSession, data: DataStore) -> bool:
