@@ -5,8 +5,9 @@ written as a snapshot (S3 on a moto server) and as a view (DynamoDB Local, the i
 Then, in one run and one process, the read of a region covering 1, 10, 100, 1,000 ... leaves is planned
 both ways, as the data source plans it (:func:`spark_client.view_plan.plan_latest`):
 
-- through the view: the leaves counted from the view's partition items, the view's region query (the tree
-  read level by level, a Query per overlapping partition's references) and the log after the view;
+- through the view: the leaves counted from the view's index (each leaf's item names the partitions above
+  it), the view's region query (the index again, the markers of the partitions above the leaves, a Query
+  per leaf's and marked partition's references) and the log after the view;
 - by a full load: the snapshot and the log after it, then :func:`spark_client.read_plan.plan_read`.
 
 Each pair is checked to give the same parts. The script prints both times per leaf count and where the
@@ -14,8 +15,8 @@ lines cross (interpolated between the counts measured, on log scales): the leaf 
 load is cheaper, which ``DEFAULT_VIEW_MAX_LEAVES`` should not pass. With ``--behind`` log entries after the
 view (and the snapshot), the one-leaf plan is measured again both ways.
 
-What bounds the figures: through the view, round trips to DynamoDB Local in a row (about two per level of
-the tree and two per overlapping partition); the full load, the snapshot's bytes (read from moto's S3 and
+What bounds the figures: through the view, round trips to DynamoDB Local in a row (a few per region, one
+per overlapping leaf's references); the full load, the snapshot's bytes (read from moto's S3 and
 decoded, CPU). The machine is shared and loaded, so the figures move with it; both lines are measured in
 the same run, alternately, so their crossing moves less than either.
 
@@ -173,7 +174,7 @@ def main() -> None:
             figures += [
                 Figure(
                     f"plan through the view, {count:,} leaves", by_view * 1000, "ms",
-                    bound_by="round trips to DynamoDB Local, about two per tree level and per partition",
+                    bound_by="round trips to DynamoDB Local: a few per region, one per overlapping leaf",
                 ),
                 Figure(
                     f"plan by a full load, {count:,} leaves", full * 1000, "ms",

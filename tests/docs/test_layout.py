@@ -30,3 +30,9 @@ def test_at_most_eight_modules_sit_at_the_top_of_statestore() -> None:
     top = sorted(p.name for p in (ROOT / "statestore").glob("*.py"))
     assert "__init__.py" in top
     assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_the_long_modules_run_first_are_test_modules_that_exist() -> None:
+    from tests.conftest import LONG_MODULES
+
+    assert [m for m in LONG_MODULES if not (ROOT / m).is_file()] == []
