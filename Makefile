@@ -75,9 +75,8 @@ demo: venv node
 # a synthesized stack or a Spark cluster, are made once). Each process has its own moto server, DynamoDB
 # Local and Spark session.
 PYTEST_PARALLEL := -n 2 --dist loadscope
-test: venv node venv-spark-latest
+test: venv node
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
-	$(MAKE) --no-print-directory test-spark-latest
 
 # The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and
 # CLI on the in-memory twins and moto, in two processes. No Spark, DynamoDB Local, CDK, property or
@@ -87,6 +86,8 @@ FAST_TESTS := tests/unit tests/committer tests/cli
 test-fast: venv
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 
+# The Spark tests again on the newest PySpark: the compatibility pass of the matrix, run by CI after
+# `make test` (.ci/run) rather than inside it, so the full suite stays within its time on two cores.
 test-spark-latest: venv-spark-latest
 	PYSPARK_PYTHON=$(abspath $(SPARK_LATEST_PY)) $(SPARK_LATEST_PY) -m pytest -q $(PYTEST_PARALLEL) -m spark tests/spark
 
