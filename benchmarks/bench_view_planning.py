@@ -26,7 +26,6 @@ the same run, alternately, so their crossing moves less than either.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import math
 import os
@@ -34,10 +33,11 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_model import SCHEMA, big_state  # noqa: E402
+from bench_queryable_view import endpoints  # noqa: E402
 from results import Figure, record  # noqa: E402
 
 from spark_client.read_plan import ReadPart, plan_read  # noqa: E402
@@ -56,18 +56,6 @@ from statestore.transactions import AddFiles, ClearFiles  # noqa: E402
 
 TABLE = "bench-view-planning"
 UNLIMITED = 10**9
-
-
-@contextlib.contextmanager
-def endpoints() -> Iterator[tuple[str, str]]:
-    from statestore.local.dynamodb_local import DynamoDBLocal
-    from statestore.local.moto_server import MotoServer
-
-    with contextlib.ExitStack() as stack:
-        moto = MotoServer.start()
-        stack.callback(moto.stop)
-        ddb = stack.enter_context(DynamoDBLocal.start())
-        yield moto.endpoint_url, ddb.endpoint_url
 
 
 def region_of_leaves(leaves: list[Partition], start: int, count: int) -> Region:
