@@ -32,13 +32,13 @@ from statestore.state.table_state import TableState
 from statestore.store.ports import LogEntry, TransactionLogStore
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import AddFiles, Transaction
+from statestore.views.pending_adds import PendingAdd
 from statestore.views.queryable_view import (
     FILE_PREFIX,
     PARTITION_PREFIX,
     REFERENCE_PREFIX,
     VIEW_FORMAT,
     Merged,
-    PendingAdd,
     ReadPlan,
     ViewChanges,
     ViewMeta,
@@ -231,7 +231,7 @@ class QueryableView:
 
     def _pending(self, after: int) -> list[tuple[int, int, Transaction | PendingAdd]]:
         """The entries after ``after`` for a query: an ``AddFiles`` is decompressed, not decoded (see
-        :class:`~statestore.views.queryable_view.PendingAdd`); every other entry is decoded."""
+        :class:`~statestore.views.pending_adds.PendingAdd`); every other entry is decoded."""
         read: list[tuple[int, int, Transaction | PendingAdd]] = []
         for entry in entries_after(self.log, self.table_id, after, None, "queryable view"):
             text = None

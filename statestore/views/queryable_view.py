@@ -42,8 +42,7 @@ clear, which deletes every item of what it cleared); :func:`items_of_state` rebu
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statestore.model.files import FileReference, TableFile
@@ -64,6 +63,7 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
+from statestore.views.pending_adds import PendingAdd, PendingTexts
 from statestore.views.view_index import PlacedPartition, index_key, place
 from statestore.views.view_keys import sized
 from statestore.views.view_markers import markers_of_state, reference_partitions
@@ -214,41 +214,6 @@ def plan_reads(transactions: Iterable[Transaction | PendingAdd]) -> ReadPlan:
 # --- the replay on a partial state ----------------------------------------------------------------
 
 
-class PendingAdd:
-    """An ``AddFiles`` entry a query's replay did not apply: its update time and its transaction, decoded
-    only if a query needs it.
-
-    ``text`` is the entry's JSON body (decompressed), searched for a name before decoding: the codec writes
-    a name that needs no escaping in JSON as itself between quotes, so a body that does not hold
-    ``"<name>"`` adds nothing named so. A name that would be escaped is never searched for (the entry is
-    decoded). Made from a decoded transaction, it has no text and is always read.
-    """
-
-    __slots__ = ("_decode", "_transaction", "text", "update_time")
-
-    def __init__(
-        self, update_time: int, text: bytes | None, decode: Callable[[], AddFiles] | AddFiles
-    ) -> None:
-        self.update_time = update_time
-        self.text = text
-        self._transaction = decode if isinstance(decode, AddFiles) else None
-        self._decode = None if isinstance(decode, AddFiles) else decode
-
-    @property
-    def transaction(self) -> AddFiles:
-        if self._transaction is None:
-            assert self._decode is not None
-            self._transaction = self._decode()
-        return self._transaction
-
-    def may_name(self, name: str) -> bool:
-        """False only if the entry certainly adds nothing named ``name`` (file or partition)."""
-        if self.text is None or self._transaction is not None:
-            return True
-        quoted = json.dumps(name)
-        return quoted[1:-1] != name or quoted.encode("ascii") in self.text
-
-
 @dataclass
 class Merged:
     """A run of log entries replayed on the view items they read: the state at ``transaction_number``
@@ -269,6 +234,7 @@ class Merged:
     _by_partition: dict[str, list[FileReference]] | None = field(default=None, repr=False)
     _added_files: dict[str, TableFile] | None = field(default=None, repr=False)
     _added_by_partition: dict[str, list[tuple[int, FileReference]]] | None = field(default=None, repr=False)
+    _added_texts: PendingTexts | None = field(default=None, repr=False)
 
     @property
     def transaction_number(self) -> int:
@@ -306,10 +272,11 @@ class Merged:
         if self._added_by_partition is None:
             self._added_by_partition = {}
         if partition_id not in self._added_by_partition:  # decodes only the entries that may add to it
+            if self._added_texts is None:
+                self._added_texts = PendingTexts(self.added)
             self._added_by_partition[partition_id] = [
                 (pending.update_time, ref)
-                for pending in self.added
-                if pending.may_name(partition_id)
+                for pending in self._added_texts.naming(partition_id)
                 for ref in pending.transaction.references
                 if ref.partition_id == partition_id
             ]

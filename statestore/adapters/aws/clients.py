@@ -35,6 +35,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from statestore.adapters.aws import dynamodb_items
 from statestore.errors import (
     AccessDeniedError,
     ResourceNotFoundError,
@@ -132,6 +133,7 @@ def make_client(
     throttling and transport failures (``retry_mode``, at most ``max_attempts`` attempts of one call).
 
     ``endpoint_url`` points at a local emulator (moto, DynamoDB Local); None means the real AWS endpoint.
+    A DynamoDB client reads items without botocore's per-attribute parse (:mod:`.dynamodb_items`).
     """
     config = Config(
         region_name=region or _default_region(session),
@@ -142,7 +144,10 @@ def make_client(
         read_timeout=30,
     )
     factory = session or boto3.session.Session()
-    return factory.client(service, endpoint_url=endpoint_url, config=config)
+    client = factory.client(service, endpoint_url=endpoint_url, config=config)
+    if service == "dynamodb":
+        dynamodb_items.register(client)
+    return client
 
 
 def _default_region(session: Any) -> str:
