@@ -25,20 +25,10 @@ MAX_READ_TASKS = 512
 def region_of(schema: Schema, ranges: Mapping[str, tuple[Key | None, Key | None]]) -> Region:
     """A region from ``{row_key: (min, max)}``: min inclusive, max exclusive, None = unbounded.
 
-    Row keys not named cover their whole range. Raises ValueError naming an unknown key.
+    Row keys not named cover their whole range. :meth:`Region.of`, under the name the Spark side has always
+    used: raises InvalidKeyError (a ValueError) naming an unknown key or a bound of the wrong type.
     """
-    unknown = set(ranges) - {f.name for f in schema.row_keys}
-    if unknown:
-        raise ValueError(
-            f"not row keys of the table: {sorted(unknown)}; row keys are {[f.name for f in schema.row_keys]}"
-        )
-    out = []
-    for field in schema.row_keys:
-        low, high = ranges.get(field.name, (None, None))
-        low = field.key_type.minimum if low is None else field.key_type.check(low, field.name)
-        high = None if high is None else field.key_type.check(high, field.name)
-        out.append(Range(low, high))
-    return Region(tuple(out))
+    return Region.of(schema, ranges)
 
 
 def intersect(a: Region, b: Region) -> Region | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -58,8 +59,12 @@ from statestore.views.view_keys import sized
 from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 READ_ATTEMPTS = 5
+# Where a query reads and merges the log after the view while it reads the view's items: a few threads
+# shared by every view in the process (each query holds one for the length of its log read).
+_LOG_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="statestore-view-log")
 _AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts with
 
 
@@ -82,6 +87,16 @@ class UpkeepResult:
     rebuilt: bool = False
 
 
+@dataclass(frozen=True)
+class _RegionInView:
+    """What a region query reads of the view: its leaves in the region, the ids of the partitions above
+    them, and the references the view holds for those of them that hold any, by partition id."""
+
+    leaves: list[PlacedPartition]
+    ancestor_ids: list[str]
+    held: dict[str, list[FileReference]]
+
+
 class QueryableView:
     """One table's view: queries through it, and its upkeep."""
 
@@ -101,30 +116,33 @@ class QueryableView:
         self._sleep = sleep
 
     # --- queries ----------------------------------------------------------------------------------
+    #
+    # Each query is two steps: ``from_view`` reads the view's items it needs, which depend only on the
+    # question, and runs while the log after the view is read and merged on another thread (the two are
+    # round trips to different tables); ``answer`` combines them.
 
     def file(self, filename: str) -> Answer[TableFile | None]:
         """The file with its references and update time, or None if the table has no such file."""
 
-        def query(merged: Merged) -> TableFile | None:
-            if merged.decides_file(filename):
-                return merged.file(filename, None)
+        def from_view() -> TableFile | None:
             found = self.store.get(self.table_id, [file_key(filename)]).get(file_key(filename))
-            return merged.file(filename, found if isinstance(found, TableFile) else None)
+            return found if isinstance(found, TableFile) else None
 
-        return self._read(query)
+        return self._read(from_view, lambda merged, in_view: merged.file(filename, in_view))
 
     def references_in_partition(self, partition_id: str) -> Answer[list[FileReference]]:
         """The references in one partition, ordered by filename."""
-        return self._read(lambda merged: self._references_in(merged, partition_id))
+        return self._read(
+            lambda: self._references(references_prefix(partition_id)),
+            lambda merged, in_view: merged.references_in(partition_id, in_view),
+        )
 
     def claimed_references(self, job_id: str) -> Answer[list[FileReference]]:
         """The references a compaction job holds, ordered by filename and partition."""
-
-        def query(merged: Merged) -> list[FileReference]:
-            in_view = self._references(merged, claims_prefix(job_id))
-            return merged.claims_of(job_id, in_view)
-
-        return self._read(query)
+        return self._read(
+            lambda: self._references(claims_prefix(job_id)),
+            lambda merged, in_view: merged.claims_of(job_id, in_view),
+        )
 
     def references_in_region(self, region: Region) -> Answer[dict[str, list[FileReference]]]:
         """The references of every partition overlapping ``region`` (leaves and the partitions above them,
@@ -134,35 +152,37 @@ class QueryableView:
         each leaf's ancestors too; the partitions' references are then read at once.
         """
 
-        def query(merged: Merged) -> dict[str, list[FileReference]]:
-            ids, in_view_ids = self._overlapping(merged, region)
-            read = [] if merged.clears_files else [i for i in ids if i in in_view_ids]
-            prefixes = [references_prefix(i) for i in read]
-            in_view = dict(zip(read, self.store.with_prefixes(self.table_id, prefixes), strict=True))
-            return {
-                pid: merged.references_in(
-                    pid, (v for v in in_view.get(pid, {}).values() if isinstance(v, FileReference))
-                )
-                for pid in ids
-            }
+        def answer(merged: Merged, in_view: _RegionInView) -> dict[str, list[FileReference]]:
+            if merged.replaces_partitions:  # the whole tree is in the replay's state: read for its ids
+                current = merged.state.partitions_by_id
+                ids = [p.id for p in PartitionTree(current).overlapping(region)] if current else []
+                read = [] if merged.clears_files else ids
+                held = dict(zip(read, self._with_prefixes(read), strict=True))
+            else:
+                ids, held = self._overlapping(merged, region, in_view), in_view.held
+            return {pid: merged.references_in(pid, held.get(pid, ())) for pid in ids}
 
-        return self._read(query)
+        return self._read(lambda: self._region_in_view(region), answer)
 
-    def _overlapping(self, merged: Merged, region: Region) -> tuple[list[str], set[str]]:
-        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries, and those
-        of them whose references the view may hold (the others hold only what the entries put there)."""
-        current = merged.state.partitions_by_id
-        if merged.replaces_partitions:  # the whole tree is in the replay's state
-            ids = [p.id for p in PartitionTree(current).overlapping(region)] if current else []
-            return ids, set(ids)
+    def _region_in_view(self, region: Region) -> _RegionInView:
+        """The view's leaves in ``region`` (one read of the index), and the references of those leaves and
+        of the partitions above them that the view marks as holding some (one read of the markers, then
+        the references at once)."""
         scan = self.store.descending(self.table_id, INDEX_PREFIX, index_upper_bound(region))
         leaves = leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
-        found = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
-        # The view holds references of a partition above its leaves only where it marks it (one read).
-        marked = {} if merged.clears_files else self.store.get(self.table_id, [marker_key(a) for a in found])
-        in_view = {a for a in found if marker_key(a) in marked} | {leaf.partition.id for leaf in leaves}
-        for leaf in leaves:
-            # A leaf of the view the entries split is in the replay's state, with what is below it.
+        above = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
+        marked = self.store.get(self.table_id, [marker_key(a) for a in above])
+        holding = [a for a in above if marker_key(a) in marked] + [leaf.partition.id for leaf in leaves]
+        return _RegionInView(
+            leaves, list(above), dict(zip(holding, self._with_prefixes(holding), strict=True))
+        )
+
+    def _overlapping(self, merged: Merged, region: Region, in_view: _RegionInView) -> list[str]:
+        """The ids of the partitions overlapping ``region`` in the tree as of the merged entries: the view's
+        leaves' ancestors, and each leaf or, where the entries split it, what is below it in the region."""
+        current = merged.state.partitions_by_id
+        found = dict.fromkeys(in_view.ancestor_ids)
+        for leaf in in_view.leaves:
             stack = [
                 current[leaf.partition.id] if merged.partition_is_known(leaf.partition.id) else leaf.partition
             ]
@@ -171,20 +191,23 @@ class QueryableView:
                 if node.region.overlaps(region):
                     found[node.id] = None
                     stack.extend(current[c] for c in node.child_ids)
-        return list(found), in_view
+        return list(found)
 
-    def _references_in(self, merged: Merged, partition_id: str) -> list[FileReference]:
-        return merged.references_in(partition_id, self._references(merged, references_prefix(partition_id)))
+    def _with_prefixes(self, partition_ids: list[str]) -> list[list[FileReference]]:
+        prefixes = [references_prefix(i) for i in partition_ids]
+        return [
+            [v for v in items.values() if isinstance(v, FileReference)]
+            for items in self.store.with_prefixes(self.table_id, prefixes)
+        ]
 
-    def _references(self, merged: Merged, prefix: str) -> list[FileReference]:
-        if merged.clears_files:
-            return []
+    def _references(self, prefix: str) -> list[FileReference]:
         return [
             v for v in self.store.with_prefix(self.table_id, prefix).values() if isinstance(v, FileReference)
         ]
 
-    def _read(self, query: Callable[[Merged], T]) -> Answer[T]:
-        """Run ``query`` on the view merged with the log, retrying while an upkeep writes the items."""
+    def _read(self, from_view: Callable[[], V], answer: Callable[[Merged, V], T]) -> Answer[T]:
+        """``answer`` of the view's items ``from_view`` reads and the log merged after the view, retrying
+        while an upkeep writes the items."""
         for attempt in range(READ_ATTEMPTS):
             meta = self.store.meta(self.table_id)
             if meta is not None and meta.format != VIEW_FORMAT:
@@ -194,8 +217,12 @@ class QueryableView:
                     "through a full load until then"
                 )
             if meta is None or meta.writing_to is None:
-                merged = self._merge(0 if meta is None else meta.transaction_number)
-                value = query(merged)
+                merging = _LOG_READS.submit(self._merge, 0 if meta is None else meta.transaction_number)
+                try:
+                    in_view = from_view()
+                finally:
+                    merged = merging.result()
+                value = answer(merged, in_view)
                 if self.store.meta(self.table_id) == meta:
                     return Answer(merged.transaction_number, value)
             self._sleep(0.05 * 2**attempt)

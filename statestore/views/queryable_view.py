@@ -240,10 +240,6 @@ class Merged:
     def transaction_number(self) -> int:
         return self.state.transaction_number
 
-    def decides_file(self, filename: str) -> bool:
-        """Whether the replay holds the file's current value (else the view's ``f#`` item does)."""
-        return filename in self.touched_files or filename in self._files_added()
-
     def file(self, filename: str, in_view: TableFile | None) -> TableFile | None:
         """The file's current value, given its ``f#`` item (None if absent)."""
         added = self._files_added().get(filename)
