@@ -62,9 +62,6 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 READ_ATTEMPTS = 5
-# Where a query reads and merges the log after the view while it reads the view's items: a few threads
-# shared by every view in the process (each query holds one for the length of its log read).
-_LOG_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="statestore-view-log")
 _AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts with
 
 
@@ -217,11 +214,13 @@ class QueryableView:
                     "through a full load until then"
                 )
             if meta is None or meta.writing_to is None:
-                merging = _LOG_READS.submit(self._merge, 0 if meta is None else meta.transaction_number)
-                try:
-                    in_view = from_view()
-                finally:
-                    merged = merging.result()
+                # A thread of the query's own (no pool outlives it, or a fork of the process).
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="statestore-view-log") as log:
+                    merging = log.submit(self._merge, 0 if meta is None else meta.transaction_number)
+                    try:
+                        in_view = from_view()
+                    finally:
+                        merged = merging.result()
                 value = answer(merged, in_view)
                 if self.store.meta(self.table_id) == meta:
                     return Answer(merged.transaction_number, value)
