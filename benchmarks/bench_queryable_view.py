@@ -87,6 +87,7 @@ def _query_in_child(args: tuple[Any, ...], out: Any) -> None:
         answer = view.references_in_region(region)
         times.append(time.perf_counter() - start)
     memory = peak_rss_of_this_program_mb() - baseline
+    calls_per_query = len(calls) / repeat
     # The floor under the query: the log entries after the view read alone (one Query, its items converted).
     meta = view.store.meta(TABLE)
     assert meta is not None
@@ -95,7 +96,7 @@ def _query_in_child(args: tuple[Any, ...], out: Any) -> None:
         start = time.perf_counter()
         list(backend.log.read(TABLE, meta.transaction_number + 1))
         reads.append(time.perf_counter() - start)
-    out.put((statistics.median(times), answer, memory, len(calls) / repeat, statistics.median(reads)))
+    out.put((statistics.median(times), answer, memory, calls_per_query, statistics.median(reads)))
 
 
 def query_in_child(resources: ResourceNames, s3: str, dynamodb: str, region: Region, repeat: int) -> Any:
