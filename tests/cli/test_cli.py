@@ -500,6 +500,7 @@ def _endpoints(exports: dict[str, str], instance: str) -> list[str]:
     ]
 
 
+@pytest.mark.dynamodb_local  # the embedded default runs DynamoDB Local
 def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_path: Path) -> None:
     process, lines, exports = _start_statestore_local("--instance", "clilocal")
     try:
@@ -516,6 +517,7 @@ def test_statestore_local_runs_until_interrupted_and_prints_how_to_use_it(tmp_pa
     assert "no --data-dir" in err
 
 
+@pytest.mark.dynamodb_local  # the embedded default runs DynamoDB Local
 def test_statestore_local_with_a_data_dir_keeps_tables_across_a_restart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -538,6 +540,7 @@ def test_statestore_local_with_a_data_dir_keeps_tables_across_a_restart(
         _stop(process)
 
 
+@pytest.mark.dynamodb_local  # the embedded default runs DynamoDB Local
 def test_statestore_local_refuses_a_data_dir_another_runtime_holds(tmp_path: Path) -> None:
     process, _, _ = _start_statestore_local("--instance", "clilock", "--data-dir", str(tmp_path))
     try:
