@@ -77,7 +77,7 @@ def parse(operation: str, response: dict[str, Any], *, fast: bool) -> dict[str, 
     response = copy.deepcopy(response)
     customized: dict[str, Any] = {}
     if fast:
-        dynamodb_items._take_items(
+        dynamodb_items.take_items(
             operation_model=model, response_dict=response, customized_response_dict=customized
         )
     parsed = create_parser("json").parse(response, model.output_shape)
@@ -100,7 +100,7 @@ def test_the_items_read_past_botocores_parse_equal_what_botocore_parses(
 def test_an_error_response_is_left_to_botocore() -> None:
     error = response({"__type": "com.amazonaws.dynamodb#ResourceNotFoundException", "message": "gone"}, 400)
     untouched = copy.deepcopy(error)
-    dynamodb_items._take_items(
+    dynamodb_items.take_items(
         operation_model=SERVICE.operation_model("Query"), response_dict=error, customized_response_dict={}
     )
     assert error == untouched

@@ -24,12 +24,14 @@ def register(client: Any) -> None:
     """Read the items of ``client``'s (a DynamoDB client) Query, Scan, GetItem and BatchGetItem responses
     without botocore's model walk; the client returns the same values as before."""
     for operation in ITEM_MEMBERS:
-        client.meta.events.register(f"before-parse.dynamodb.{operation}", _take_items)
+        client.meta.events.register(f"before-parse.dynamodb.{operation}", take_items)
 
 
-def _take_items(
+def take_items(
     operation_model: Any, response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any
 ) -> None:
+    """botocore's ``before-parse`` event: move the operation's items from the body of a successful
+    response into ``customized_response_dict``, converted; leave an error response whole."""
     if response_dict.get("status_code", 500) >= 300 or not response_dict.get("body"):
         return
     member = ITEM_MEMBERS.get(operation_model.name)
