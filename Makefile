@@ -82,9 +82,9 @@ PYTEST_PARALLEL := -n 2 --dist loadscope
 test: venv node
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
-# The inner loop while developing (a few minutes): the model, state, codecs, engine, committer and
-# CLI on the in-memory twins and moto, in two processes. No Spark, DynamoDB Local, CDK, property or
-# end-to-end runs:
+# The inner loop while developing (under 3 minutes): the model, state, codecs, engine and committer on
+# the in-memory twins and moto, and the CLI against one runtime on the session's DynamoDB Local, in two
+# processes. No Spark, CDK, property or end-to-end runs, nor tests that start runtimes of their own:
 # `make test` is the gate.
 FAST_TESTS := tests/unit tests/committer tests/cli
 test-fast: venv
