@@ -32,6 +32,18 @@ def pause_after_failures(failures: int) -> float:
     return min(5.0, 0.2 * 2**failures)
 
 
+def invoke(function: Any, event: dict[str, Any], context: FakeLambdaContext) -> Any:
+    """Call the Lambda module ``function``'s handler with ``event`` as Lambda would, then drop the metrics
+    it recorded. The handlers run here with ``POWERTOOLS_METRICS_DISABLED``, under which Powertools' flush
+    prints nothing and clears nothing (it clears only what it prints): without this, a runtime left
+    running would keep every invocation's metric values in memory, and a process that later enables the
+    metrics would print them all."""
+    try:
+        return function.handler(event, context)
+    finally:
+        function.metrics.clear_metrics()
+
+
 @dataclass
 class PollerStats:
     """What the poller has done since the runtime started (counts of messages unless said otherwise)."""
@@ -130,7 +142,8 @@ class CommitQueueMapping:
         stats = runtime().committer().stats
         before = replace(stats)
         try:
-            response = committer.handler(
+            response = invoke(
+                committer,
                 event,
                 FakeLambdaContext.for_invocation(self._function_name, self.region, COMMITTER_TIMEOUT_SECONDS),
             )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from statestore.adapters.aws.sqs_queue import SqsCommitQueue
 from statestore.errors import StateStoreError
 from statestore.instance import ResourceNames
-from statestore.local.event_sources import FakeLambdaContext, PollerStats, pause_after_failures
+from statestore.local.event_sources import FakeLambdaContext, PollerStats, invoke, pause_after_failures
 from statestore.services.upkeep import UpkeepKind
 
 logger = logging.getLogger(__name__)
@@ -95,9 +95,9 @@ class UpkeepSchedules:
         delivered more than a period after its plan is superseded, and local periods can be short)."""
         from lambdas import cleanup, snapshot
 
-        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
+        function = snapshot if kind is UpkeepKind.SNAPSHOT else cleanup
         try:
-            return dict(handler({"source": "statestore.local"}, self._context(kind.value)))
+            return dict(invoke(function, {"source": "statestore.local"}, self._context(kind.value)))
         finally:
             self._work_ready.set()
 
@@ -162,7 +162,7 @@ class UpkeepSchedules:
     def _deliver_work(self, kind: UpkeepKind, queue: SqsCommitQueue, record: dict[str, Any]) -> None:
         from lambdas import cleanup, snapshot
 
-        handler = snapshot.handler if kind is UpkeepKind.SNAPSHOT else cleanup.handler
+        function = snapshot if kind is UpkeepKind.SNAPSHOT else cleanup
         try:
             table_id = str(json.loads(record["body"]).get("table_id", "?"))
         except (ValueError, AttributeError):
@@ -170,7 +170,7 @@ class UpkeepSchedules:
         summary: dict[str, Any] | None = None
         error: str | None = None
         try:
-            summary = dict(handler({"Records": [record]}, self._context(kind.value)))
+            summary = dict(invoke(function, {"Records": [record]}, self._context(kind.value)))
             queue.delete([record["receiptHandle"]])
         except Exception as e:
             # As the event source mapping does when the function fails: the message is received again.

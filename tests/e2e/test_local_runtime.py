@@ -354,3 +354,25 @@ def test_a_table_whose_snapshot_keeps_failing_ends_in_the_upkeep_dead_letter_que
     assert json.loads(letter["body"])["table_id"] == broken
     assert letter["attributes"]["MessageGroupId"] == broken
     assert runtime.stats.upkeep_errors == 2
+
+
+def test_the_handlers_run_here_keep_no_metrics_from_one_invocation_to_the_next(
+    start_runtime: StartRuntime,
+) -> None:
+    """The runtime runs the handlers with Powertools' metrics disabled, whose flush neither prints nor
+    clears: each invocation's metric values would stay in memory for the runtime's life."""
+    from lambdas import cleanup, committer, snapshot
+
+    runtime = start_runtime()
+    client, sender = runtime.client(), runtime.sender()
+    table_id, [leaf] = new_table(client, "no-metrics-kept")
+    for i in range(3):
+        sender.send(table_id, add_file(table_id, leaf, f"{i}.parquet"))
+        runtime.wait_idle()
+    runtime.run_snapshots()
+    runtime.run_cleanup()
+
+    assert os.environ["POWERTOOLS_METRICS_DISABLED"] == "true"
+    assert runtime.stats.committed == 3
+    for function in (committer, snapshot, cleanup):
+        assert function.metrics.metric_set == {}, function.__name__

@@ -109,6 +109,9 @@ def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     for module in (committer_lambda, snapshot_lambda, cleanup_lambda):
         handler_metrics: Metrics = module.metrics
         monkeypatch.setattr(handler_metrics, "service", f"statestore-{module.__name__.split('.')[-1]}")
+        # What another test's invocation in this process left unflushed (with the metrics disabled,
+        # Powertools keeps it) is not this test's to read.
+        handler_metrics.clear_metrics()
     runtime = Runtime.in_memory()
     runtime.log = FlakyLog()
     use_runtime(runtime)
