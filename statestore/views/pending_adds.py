@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 from collections.abc import Callable, Sequence
 
@@ -58,14 +59,10 @@ class PendingTexts:
     def __init__(self, added: Sequence[PendingAdd]) -> None:
         self.added = added
         self._always = [i for i, p in enumerate(added) if p.text is None]
-        searched = [i for i, p in enumerate(added) if p.text is not None]
-        self._entries = searched
-        self._starts: list[int] = []
-        offset = 0
-        for i in searched:
-            self._starts.append(offset)
-            offset += len(added[i].text or b"") + 1
-        self._joined = b"\0".join(added[i].text or b"" for i in searched)
+        texts = [(i, p.text) for i, p in enumerate(added) if p.text is not None]
+        self._entries = [i for i, _ in texts]  # the entry of each joined text, and where the text starts
+        self._starts = list(itertools.accumulate((len(t) + 1 for _, t in texts[:-1]), initial=0))
+        self._joined = b"\0".join(t for _, t in texts)
 
     def naming(self, name: str) -> list[PendingAdd]:
         """The pending adds that may add something named ``name``, in their order."""
