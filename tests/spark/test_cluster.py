@@ -41,6 +41,7 @@ from statestore.engine.queryable_view import QueryableView
 from statestore.local.runtime import LocalRuntime
 from statestore.model import layout
 from statestore.model.schema import Schema
+from statestore.services.client import StateStoreClient
 from tests.fixtures.aws_servers import unique_resources
 from tests.spark.conftest import KEY_SCHEMA, dataframe, key_rows
 
@@ -217,10 +218,36 @@ def _driver_environment(package: Path) -> Path:
     return unpacked
 
 
+# The end of the pipeline below, on the cluster's driver: plan the view table's region read as the data
+# source does (printing which way), then read it through the data source with the view allowed and with it
+# ruled out, each copied to a local directory.
+VIEW_READ = """
+from spark_client.read_plan import region_of
+from spark_client.source_options import SourceOptions
+from spark_client.view_plan import plan_latest, table_view
+
+source = json.loads(sys.argv[3])
+options = {"table": source["table"], **source["options"]}
+parsed = SourceOptions.parse(options)
+client = parsed.connection.client()
+info = client.get_table(source["table"])
+region = region_of(info.schema, {"key": tuple(source["region"])})
+view = table_view(info, client.log, parsed.connection.view_store())
+planned = plan_latest(client.state_store(info.table_id), view, [region])
+print(json.dumps({"through_view": planned.through_view, "parts": len(planned.parts)}))
+
+read = spark.read.format("statestore-table").options(**options)
+read = read.option("region", json.dumps({"key": source["region"]}))
+read.load().write.parquet(source["through_view"])
+read.option("viewMaxLeaves", "0").load().write.parquet(source["full_load"])
+print(json.dumps({"read": "done"}))
+"""
+
 # One application for the jobs after the first (each application starts its own executors, which is most
 # of a small job's time): it checks where the executors import from, then runs each job's entry point
 # (the same main() statestore_job.py runs) in turn on one session. Then it reads the table through the
-# data source (whose reader is pickled to the executors' Python workers) and appends through it.
+# data source (whose reader is pickled to the executors' Python workers) and appends through it; VIEW_READ,
+# run after it, reads another table's region through the queryable view.
 PIPELINE = """
 import json, sys
 from pyspark.sql import SparkSession
@@ -289,135 +316,19 @@ def _read_output(data: DataStore, prefix: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for t in tables for r in t.to_pylist())
 
 
-def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_the_package(
-    cluster: Cluster, package: Path, runtime: LocalRuntime, spark: SparkSession, tmp_path: Path
-) -> None:
-    client = runtime.client()
-    table = client.create_table(f"cluster-{uuid.uuid4().hex[:6]}", SCHEMA, [50_000])
-    bucket = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
-    common = [
-        "--table", table.table_name,
-        "--resources", runtime.resources.to_json(),
-        "--endpoint-url", runtime.endpoint_url,
-        "--dynamodb-endpoint-url", runtime.dynamodb_endpoint_url,
-        "--region", runtime.region,
-        "--wait-timeout", "120",
-    ]  # fmt: skip
-    entry = package / layout.SPARK_ENTRY_POINT
-
-    # Batch 1 staged in the bucket (two files), batch 2 in a local directory.
-    local_input = tmp_path / "input"
-    for batch, files in ((1, 2), (2, 1)):
-        for part in range(files):
-            rows = _rows(batch * 10 + part, 3_000)
-            (local_input / f"batch-{batch}").mkdir(parents=True, exist_ok=True)
-            pq.write_table(rows, local_input / f"batch-{batch}" / f"part-{part}.parquet")
-            if batch == 1:
-                key = f"{layout.SPARK_INPUT_PREFIX}{table.table_id}/part-{part}.parquet"
-                pq.write_table(rows, bucket.path(key), filesystem=bucket.filesystem())
-
-    staged = f"s3://{bucket.base}/{layout.SPARK_INPUT_PREFIX}{table.table_id}"
-    [first] = submit(cluster, package, entry, "ingest", *common, "--input", staged)
-    assert first["rows"] == 6_000 and first["outcome"]["committed"], first
-    watermark = first["outcome"]["transaction_number"]
-
-    out = f"s3://{bucket.base}/{layout.SPARK_OUTPUT_PREFIX}{table.table_id}"
-    jobs = [
-        ["ingest", *common, "--input", str(local_input / "batch-2")],
-        ["split", *common, "--max-rows", "2000"],
-        ["compact", *common],
-        ["query", *common, "--key-range", "key=20000:70000", "--output", f"{out}/region"],
-        ["incremental", *common, "--since", str(watermark), "--output", str(tmp_path / "added")],
-    ]
-    source = {
-        "table": table.table_name,
-        "options": {
-            "resources": runtime.resources.to_json(),
-            "endpoint": runtime.endpoint_url,
-            "dynamodbEndpoint": runtime.dynamodb_endpoint_url,
-            "awsRegion": runtime.region,
-        },
-        "copy": str(tmp_path / "source-region"),  # Spark writes locally: no s3a connector offline
-        "append": str(local_input / "batch-3"),
-    }
-    (local_input / "batch-3").mkdir()
-    pq.write_table(_rows(30, 2_000), local_input / "batch-3" / "part-0.parquet")
-    pipeline = tmp_path / "pipeline.py"
-    pipeline.write_text(PIPELINE)
-    probe, second, split, compacted, answer, added, through_source = submit(
-        cluster, package, pipeline, json.dumps(jobs), json.dumps(source)
-    )
-
-    check_executors(probe["executors"])
-    assert second["rows"] == 3_000 and second["outcome"]["committed"], second
-    assert split["split"], split
-    assert compacted["jobs_committed"] >= 1 and compacted["jobs_lost"] == [], compacted
-
-    store = client.state_store(table.table_id)
-    state = store.state()
-    before_append = store.load(state.transaction_number - 1)
-    assert sum(r.number_of_rows for r in before_append.file_references()) == 9_000
-    assert len(state.leaf_partitions()) > 2
-
-    everything = spark.read.parquet(str(local_input / "batch-1"), str(local_input / "batch-2"))
-    expected_region = sorted(tuple(r) for r in everything.where("key >= 20000 AND key < 70000").collect())
-    assert answer["rows"] == len(expected_region)
-    assert _read_output(bucket, f"{layout.SPARK_OUTPUT_PREFIX}{table.table_id}/region") == expected_region
-
-    expected_added = sorted(tuple(r) for r in spark.read.parquet(str(local_input / "batch-2")).collect())
-    assert added["rows"] == 3_000
-    assert _read_output(DataStore.local(tmp_path), "added") == expected_added
-
-    # The data source, on the executors: a region read (planned on the driver, read in the tasks), then an
-    # append of batch 3 committed as ONE more transaction.
-    assert through_source == {"source": "done"}
-    assert _read_output(DataStore.local(tmp_path), "source-region") == expected_region
-    assert sum(r.number_of_rows for r in state.file_references()) == 11_000
-
-
-# --- a region read planned through the queryable view: the same rows as through a full load, with commits
-# after the view's number (in this module, so it runs on this module's cluster) -----------------------------
-
 VIEW_SPLITS = [1_000 * i for i in range(1, 10)]
 VIEW_REGION = [3_200, 3_700]
 
-# On the cluster's driver: plan the region's read as the data source does (printing which way), then read
-# it through the data source with the view allowed and with it ruled out, each copied to a local directory.
-VIEW_SCRIPT = """
-import json, sys
-from pyspark.sql import SparkSession
-from spark_client import register
-from spark_client.read_plan import region_of
-from spark_client.source_options import SourceOptions
-from spark_client.view_plan import plan_latest, table_view
 
-source = json.loads(sys.argv[1])
-options = {"table": source["table"], **source["options"]}
-parsed = SourceOptions.parse(options)
-client = parsed.connection.client()
-info = client.get_table(source["table"])
-region = region_of(info.schema, {"key": tuple(source["region"])})
-view = table_view(info, client.log, parsed.connection.view_store())
-planned = plan_latest(client.state_store(info.table_id), view, [region])
-print(json.dumps({"through_view": planned.through_view, "parts": len(planned.parts)}))
+@dataclass
+class ViewTable:
+    """A table with a queryable view and a commit after the view's number, for the pipeline's VIEW_READ."""
 
-spark = SparkSession.builder.getOrCreate()
-register(spark)
-read = spark.read.format("statestore-table").options(**options)
-read = read.option("region", json.dumps({"key": source["region"]}))
-read.load().write.parquet(source["through_view"])
-read.option("viewMaxLeaves", "0").load().write.parquet(source["full_load"])
-print(json.dumps({"read": "done"}))
-"""
+    source: dict[str, Any]
+    rows: list[tuple[Any, ...]]
 
 
-def test_a_region_read_through_the_view_on_the_cluster_returns_the_full_loads_rows(
-    cluster: Cluster,
-    package: Path,
-    runtime: LocalRuntime,
-    spark: SparkSession,
-    tmp_path: Path,
-) -> None:
+def _view_table(runtime: LocalRuntime, spark: SparkSession, out: Path) -> ViewTable:
     name = f"cluster-view-{uuid.uuid4().hex[:6]}"
     runtime.client().create_table(name, KEY_SCHEMA, VIEW_SPLITS)
     options = {
@@ -441,20 +352,143 @@ def test_a_region_read_through_the_view_on_the_cluster_returns_the_full_loads_ro
         client.state_store(info.table_id).state
     )
     append(second)  # after the view's number: the view's answer merges it
-
-    script = tmp_path / "view_read.py"
-    script.write_text(VIEW_SCRIPT)
     source = {
         "table": name,
         "options": options,
         "region": VIEW_REGION,
-        "through_view": str(tmp_path / "through-view"),
-        "full_load": str(tmp_path / "full-load"),
+        "through_view": str(out / "through-view"),
+        "full_load": str(out / "full-load"),
     }
-    planned, done = submit(cluster, package, script, json.dumps(source))
+    return ViewTable(source, first + second)
+
+
+@dataclass
+class PipelineRun:
+    """The module's two applications: the first ingest, then PIPELINE, and what each printed."""
+
+    client: StateStoreClient
+    table_id: str
+    bucket: DataStore
+    out: Path
+    local_input: Path
+    first: dict[str, Any]
+    printed: list[dict[str, Any]]
+    view_rows: list[tuple[Any, ...]]
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(
+    cluster: Cluster,
+    package: Path,
+    runtime: LocalRuntime,
+    spark: SparkSession,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> PipelineRun:
+    """Both tests' work in two applications: every application starts its own executors, which is most of a
+    small job's time on the cluster."""
+    out = tmp_path_factory.mktemp("cluster-run")
+    client = runtime.client()
+    table = client.create_table(f"cluster-{uuid.uuid4().hex[:6]}", SCHEMA, [50_000])
+    bucket = DataStore.s3(runtime.resources.bucket, endpoint_url=runtime.endpoint_url)
+    common = [
+        "--table", table.table_name,
+        "--resources", runtime.resources.to_json(),
+        "--endpoint-url", runtime.endpoint_url,
+        "--dynamodb-endpoint-url", runtime.dynamodb_endpoint_url,
+        "--region", runtime.region,
+        "--wait-timeout", "120",
+    ]  # fmt: skip
+    entry = package / layout.SPARK_ENTRY_POINT
+
+    # Batch 1 staged in the bucket (two files), batch 2 in a local directory.
+    local_input = out / "input"
+    for batch, files in ((1, 2), (2, 1)):
+        for part in range(files):
+            rows = _rows(batch * 10 + part, 3_000)
+            (local_input / f"batch-{batch}").mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, local_input / f"batch-{batch}" / f"part-{part}.parquet")
+            if batch == 1:
+                key = f"{layout.SPARK_INPUT_PREFIX}{table.table_id}/part-{part}.parquet"
+                pq.write_table(rows, bucket.path(key), filesystem=bucket.filesystem())
+
+    staged = f"s3://{bucket.base}/{layout.SPARK_INPUT_PREFIX}{table.table_id}"
+    [first] = submit(cluster, package, entry, "ingest", *common, "--input", staged)
+    watermark = first["outcome"]["transaction_number"]
+
+    result = f"s3://{bucket.base}/{layout.SPARK_OUTPUT_PREFIX}{table.table_id}"
+    jobs = [
+        ["ingest", *common, "--input", str(local_input / "batch-2")],
+        ["split", *common, "--max-rows", "2000"],
+        ["compact", *common],
+        ["query", *common, "--key-range", "key=20000:70000", "--output", f"{result}/region"],
+        ["incremental", *common, "--since", str(watermark), "--output", str(out / "added")],
+    ]
+    source = {
+        "table": table.table_name,
+        "options": {
+            "resources": runtime.resources.to_json(),
+            "endpoint": runtime.endpoint_url,
+            "dynamodbEndpoint": runtime.dynamodb_endpoint_url,
+            "awsRegion": runtime.region,
+        },
+        "copy": str(out / "source-region"),  # Spark writes locally: no s3a connector offline
+        "append": str(local_input / "batch-3"),
+    }
+    (local_input / "batch-3").mkdir()
+    pq.write_table(_rows(30, 2_000), local_input / "batch-3" / "part-0.parquet")
+    view_table = _view_table(runtime, spark, out)
+    pipeline = out / "pipeline.py"
+    pipeline.write_text(PIPELINE + VIEW_READ)
+    printed = submit(
+        cluster, package, pipeline, json.dumps(jobs), json.dumps(source), json.dumps(view_table.source)
+    )
+    return PipelineRun(client, table.table_id, bucket, out, local_input, first, printed, view_table.rows)
+
+
+def test_ingest_split_compact_query_and_read_incrementally_on_the_cluster_from_the_package(
+    pipeline_run: PipelineRun, spark: SparkSession
+) -> None:
+    run, first = pipeline_run, pipeline_run.first
+    assert first["rows"] == 6_000 and first["outcome"]["committed"], first
+    probe, second, split, compacted, answer, added, through_source = run.printed[:7]
+
+    check_executors(probe["executors"])
+    assert second["rows"] == 3_000 and second["outcome"]["committed"], second
+    assert split["split"], split
+    assert compacted["jobs_committed"] >= 1 and compacted["jobs_lost"] == [], compacted
+
+    store = run.client.state_store(run.table_id)
+    state = store.state()
+    before_append = store.load(state.transaction_number - 1)
+    assert sum(r.number_of_rows for r in before_append.file_references()) == 9_000
+    assert len(state.leaf_partitions()) > 2
+
+    local_input = run.local_input
+    everything = spark.read.parquet(str(local_input / "batch-1"), str(local_input / "batch-2"))
+    expected_region = sorted(tuple(r) for r in everything.where("key >= 20000 AND key < 70000").collect())
+    assert answer["rows"] == len(expected_region)
+    assert _read_output(run.bucket, f"{layout.SPARK_OUTPUT_PREFIX}{run.table_id}/region") == expected_region
+
+    expected_added = sorted(tuple(r) for r in spark.read.parquet(str(local_input / "batch-2")).collect())
+    assert added["rows"] == 3_000
+    assert _read_output(DataStore.local(run.out), "added") == expected_added
+
+    # The data source, on the executors: a region read (planned on the driver, read in the tasks), then an
+    # append of batch 3 committed as ONE more transaction.
+    assert through_source == {"source": "done"}
+    assert _read_output(DataStore.local(run.out), "source-region") == expected_region
+    assert sum(r.number_of_rows for r in state.file_references()) == 11_000
+
+
+def test_a_region_read_through_the_view_on_the_cluster_returns_the_full_loads_rows(
+    pipeline_run: PipelineRun,
+) -> None:
+    """A region read planned through the queryable view, with a commit after the view's number, returns
+    the same rows as through a full load."""
+    planned, done = pipeline_run.printed[7:]
 
     assert planned["through_view"] and planned["parts"] > 0, planned
     assert done == {"read": "done"}
-    expected = sorted(r for r in first + second if VIEW_REGION[0] <= r[0] < VIEW_REGION[1])
-    local = DataStore.local(tmp_path)
+    expected = sorted(r for r in pipeline_run.view_rows if VIEW_REGION[0] <= r[0] < VIEW_REGION[1])
+    local = DataStore.local(pipeline_run.out)
     assert _read_output(local, "through-view") == _read_output(local, "full-load") == expected
