@@ -70,7 +70,7 @@ def test_eight_producer_processes_each_request_lands_exactly_once_and_its_status
 ) -> None:
     client = runtime.client()
     tables: Tables = [new_table(client, f"t{i}", [100 * (i + 1), 1000]) for i in range(3)]
-    producers, per_producer = 8, 100
+    producers, per_producer = 8, 50
     # Each producer "writes" a data file for 0.1s before each request, as an ingest job would. Without that,
     # eight processes sending flat out outpace the one local poller on a small machine, and moto's SQS,
     # whose every call scans the whole queue, slows down as the queue deepens.

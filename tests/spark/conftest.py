@@ -28,12 +28,35 @@ from statestore.services.client import StateStoreClient
 from statestore.state.table_state import TableState
 from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F401  (session fixture)
 
+# The test session's JVM compiles with C1 only: its work is hundreds of small jobs, for which C2's
+# compilations cost more CPU than they save (the two longest Spark test modules ran 10% faster), and on two
+# cores that CPU is the other test process's. Only this session: the jobs, benchmarks and the subprocesses
+# that run the README's and the guide's code as written keep Java's defaults.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+@contextlib.contextmanager
+def _driver_java_options(options: str) -> Iterator[None]:
+    """PySpark starts the driver's JVM with ``PYSPARK_SUBMIT_ARGS``: set while the session starts, then
+    restored, so no process started later inherits it."""
+    saved = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{options}' pyspark-shell"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = saved
+
+
 KEY_SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = local_session("statestore-tests", cores=2, shuffle_partitions=4)
+    with _driver_java_options(TEST_JVM_OPTIONS):
+        session = local_session("statestore-tests", cores=2, shuffle_partitions=4)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
