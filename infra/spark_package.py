@@ -226,7 +226,12 @@ def write_environment_archive(path: Path, target: Target, site_packages: Path) -
                 mode = 0o755 if file.stat().st_mode & stat.S_IXUSR else 0o644
                 with file.open("rb") as content:
                     tar.addfile(_tar_info(name, tarfile.REGTYPE, mode, file.stat().st_size), content)
-    with path.open("wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+    # gzip's level 6, not Python's default 9: 0.6% larger (85.6 against 85.1 MB) for a third of the time
+    # (~12 s against ~38 s for the ~255 MB of the environment).
+    with (
+        path.open("wb") as out,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=6) as gz,
+    ):
         gz.write(raw.getvalue())
 
 
