@@ -37,10 +37,10 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 @contextlib.contextmanager
 def _driver_java_options(options: str) -> Iterator[None]:
-    """PySpark starts the driver's JVM with ``PYSPARK_SUBMIT_ARGS``: set while the session starts, then
-    restored, so no process started later inherits it."""
+    """PySpark starts the driver's JVM with ``PYSPARK_SUBMIT_ARGS`` (whatever it holds already, then these
+    options): set while the session starts, then restored, so no process started later inherits it."""
     saved = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{options}' pyspark-shell"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{options}' {saved or 'pyspark-shell'}"
     try:
         yield
     finally:
