@@ -25,8 +25,8 @@ LOCK_PINS := build/lock-pins.txt
 $(LOCK_PINS): requirements.lock
 	mkdir -p build && grep -E '^[A-Za-z0-9][^ ]*==' requirements.lock | sed -E 's/ *\\$$//' > $@
 
-# uv installs the venvs' packages: the same hash-checked lock as pip would, in ~40 s from a cold cache where pip took ~2
-# minutes (a twelfth of make test on a fresh clone); pip stays in each venv, and checks the result.
+# uv installs the venvs' packages: the same hash-checked lock as pip would, in ~40 s from a cold cache where
+# pip took ~2 minutes (a twelfth of make test on a fresh clone); pip stays in each venv, and checks the result.
 UV_VERSION := 0.13.9
 UV_INSTALL = $(1)/bin/uv pip install --quiet --python $(1)/bin/python
 venv: $(STAMP)

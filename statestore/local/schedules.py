@@ -28,6 +28,14 @@ logger = logging.getLogger(__name__)
 UPKEEP_IDLE_POLL_SECONDS = 1.0  # how often the upkeep poller looks at empty work queues
 
 
+def _upkeep_function(kind: UpkeepKind) -> Any:
+    """The Lambda module that does ``kind``'s upkeep (imported when first run: the handlers' modules read
+    the runtime's environment)."""
+    from lambdas import cleanup, snapshot
+
+    return snapshot if kind is UpkeepKind.SNAPSHOT else cleanup
+
+
 class UpkeepSchedules:
     """The EventBridge schedules and the work queues' event source mappings of a :class:`LocalRuntime`."""
 
@@ -93,11 +101,10 @@ class UpkeepSchedules:
         """Invoke ``kind``'s handler with a scheduled event (it queues the tables' work), then wake the
         upkeep poller, so the work is delivered at once rather than after its idle wait (work first
         delivered more than a period after its plan is superseded, and local periods can be short)."""
-        from lambdas import cleanup, snapshot
-
-        function = snapshot if kind is UpkeepKind.SNAPSHOT else cleanup
         try:
-            return dict(invoke(function, {"source": "statestore.local"}, self._context(kind.value)))
+            return dict(
+                invoke(_upkeep_function(kind), {"source": "statestore.local"}, self._context(kind.value))
+            )
         finally:
             self._work_ready.set()
 
@@ -160,9 +167,6 @@ class UpkeepSchedules:
                 self._upkeep_busy.clear()
 
     def _deliver_work(self, kind: UpkeepKind, queue: SqsCommitQueue, record: dict[str, Any]) -> None:
-        from lambdas import cleanup, snapshot
-
-        function = snapshot if kind is UpkeepKind.SNAPSHOT else cleanup
         try:
             table_id = str(json.loads(record["body"]).get("table_id", "?"))
         except (ValueError, AttributeError):
@@ -170,7 +174,7 @@ class UpkeepSchedules:
         summary: dict[str, Any] | None = None
         error: str | None = None
         try:
-            summary = dict(invoke(function, {"Records": [record]}, self._context(kind.value)))
+            summary = dict(invoke(_upkeep_function(kind), {"Records": [record]}, self._context(kind.value)))
             queue.delete([record["receiptHandle"]])
         except Exception as e:
             # As the event source mapping does when the function fails: the message is received again.
