@@ -51,7 +51,7 @@ from statestore.store.ports import (
     SnapshotInfo,
     TransactionLogStore,
 )
-from statestore.transactions import BatchItem, Transaction, TransactionBatch
+from statestore.transactions import BatchItem, Transaction, TransactionBatch, leaves_added_to
 
 logger = logging.getLogger(__name__)
 
@@ -344,6 +344,7 @@ class TransactionLogStateStore(LogStateLoading):
                 compressed,
                 uuid.uuid4().hex,
                 made.attachments,
+                leaves_added_to(made.transaction, state.partitions_by_id),
             )
             try:
                 appended = self._put(entry, made.outcomes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -132,6 +132,7 @@ class QueryableView:
         return self._read(
             lambda: self._references(references_prefix(partition_id)),
             lambda merged, in_view: merged.references_in(partition_id, in_view),
+            about=lambda: [partition_id],
         )
 
     def claimed_references(self, job_id: str) -> Answer[list[FileReference]]:
@@ -159,15 +160,24 @@ class QueryableView:
                 ids, held = self._overlapping(merged, region, in_view), in_view.held
             return {pid: merged.references_in(pid, held.get(pid, ())) for pid in ids}
 
-        return self._read(lambda: self._region_in_view(region), answer)
+        located: list[list[PlacedPartition]] = []
 
-    def _region_in_view(self, region: Region) -> _RegionInView:
-        """The view's leaves in ``region`` (one read of the index), and the references of those leaves and
-        of the partitions above them that the view marks as holding some (one read of the markers, then
-        the references at once)."""
+        def about() -> list[str]:
+            # The leaves only: an entry that lists what it adds to lists leaves, none of them above a leaf.
+            located.append(self._leaves_in(region))
+            return [leaf.partition.id for leaf in located[-1]]
+
+        return self._read(lambda: self._region_in_view(located[-1]), answer, about=about)
+
+    def _leaves_in(self, region: Region) -> list[PlacedPartition]:
+        """The view's leaves in ``region``: one read of the index."""
         scan = self.store.descending(self.table_id, INDEX_PREFIX, index_upper_bound(region))
-        leaves = leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
-        above = dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids)
+        return leaves_in_region(self.schema, (v for v in scan if isinstance(v, PlacedPartition)), region)
+
+    def _region_in_view(self, leaves: list[PlacedPartition]) -> _RegionInView:
+        """The references the view holds for ``leaves`` and for the partitions above them that it marks as
+        holding some (one read of the markers, then the references at once)."""
+        above = _above(leaves)
         marked = self.store.get(self.table_id, [marker_key(a) for a in above])
         holding = [a for a in above if marker_key(a) in marked] + [leaf.partition.id for leaf in leaves]
         return _RegionInView(
@@ -202,28 +212,45 @@ class QueryableView:
             v for v in self.store.with_prefix(self.table_id, prefix).values() if isinstance(v, FileReference)
         ]
 
-    def _read(self, from_view: Callable[[], V], answer: Callable[[Merged, V], T]) -> Answer[T]:
+    def _read(
+        self,
+        from_view: Callable[[], V],
+        answer: Callable[[Merged, V], T],
+        *,
+        about: Callable[[], Collection[str]] | None = None,
+    ) -> Answer[T]:
         """``answer`` of the view's items ``from_view`` reads and the log merged after the view, retrying
-        while an upkeep writes the items."""
+        while an upkeep writes the items.
+
+        With ``about``, the query asks only about the partitions it returns (read from the view, before
+        ``from_view``), and the log is merged for them (:meth:`_merge_about`): ``about`` and the log's latest
+        number are read while the meta is, the entries up to that number while ``from_view`` runs.
+        """
         for attempt in range(READ_ATTEMPTS):
-            meta = self.store.meta(self.table_id)
-            if meta is not None and meta.format != VIEW_FORMAT:
-                raise QueryableViewBusyError(
-                    f"the queryable view of table {self.table_id!r} was written in format {meta.format}, not "
-                    f"{VIEW_FORMAT}: the next upkeep (QueryableView.update) rebuilds it; read the table "
-                    "through a full load until then"
-                )
-            if meta is None or meta.writing_to is None:
-                # A thread of the query's own (no pool outlives it, or a fork of the process).
-                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="statestore-view-log") as log:
-                    merging = log.submit(self._merge, 0 if meta is None else meta.transaction_number)
+            # Threads of the query's own (no pool outlives it, or a fork of the process).
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="statestore-view-read") as reads:
+                if about is not None:
+                    latest, asked = reads.submit(self.log.latest_number, self.table_id), reads.submit(about)
+                meta = self.store.meta(self.table_id)
+                if meta is not None and meta.format != VIEW_FORMAT:
+                    raise QueryableViewBusyError(
+                        f"the queryable view of table {self.table_id!r} was written in format {meta.format}, "
+                        f"not {VIEW_FORMAT}: the next upkeep (QueryableView.update) rebuilds it; read the "
+                        "table through a full load until then"
+                    )
+                if meta is None or meta.writing_to is None:
+                    view_number = 0 if meta is None else meta.transaction_number
+                    if about is None:
+                        merging = reads.submit(self._merge, view_number)
+                    else:
+                        merging = reads.submit(self._merge_about, view_number, latest, asked.result())
                     try:
                         in_view = from_view()
                     finally:
                         merged = merging.result()
-                value = answer(merged, in_view)
-                if self.store.meta(self.table_id) == meta:
-                    return Answer(merged.transaction_number, value)
+                    value = answer(merged, in_view)
+                    if self.store.meta(self.table_id) == meta:
+                        return Answer(merged.transaction_number, value)
             self._sleep(0.05 * 2**attempt)
         raise QueryableViewBusyError(
             f"the queryable view of table {self.table_id!r} was being written each of the {READ_ATTEMPTS} "
@@ -255,31 +282,26 @@ class QueryableView:
             fetched.update(self.store.get(self.table_id, [partition_key(p) for p in plan.partitions]))
         return fetched
 
-    def _pending(self, after: int) -> list[tuple[int, int, Transaction | PendingAdd]]:
-        """The entries after ``after`` for a query: an ``AddFiles`` is decompressed, not decoded (see
+    def _pending(self, entry: LogEntry) -> tuple[int, int, Transaction | PendingAdd]:
+        """An entry for a query: an ``AddFiles`` is decompressed, not decoded (see
         :class:`~statestore.views.pending_adds.PendingAdd`); every other entry is decoded."""
-        read: list[tuple[int, int, Transaction | PendingAdd]] = []
-        for entry in entries_after(self.log, self.table_id, after, None, "queryable view"):
-            text = None
-            if entry.transaction_type == AddFiles.TYPE and not entry.attachments:
-                try:
-                    text = zlib.decompress(entry.body) if entry.compressed else entry.body
-                except zlib.error:
-                    text = None  # decoded now, which says what is wrong with it
-            if text is None:
-                read.append((entry.transaction_number, entry.update_time, decode_entry(entry, self.table_id)))
-            else:
-                read.append(
-                    (
-                        entry.transaction_number,
-                        entry.update_time,
-                        PendingAdd(entry.update_time, text, _decoder(entry, self.table_id)),
-                    )
-                )
-        return read
+        text = None
+        if entry.transaction_type == AddFiles.TYPE and not entry.attachments:
+            try:
+                text = zlib.decompress(entry.body) if entry.compressed else entry.body
+            except zlib.error:
+                text = None  # decoded now, which says what is wrong with it
+        if text is None:
+            return entry.transaction_number, entry.update_time, decode_entry(entry, self.table_id)
+        pending = PendingAdd(entry.update_time, text, _decoder(entry, self.table_id))
+        return entry.transaction_number, entry.update_time, pending
 
     def _merge(self, view_number: int) -> Merged:
-        entries = self._pending(view_number)
+        """The log after ``view_number`` merged: every entry read."""
+        entries = [
+            self._pending(entry)
+            for entry in entries_after(self.log, self.table_id, view_number, None, "queryable view")
+        ]
         plan = plan_reads(t for _, _, t in entries)
         return replay(
             self.schema,
@@ -289,6 +311,38 @@ class QueryableView:
             plan,
             entries,
             defer_adds=True,
+        )
+
+    def _merge_about(self, view_number: int, latest: Future[int], partition_ids: Collection[str]) -> Merged:
+        """The log after ``view_number`` merged for a query whose answer only entries adding to
+        ``partition_ids`` can change, among those that only add files: read up to the log's ``latest`` entry,
+        skipping the entries that add only to leaves they list, none of them in ``partition_ids``
+        (``TransactionLogStore.read_about``).
+
+        That is the whole merge when every entry in that range only adds files: then the tree stays the
+        view's, nothing in the run reads a file or partition, and a skipped add changes nothing the query
+        answers. Otherwise (an entry that may change the tree or name a file, a gap in the range, an entry
+        written before the log listed leaves) it is :meth:`_merge`, every entry read.
+        """
+        to_number = latest.result()
+        if to_number < view_number:  # the log went back: read it, which says what is wrong
+            return self._merge(view_number)
+        entries: list[LogEntry] = []
+        held = 0
+        if to_number > view_number:
+            entries, held = self.log.read_about(self.table_id, view_number + 1, to_number, partition_ids)
+        if held != to_number - view_number or any(entry.adds_to_leaves is None for entry in entries):
+            return self._merge(view_number)
+        read = [self._pending(entry) for entry in entries]
+        return replay(
+            self.schema,
+            layout.data_prefix(self.table_id),
+            view_number,
+            {},
+            ReadPlan(),
+            read,
+            defer_adds=True,
+            through=to_number,
         )
 
     # --- upkeep ------------------------------------------------------------------------------------
@@ -376,6 +430,11 @@ class QueryableView:
         self.store.write(self.table_id, changes.puts, changes.deletes)
         self.store.replace_meta(self.table_id, ViewMeta(to_number), writing)
         return UpkeepResult(from_number, to_number, changes.writes)
+
+
+def _above(leaves: list[PlacedPartition]) -> list[str]:
+    """The ids of the partitions above ``leaves``, each once, in the order the leaves name them."""
+    return list(dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids))
 
 
 def _decoder(entry: LogEntry, table_id: str) -> Callable[[], AddFiles]:

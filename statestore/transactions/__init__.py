@@ -8,6 +8,10 @@ when following a log whose entries were validated before they were written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import cast
+
+from statestore.model.partitions import Partition
 from statestore.transactions.base import Transaction
 from statestore.transactions.batch import BatchItem, TransactionBatch, request_ids_of
 from statestore.transactions.file_changes import (
@@ -47,7 +51,41 @@ TRANSACTION_TYPES: dict[str, type[Transaction]] = {
     )
 }
 
+# The most leaves a log entry lists as those it adds references to (LogEntry.adds_to_leaves), and the most
+# bytes their ids take: they are stored with the entry (whose item DynamoDB caps at 400 KB, the body up to
+# 300 KB), and a reader asks about a few (a region's leaves).
+LISTED_PARTITIONS_AT_MOST = 100
+LISTED_BYTES_AT_MOST = 16 * 1024
+
+
+def leaves_added_to(transaction: Transaction, partitions: Mapping[str, Partition]) -> frozenset[str] | None:
+    """For a transaction that only adds files (an ``AddFiles``, or a batch of nothing else): the ids of the
+    partitions it adds references to when every one is a leaf of ``partitions`` (the tree it is written
+    on), at most ``LISTED_PARTITIONS_AT_MOST`` taking at most ``LISTED_BYTES_AT_MOST`` bytes; else empty (the
+    entry is not listed). None for every other transaction: it may change anything."""
+    if isinstance(transaction, AddFiles):
+        adds = [transaction]
+    elif isinstance(transaction, TransactionBatch) and all(
+        isinstance(item.transaction, AddFiles) for item in transaction.items
+    ):
+        adds = [cast(AddFiles, item.transaction) for item in transaction.items]
+    else:
+        return None
+    listed: set[str] = set()
+    for add in adds:
+        listed.update(add._reference_columns()[1])  # the partition ids, transposed once per transaction
+        if len(listed) > LISTED_PARTITIONS_AT_MOST:
+            return frozenset()
+    if sum(len(i.encode()) for i in listed) > LISTED_BYTES_AT_MOST:
+        return frozenset()
+    if not all(i in partitions and partitions[i].leaf for i in listed):
+        return frozenset()
+    return frozenset(listed)
+
+
 __all__ = [
+    "LISTED_BYTES_AT_MOST",
+    "LISTED_PARTITIONS_AT_MOST",
     "TRANSACTION_TYPES",
     "AddFiles",
     "AssignJobIdRequest",
@@ -66,5 +104,6 @@ __all__ = [
     "SplitPartition",
     "Transaction",
     "TransactionBatch",
+    "leaves_added_to",
     "request_ids_of",
 ]

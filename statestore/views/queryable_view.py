@@ -313,6 +313,7 @@ def replay(
     entries: Sequence[tuple[int, int, Transaction | PendingAdd]],
     *,
     defer_adds: bool = False,
+    through: int | None = None,
 ) -> Merged:
     """Apply ``entries`` (number, update time, transaction; in order, following ``view_number``) to the
     view items ``fetched`` for ``plan`` (``f#`` items of its files and of its jobs' claims, ``p#`` items of
@@ -325,6 +326,10 @@ def replay(
     such adds, and applying each to a state costs far more than the few references a query keeps. An
     entry may come as a :class:`PendingAdd` not decoded yet: it is decoded here only if it may name one of
     the plan's files (or the run clears the files), else kept as it is.
+
+    With ``through``, ``entries`` are those of the run ``view_number + 1 .. through`` that a query of some
+    partitions reads (``TransactionLogStore.read_about``): the others only add references to other
+    partitions, so the numbers may skip, and the state is at ``through`` after them.
     """
     files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
     placed = {v.partition.id: v for v in fetched.values() if isinstance(v, PlacedPartition)}
@@ -334,7 +339,8 @@ def replay(
     defer = defer_adds and not plan.clears_files
     added: list[PendingAdd] = []
     for number, update_time, entry in entries:
-        if number != state.transaction_number + 1:
+        follows = number == state.transaction_number + 1
+        if not follows and not (through is not None and state.transaction_number < number <= through):
             raise ValueError(f"entry {number} does not follow {state.transaction_number}")
         if isinstance(entry, PendingAdd):
             if defer and not any(entry.may_name(f) for f in plan.files):
@@ -347,6 +353,8 @@ def replay(
         else:
             entry.apply(state, update_time)
         state.transaction_number, state.last_update_time = number, update_time
+    if through is not None:
+        state.transaction_number = through
     return Merged(
         state,
         frozenset(plan.files | files.keys() | state.files_by_name.keys()),

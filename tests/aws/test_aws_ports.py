@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
 import pytest
@@ -52,6 +53,40 @@ def test_appended_entries_read_back_in_order_from_any_number(ports: Ports) -> No
     assert list(ports.log.read("t1", 2, 5)) == entries[1:5]
     assert list(ports.log.read("t1", 5, 4)) == []
     assert ports.log.latest_number("t1") == 7
+
+
+def test_which_partitions_an_entry_adds_to_reads_back_as_written(ports: Ports) -> None:
+    written = [
+        dataclasses.replace(entry(1), adds_to_leaves=frozenset({"p1", "p2"})),
+        dataclasses.replace(entry(2), adds_to_leaves=frozenset()),  # adds only, to partitions not listed
+        entry(3),  # any other entry
+    ]
+    for e in written:
+        ports.log.append("t1", e)
+
+    assert [e.adds_to_leaves for e in ports.log.read("t1", 1)] == [frozenset({"p1", "p2"}), frozenset(), None]
+
+
+def test_a_read_about_some_partitions_skips_only_entries_that_add_to_others(ports: Ports) -> None:
+    adds = {1: {"a"}, 2: {"b"}, 3: {"a", "c"}, 5: set(), 6: {"c"}, 8: {"b", "d"}}
+    written = [
+        dataclasses.replace(entry(n), adds_to_leaves=frozenset(adds[n])) if n in adds else entry(n)
+        for n in range(1, 9)
+    ]
+    for e in written:
+        ports.log.append("t1", e)
+    ports.log.append("t2", dataclasses.replace(entry(1), adds_to_leaves=frozenset({"a"})))
+
+    read, held = ports.log.read_about("t1", 2, 8, ["a", "b"])
+
+    # 3 adds to "a"; 4 and 7 may change anything; 5 lists nothing; 8 adds to "b". Not 6 (only "c").
+    assert [e.transaction_number for e in read] == [2, 3, 4, 5, 7, 8]
+    assert read == written[1:5] + written[6:8]
+    assert held == 7
+    assert [e.transaction_number for e in ports.log.read_about("t1", 1, 8, [])[0]] == [4, 5, 7]
+    # An entry that is gone is not counted: the reader sees the range is not whole.
+    ports.log.delete_up_to("t1", 3)
+    assert ports.log.read_about("t1", 1, 8, ["c"]) == (written[3:7], 5)
 
 
 def test_a_used_transaction_number_is_refused_and_the_first_entry_kept(ports: Ports) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -174,13 +175,13 @@ def test_a_query_reads_again_when_an_upkeep_moved_the_view_meanwhile() -> None:
 
     items.meta = meta  # type: ignore[method-assign]
     merges: list[int] = []
-    real_merge = table.view._merge
+    real_merge = table.view._merge_about
 
-    def merge(view_number: int) -> Merged:
+    def merge(view_number: int, latest: Future[int], partition_ids: Collection[str]) -> Merged:
         merges.append(view_number)
-        return real_merge(view_number)
+        return real_merge(view_number, latest, partition_ids)
 
-    table.view._merge = merge  # type: ignore[method-assign]
+    table.view._merge_about = merge  # type: ignore[method-assign]
     answer = table.view.references_in_partition(leaf)
     assert answer.value == table.store.state().references_in_partition(leaf)
     # Merged first from the view's old number, then (the view moved meanwhile) again from its new one.
@@ -378,6 +379,67 @@ def test_a_one_leaf_region_query_reads_one_index_item_and_no_level_of_the_tree()
     assert answer.value == {
         p.id: state.references_in_partition(p.id) for p in state.partition_tree.overlapping(leaf.region)
     }
+
+
+@pytest.mark.dynamodb_local
+def test_a_region_query_is_sent_only_the_entries_behind_that_may_change_its_answer(
+    request: pytest.FixtureRequest,
+) -> None:
+    with open_ports("dynamodb_local", request) as opened:
+        backend = opened.backend
+        assert backend is not None
+        store = TransactionLogStateStore(
+            TABLE, STRING_SCHEMA, backend.log, SnapshotStore(backend.snapshot_metadata, backend.blobs)
+        )
+        view = QueryableView(TABLE, STRING_SCHEMA, backend.log, backend.queryable_view)
+        store.commit(
+            InitialisePartitions(tuple(tree(STRING_SCHEMA, tuple(f"k{i:02d}" for i in range(1, 40)))))
+        )
+        view.update(store.load)
+        state = store.state()
+        leaf = state.partition_tree.leaf_for_key(["k20x"])
+        others = sorted(p.id for p in state.leaf_partitions() if p.id != leaf.id)
+        sent: list[str] = []  # the type of each log entry a Query of the log sends
+
+        def count(parsed: dict[str, Any], **_: Any) -> None:
+            sent.extend(
+                i["transaction_type"]["S"] for i in parsed.get("Items", []) if "transaction_type" in i
+            )
+
+        backend.dynamodb.meta.events.register("after-call.dynamodb.Query", count)
+
+        def query() -> list[str]:
+            sent.clear()
+            answer = view.references_in_region(leaf.region)
+            latest = store.state()
+            assert answer.transaction_number == latest.transaction_number
+            assert answer.value == {
+                p.id: latest.references_in_partition(p.id)
+                for p in latest.partition_tree.overlapping(leaf.region)
+            }
+            return list(sent)
+
+        # Behind the view: 30 adds elsewhere (one also adding to the leaf), and one to the leaf alone.
+        for i, other in enumerate(others[:30]):
+            into = (other, leaf.id) if i == 7 else (other,)
+            store.commit(AddFiles(tuple(ref(data_key(TABLE, f"f{i}-{p}"), p) for p in into)))
+        store.commit(AddFiles((ref(data_key(TABLE, "in-leaf"), leaf.id),)))
+        assert query() == ["AddFiles", "AddFiles"]
+        # An add to a partition above a leaf lists no leaves, and is sent to every query.
+        store.commit(AddFiles((ref(data_key(TABLE, "above"), "root"),)))
+        assert query() == ["AddFiles", "AddFiles", "AddFiles"]
+
+        # An entry that is not an add may change anything: sent it with the three adds, the query then reads
+        # every entry behind.
+        split = state.partitions_by_id[others[0]]
+        low = split.region.ranges[0].min
+        assert isinstance(low, str)
+        parent, left, right = split.split(0, f"{low}5", "left", "right")
+        store.commit(SplitPartition(parent, (left, right)))
+        assert query() == ["AddFiles"] * 3 + ["SplitPartition"] + ["AddFiles"] * 32 + ["SplitPartition"]
+
+        view.update(store.load)
+        assert query() == []
 
 
 @pytest.mark.parametrize("name", ["plain", 'é "quoted" \\ ünïcode'])

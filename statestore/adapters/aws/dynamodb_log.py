@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -30,6 +30,11 @@ _BODY_KEY = "body_key"  # S3 key of a body too large for an item
 _ATTACHMENTS = "attachments"  # S3 keys of member bodies the body names instead of holding (list of S)
 _COMPRESSED = "compressed"
 _WRITER = "writer"  # the entry's writer token
+_ADDS_ONLY = "adds_only"  # true on an entry that only adds files (LogEntry.adds_to_leaves is not None)
+_ADDS_TO_LEAVES = "adds_to_leaves"  # the leaves such an entry adds references to (SS; absent if not listed)
+# The most partition ids a read_about filters on in DynamoDB (its expression is capped at 4 KB); asked about
+# more, it reads every entry and drops what it does not need.
+_FILTERED_PARTITIONS_AT_MOST = 40
 
 S3_SINGLE_PUT_LIMIT = 5 * 1024**3  # S3 refuses a single PUT above 5 GB
 _DELETE_CHUNK = 100  # log items deleted per step (items, then their bodies)
@@ -89,6 +94,10 @@ class DynamoDBTransactionLog(TransactionLogStore):
             item[_WRITER] = {"S": entry.writer_token}
         if entry.attachments:
             item[_ATTACHMENTS] = {"L": [{"S": key} for key, _ in entry.attachments]}
+        if entry.adds_to_leaves is not None:
+            item[_ADDS_ONLY] = {"BOOL": True}
+            if entry.adds_to_leaves:
+                item[_ADDS_TO_LEAVES] = {"SS": sorted(entry.adds_to_leaves)}
         body_key: str | None = None
         size = len(entry.body)
         if size > self.max_blob_bytes:
@@ -177,6 +186,25 @@ class DynamoDBTransactionLog(TransactionLogStore):
         for item in self._query(table_id, from_number, to_number):
             yield self._entry(table_id, item)
 
+    def read_about(
+        self, table_id: str, from_number: int, to_number: int, partition_ids: Collection[str]
+    ) -> tuple[list[LogEntry], int]:
+        """As :meth:`TransactionLogStore.read_about`, the entries skipped left in DynamoDB by a
+        FilterExpression (read there, and counted in the response's ScannedCount, but not sent)."""
+        wanted = sorted(set(partition_ids))
+        if len(wanted) > _FILTERED_PARTITIONS_AT_MOST or to_number < from_number:
+            return super().read_about(table_id, from_number, to_number, wanted)
+        names = {"#a": _ADDS_TO_LEAVES}
+        values = {f":p{i}": {"S": pid} for i, pid in enumerate(wanted)}
+        tests = ["attribute_not_exists(#a)", *(f"contains(#a, :p{i})" for i in range(len(wanted)))]
+        condition = " OR ".join(tests)
+        read: list[LogEntry] = []
+        held = 0
+        for response in self._pages(table_id, from_number, to_number, filter=(condition, names, values)):
+            held += int(response.get("ScannedCount", 0))
+            read.extend(self._entry(table_id, item) for item in response.get("Items", []))
+        return read, held
+
     def latest_number(self, table_id: str) -> int:
         response = self.call(
             f"read the latest transaction number of table {table_id!r}",
@@ -197,6 +225,19 @@ class DynamoDBTransactionLog(TransactionLogStore):
         self, table_id: str, from_number: int, to_number: int | None, projection: str | None = None
     ) -> Iterator[dict[str, Any]]:
         """Items in number order, one strongly consistent page at a time."""
+        for response in self._pages(table_id, from_number, to_number, projection):
+            yield from response.get("Items", [])
+
+    def _pages(
+        self,
+        table_id: str,
+        from_number: int,
+        to_number: int | None,
+        projection: str | None = None,
+        filter: tuple[str, dict[str, str], dict[str, Any]] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """The responses of a strongly consistent Query of the entries in number order, with ``filter``
+        (a FilterExpression, its names and values) if given."""
         names = {"#t": _TABLE_ID, "#n": _NUMBER}
         values: dict[str, Any] = {":t": {"S": table_id}, ":from": {"N": str(from_number)}}
         if to_number is None:
@@ -215,11 +256,15 @@ class DynamoDBTransactionLog(TransactionLogStore):
             kwargs["ProjectionExpression"] = projection
             names["#k"] = _BODY_KEY
             names["#a"] = _ATTACHMENTS
+        if filter is not None:
+            kwargs["FilterExpression"], more_names, more_values = filter
+            names.update(more_names)
+            values.update(more_values)
         if self.page_size is not None:
             kwargs["Limit"] = self.page_size
         while True:
             response = self.call(f"read the log of table {table_id!r}", self.dynamodb.query, **kwargs)
-            yield from response.get("Items", [])
+            yield response
             last_key = response.get("LastEvaluatedKey")
             if not last_key:
                 return
@@ -249,6 +294,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             compressed,
             str(item.get(_WRITER, {}).get("S", "")),
             attachments,
+            frozenset(item.get(_ADDS_TO_LEAVES, {}).get("SS", ())) if _ADDS_ONLY in item else None,
         )
 
     # --- deleting -------------------------------------------------------------------------------
