@@ -176,13 +176,16 @@ class QueryableView:
 
     def _region_in_view(self, leaves: list[PlacedPartition]) -> _RegionInView:
         """The references the view holds for ``leaves`` and for the partitions above them that it marks as
-        holding some (one read of the markers, then the references at once)."""
+        holding some: the leaves' while the markers are read, then the marked partitions'."""
         above = _above(leaves)
-        marked = self.store.get(self.table_id, [marker_key(a) for a in above])
-        holding = [a for a in above if marker_key(a) in marked] + [leaf.partition.id for leaf in leaves]
-        return _RegionInView(
-            leaves, list(above), dict(zip(holding, self._with_prefixes(holding), strict=True))
-        )
+        leaf_ids = [leaf.partition.id for leaf in leaves]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="statestore-view-leaves") as reads:
+            of_leaves = reads.submit(self._with_prefixes, leaf_ids)
+            marked = self.store.get(self.table_id, [marker_key(a) for a in above])
+            holding = [a for a in above if marker_key(a) in marked]
+            held = dict(zip(holding, self._with_prefixes(holding), strict=True))
+            held.update(zip(leaf_ids, of_leaves.result(), strict=True))
+        return _RegionInView(leaves, above, held)
 
     def _overlapping(self, merged: Merged, region: Region, in_view: _RegionInView) -> list[str]:
         """The ids of the partitions overlapping ``region`` in the tree as of the merged entries: the view's
