@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from spark_client.read_plan import ReadPart, parts_of, plan_read
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine.log_loading import entries_after
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import Answer, QueryableView
 from statestore.errors import QueryableViewBusyError, StateStoreError, TransactionNotRetainedError
@@ -194,11 +193,21 @@ def _answers(view: QueryableView, regions: Sequence[Region]) -> list[Answer[dict
 
 
 def _partition_change(view: QueryableView, after: int, to_number: int) -> int | None:
-    """The first entry in ``after + 1 .. to_number`` that changes the partitions, or None."""
+    """The first entry in ``after + 1 .. to_number`` that changes the partitions, or None.
+
+    The entries that list the leaves they add to only add files: the log does not send them
+    (``TransactionLogStore.read_about`` of no partition), and counts them to show none is missing.
+    """
     if to_number <= after:
         return None  # the view is current: no entry to read
     try:
-        for entry in entries_after(view.log, view.table_id, after, to_number, "queryable view"):
+        entries, held = view.log.read_about(view.table_id, after + 1, to_number, ())
+        if held != to_number - after:
+            raise TransactionNotRetainedError(
+                f"table {view.table_id!r}: {to_number - after - held} of log entries "
+                f"{after + 1}..{to_number} were deleted and no queryable view covers them"
+            )
+        for entry in entries:
             if entry.transaction_type in _PARTITION_CHANGE_TYPES:
                 return entry.transaction_number
             if entry.transaction_type == TransactionBatch.TYPE:
