@@ -317,10 +317,11 @@ class QueryableView:
         )
 
     def _merge_about(self, view_number: int, latest: Future[int], partition_ids: Collection[str]) -> Merged:
-        """The log after ``view_number`` merged for a query whose answer only entries adding to
-        ``partition_ids`` can change, among those that only add files: read up to the log's ``latest`` entry,
-        skipping the entries that add only to leaves they list, none of them in ``partition_ids``
-        (``TransactionLogStore.read_about``).
+        """The log after ``view_number`` merged for a query whose answer, of the entries that only add
+        files, only those adding to ``partition_ids`` or to a partition above a leaf can change: read up to
+        the log's ``latest`` entry, skipping the entries that add only to leaves they list, none of them in
+        ``partition_ids`` (``TransactionLogStore.read_about``; an add to a partition above a leaf lists
+        nothing, and is read).
 
         That is the whole merge when every entry in that range only adds files: then the tree stays the
         view's, nothing in the run reads a file or partition, and a skipped add changes nothing the query
