@@ -35,11 +35,9 @@ class LogEntry:
     ``layout.log_body_prefix`` that belong to the entry. On append they must already be in the blob store
     (the log records their keys and deletes them with the entry); on read the log gives their bytes.
 
-    ``adds_to_leaves`` is set on an entry that only adds files (an ``AddFiles``, or a batch of nothing else):
-    the ids of the partitions it adds references to when all were leaves as it was written, or empty when
-    they were not, or are too many to list (``transactions.leaves_added_to``). None on every other entry,
-    and on entries written before it was kept. A reader asking about some leaves may skip an entry that
-    lists none of them (:meth:`TransactionLogStore.read_about`).
+    ``adds_to_leaves``, on an entry that only adds files, names the partitions it adds to if all were leaves
+    as it was written (``transactions.leaves_added_to``; else empty); None on any other entry, and on those
+    written before it was kept. A reader of some leaves may skip an entry naming none of them (read_about).
     """
 
     transaction_number: int
@@ -99,14 +97,10 @@ class TransactionLogStore(ABC):
     def read_about(
         self, table_id: str, from_number: int, to_number: int, partition_ids: Collection[str]
     ) -> tuple[list[LogEntry], int]:
-        """The entries ``from_number <= n <= to_number`` that may concern ``partition_ids``: all but those
-        that only add references to leaves they list, none of which is in ``partition_ids`` (see
-        ``LogEntry.adds_to_leaves``); and how many entries the range held, read or skipped (fewer than its
-        numbers if some were deleted: the caller checks).
-
-        This one reads every entry and drops the others; a store that can filter where the entries are
-        (DynamoDB's FilterExpression) sends only those asked for.
-        """
+        """The entries ``from_number <= n <= to_number`` but those that only add references to leaves they
+        list, none in ``partition_ids`` (``LogEntry.adds_to_leaves``); and how many entries the range held,
+        read or skipped (fewer than its numbers if some were deleted: the caller checks). This one reads
+        every entry; a store that can filter (DynamoDB's FilterExpression) sends only those asked for."""
         wanted = set(partition_ids)
         read, held = [], 0
         for entry in self.read(table_id, from_number, to_number):
