@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from spark_client.read_plan import ReadPart, parts_of, plan_read
 from statestore.codec.transaction_json import decode_entry
+from statestore.engine.log_loading import entries_about
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import Answer, QueryableView
 from statestore.errors import QueryableViewBusyError, StateStoreError, TransactionNotRetainedError
@@ -201,13 +202,7 @@ def _partition_change(view: QueryableView, after: int, to_number: int) -> int | 
     if to_number <= after:
         return None  # the view is current: no entry to read
     try:
-        entries, held = view.log.read_about(view.table_id, after + 1, to_number, ())
-        if held != to_number - after:
-            raise TransactionNotRetainedError(
-                f"table {view.table_id!r}: {to_number - after - held} of log entries "
-                f"{after + 1}..{to_number} were deleted and no queryable view covers them"
-            )
-        for entry in entries:
+        for entry in entries_about(view.log, view.table_id, after, to_number, (), "queryable view"):
             if entry.transaction_type in _PARTITION_CHANGE_TYPES:
                 return entry.transaction_number
             if entry.transaction_type == TransactionBatch.TYPE:

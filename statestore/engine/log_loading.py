@@ -8,7 +8,7 @@ inherits: the state it keeps, caught up on each read; the appending is in ``log_
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.snapshots import SnapshotStore
@@ -48,6 +48,28 @@ def entries_after(
             )
         yield entry
         expected += 1
+
+
+def entries_about(
+    log: TransactionLogStore,
+    table_id: str,
+    after: int,
+    to_number: int,
+    partition_ids: Collection[str],
+    covered_by: str,
+) -> list[LogEntry]:
+    """The entries numbered ``after + 1`` to ``to_number`` that may concern ``partition_ids``
+    (``TransactionLogStore.read_about``), with none of the range deleted: raises TransactionNotRetainedError
+    as :func:`entries_after` does if cleanup deleted some."""
+    if to_number <= after:
+        return []
+    entries, held = log.read_about(table_id, after + 1, to_number, partition_ids)
+    if held != to_number - after:
+        raise TransactionNotRetainedError(
+            f"table {table_id!r}: {to_number - after - held} of log entries {after + 1}..{to_number} were "
+            f"deleted and no {covered_by} covers them"
+        )
+    return entries
 
 
 class LogStateLoading:

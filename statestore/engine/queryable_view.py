@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine.log_loading import entries_after
+from statestore.engine.log_loading import entries_about, entries_after
 from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
@@ -325,17 +325,17 @@ class QueryableView:
 
         That is the whole merge when every entry in that range only adds files: then the tree stays the
         view's, nothing in the run reads a file or partition, and a skipped add changes nothing the query
-        answers. Otherwise (an entry that may change the tree or name a file, a gap in the range, an entry
-        written before the log listed leaves) it is :meth:`_merge`, every entry read.
+        answers. Otherwise (an entry that may change the tree or name a file, or one written before the log
+        listed leaves) it is :meth:`_merge`, every entry read. A range cleanup deleted entries of raises
+        TransactionNotRetainedError, as :meth:`_merge` does.
         """
         to_number = latest.result()
         if to_number < view_number:  # the log went back: read it, which says what is wrong
             return self._merge(view_number)
-        entries: list[LogEntry] = []
-        held = 0
-        if to_number > view_number:
-            entries, held = self.log.read_about(self.table_id, view_number + 1, to_number, partition_ids)
-        if held != to_number - view_number or any(entry.adds_to_leaves is None for entry in entries):
+        entries = entries_about(
+            self.log, self.table_id, view_number, to_number, partition_ids, "queryable view"
+        )
+        if any(entry.adds_to_leaves is None for entry in entries):
             return self._merge(view_number)
         read = [self._pending(entry) for entry in entries]
         return replay(
