@@ -35,27 +35,16 @@ from tests.fixtures.aws_servers import moto_server, unique_resources  # noqa: F4
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-@contextlib.contextmanager
-def _driver_java_options(options: str) -> Iterator[None]:
-    """PySpark starts the driver's JVM with ``PYSPARK_SUBMIT_ARGS`` (whatever it holds already, then these
-    options): set while the session starts, then restored, so no process started later inherits it."""
-    saved = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{options}' {saved or 'pyspark-shell'}"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
-        else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = saved
-
-
 KEY_SCHEMA = Schema.of({"key": "long"}, sort_keys={"ts": "long"}, values={"value": "string"})
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    with _driver_java_options(TEST_JVM_OPTIONS):
+    # PySpark starts the driver's JVM with PYSPARK_SUBMIT_ARGS (what it holds already, after the options):
+    # set while the session starts, then restored, so no process started later inherits it.
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS") or "pyspark-shell"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{TEST_JVM_OPTIONS}' {submit_args}")
         session = local_session("statestore-tests", cores=2, shuffle_partitions=4)
     session.sparkContext.setLogLevel("ERROR")
     yield session
