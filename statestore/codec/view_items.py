@@ -15,13 +15,13 @@ from statestore.codec.transaction_json import (
 )
 from statestore.errors import CodecError
 from statestore.model.files import FileReference, TableFile
-from statestore.views.queryable_view import ViewValue
+from statestore.views.queryable_view import FilePart, FileParts, ViewValue
 from statestore.views.view_index import PlacedPartition
 
 
 def view_value_to_json(value: ViewValue) -> str:
-    """One compact JSON object naming the value's kind: ``f`` file, ``r`` reference, ``p`` placed
-    partition, ``root`` a partition id."""
+    """One compact JSON object naming the value's kind: ``f`` file, ``fs`` file held in parts, ``fp`` a
+    part of its references, ``r`` reference, ``p`` placed partition, ``root`` a partition id."""
     data: dict[str, Any]
     if isinstance(value, TableFile):
         data = {
@@ -29,6 +29,22 @@ def view_value_to_json(value: ViewValue) -> str:
                 "filename": value.filename,
                 "references": [_reference_to_json(r) for r in value.references],
                 "last_update_time": value.last_update_time,
+            }
+        }
+    elif isinstance(value, FileParts):
+        data = {
+            "fs": {
+                "filename": value.filename,
+                "parts": value.parts,
+                "last_update_time": value.last_update_time,
+            }
+        }
+    elif isinstance(value, FilePart):
+        data = {
+            "fp": {
+                "filename": value.filename,
+                "number": value.number,
+                "references": [_reference_to_json(r) for r in value.references],
             }
         }
     elif isinstance(value, FileReference):
@@ -81,4 +97,18 @@ def view_value_from_json(text: str) -> ViewValue:
         )
         obj.done()
         return value
+    if kind == "fs":
+        obj = _Object(body, "view item file in parts")
+        parts = FileParts(obj.string("filename"), obj.integer("parts"), obj.integer("last_update_time"))
+        obj.done()
+        return parts
+    if kind == "fp":
+        obj = _Object(body, "view item part of a file")
+        part = FilePart(
+            obj.string("filename"),
+            obj.integer("number"),
+            tuple(obj.items("references", _reference_from_json)),
+        )
+        obj.done()
+        return part
     raise CodecError(f"unknown queryable view item kind {kind!r}")

@@ -47,7 +47,9 @@ from statestore.views.queryable_view import (
     claims_prefix,
     diff_items,
     file_key,
+    files_of,
     items_of_state,
+    missing_parts,
     partition_key,
     plan_reads,
     references_prefix,
@@ -122,8 +124,7 @@ class QueryableView:
         """The file with its references and update time, or None if the table has no such file."""
 
         def from_view() -> TableFile | None:
-            found = self.store.get(self.table_id, [file_key(filename)]).get(file_key(filename))
-            return found if isinstance(found, TableFile) else None
+            return files_of(self._files_items([filename])).get(filename)
 
         return self._read(from_view, lambda merged, in_view: merged.file(filename, in_view))
 
@@ -278,12 +279,18 @@ class QueryableView:
         if everything and plan.clears_files:
             fetched.update(self.store.with_prefix(self.table_id, FILE_PREFIX))
         elif files:
-            fetched.update(self.store.get(self.table_id, [file_key(f) for f in files]))
+            fetched.update(self._files_items(files))
         if everything and plan.replaces_partitions:
             fetched.update(self.store.with_prefix(self.table_id, PARTITION_PREFIX))
         elif plan.partitions:
             fetched.update(self.store.get(self.table_id, [partition_key(p) for p in plan.partitions]))
         return fetched
+
+    def _files_items(self, filenames: Collection[str]) -> dict[str, ViewValue]:
+        """The ``f#`` items of ``filenames`` and, of a file held in parts, its parts."""
+        found = self.store.get(self.table_id, [file_key(f) for f in filenames])
+        missing = missing_parts(found)
+        return {**found, **self.store.get(self.table_id, missing)} if missing else found
 
     def _pending(self, entry: LogEntry) -> tuple[int, int, Transaction | PendingAdd]:
         """An entry for a query: an ``AddFiles`` is decompressed, not decoded (see

@@ -8,6 +8,8 @@ written after that number into its answer, so the answer is always the one a ful
 Items (keys are strings, one namespace per table)::
 
     f#<filename>                      -> TableFile       (the file, all its references, its update time)
+                                         or FileParts    (a file of many references: its update time)
+    f#<filename>#<n>                  -> FilePart        (its references n*64 .. n*64+63, if in parts)
     r#<partition id><filename>        -> FileReference   (one per reference: a partition's references)
     j#<job id><filename><partition id> -> FileReference  (one per claimed reference)
     p#<partition id>                  -> PlacedPartition (the partition, its ancestors' ids, its cell)
@@ -21,7 +23,10 @@ where each name is written ``<length>:<name>`` (or ``#<sha-256>`` if long, see
 
 The ``r#`` and ``j#`` items are projections of the ``f#`` items, and ``x#`` of the ``p#`` items of leaves:
 :func:`items_of_file` and :func:`items_of_partition` derive them, so a change is a diff of derived items.
-Adding a file with one reference writes two items (``f#`` and ``r#``).
+Adding a file with one reference writes two items (``f#`` and ``r#``). A DynamoDB item holds at most
+400 KB, and a file may be referenced in thousands of partitions: a file of more than
+``REFERENCES_PER_FILE_ITEM`` references keeps them in parts of their own, read back with its ``f#`` item
+(:func:`missing_parts`, :func:`files_of`); a change to a few of them rewrites the parts holding those.
 
 **How entries are merged without the whole state.** A log entry's transaction reads and changes a small,
 nameable part of the state: the files it names, the files its released jobs claim, the partitions it names.
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, cast
 
 from statestore.model.files import FileReference, TableFile
 from statestore.model.schema import Schema
@@ -68,7 +74,24 @@ from statestore.views.view_index import PlacedPartition, index_key, place
 from statestore.views.view_keys import sized
 from statestore.views.view_markers import markers_of_state, reference_partitions
 
-ViewValue = TableFile | FileReference | PlacedPartition | str
+
+class FileParts(NamedTuple):
+    """The ``f#`` item of a file whose references are held in ``parts`` items of their own."""
+
+    filename: str
+    parts: int
+    last_update_time: int
+
+
+class FilePart(NamedTuple):
+    """Part ``number`` of a file's references (``file_part_key``), 0 first."""
+
+    filename: str
+    number: int
+    references: tuple[FileReference, ...]
+
+
+ViewValue = TableFile | FileParts | FilePart | FileReference | PlacedPartition | str
 
 FILE_PREFIX = "f#"
 REFERENCE_PREFIX = "r#"
@@ -77,12 +100,21 @@ PARTITION_PREFIX = "p#"
 
 # The view's items as this version writes them (``ViewMeta.format``). A view of another format is rebuilt
 # by the next upkeep, and a query will not read it (format 1 had no index of the leaves, format 2 no markers
-# of the partitions above the leaves holding references).
-VIEW_FORMAT = 3
+# of the partitions above the leaves holding references, format 3 held every file in one item).
+VIEW_FORMAT = 4
+
+# At most this many references in one item: names may take 1,024 bytes each, so one reference may take
+# ~3.2 KB of JSON, and 64 of them stay well under DynamoDB's 400 KB an item.
+REFERENCES_PER_FILE_ITEM = 64
 
 
 def file_key(filename: str) -> str:
     return FILE_PREFIX + sized(filename)
+
+
+def file_part_key(filename: str, number: int) -> str:
+    """The key of a file's part ``number``: no file's own key (``sized`` ends each name where it says)."""
+    return f"{file_key(filename)}#{number}"
 
 
 def partition_key(partition_id: str) -> str:
@@ -100,13 +132,49 @@ def claims_prefix(job_id: str) -> str:
 
 
 def items_of_file(table_file: TableFile) -> dict[str, ViewValue]:
-    """The items that hold ``table_file``: its own, one per reference, one per claimed reference."""
-    items: dict[str, ViewValue] = {file_key(table_file.filename): table_file}
-    for ref in table_file.references:
+    """The items that hold ``table_file``: its own (and its parts), one per reference, one per claimed
+    reference."""
+    filename, references = table_file.filename, table_file.references
+    items: dict[str, ViewValue] = {}
+    if len(references) <= REFERENCES_PER_FILE_ITEM:
+        items[file_key(filename)] = table_file
+    else:
+        # In the order of their partitions: the parts are the same whatever order a replay left them in.
+        ordered = sorted(references, key=lambda ref: ref.partition_id)
+        size = REFERENCES_PER_FILE_ITEM
+        parts = [tuple(ordered[i : i + size]) for i in range(0, len(ordered), size)]
+        items[file_key(filename)] = FileParts(filename, len(parts), table_file.last_update_time)
+        for number, part in enumerate(parts):
+            items[file_part_key(filename, number)] = FilePart(filename, number, part)
+    for ref in references:
         items[references_prefix(ref.partition_id) + sized(ref.filename)] = ref
         if ref.job_id is not None:
             items[claims_prefix(ref.job_id) + sized(ref.filename) + sized(ref.partition_id)] = ref
     return items
+
+
+def missing_parts(items: Mapping[str, ViewValue]) -> list[str]:
+    """The keys of the parts of the files held in parts among ``items`` that are not among them."""
+    return [
+        key
+        for value in items.values()
+        if isinstance(value, FileParts)
+        for key in (file_part_key(value.filename, i) for i in range(value.parts))
+        if key not in items
+    ]
+
+
+def files_of(items: Mapping[str, ViewValue]) -> dict[str, TableFile]:
+    """The files ``items`` hold, by name: a file held in parts needs all its parts among them."""
+    files = {v.filename: v for v in items.values() if isinstance(v, TableFile)}
+    for value in items.values():
+        if isinstance(value, FileParts):
+            parts = [items.get(file_part_key(value.filename, i)) for i in range(value.parts)]
+            if not all(isinstance(part, FilePart) for part in parts):
+                raise ValueError(f"the view's items of file {value.filename!r} are missing parts")
+            references = tuple(ref for part in parts for ref in cast(FilePart, part).references)
+            files[value.filename] = TableFile(value.filename, references, value.last_update_time)
+    return files
 
 
 def items_of_partition(placed: PlacedPartition) -> dict[str, ViewValue]:
@@ -331,7 +399,7 @@ def replay(
     partitions reads (``TransactionLogStore.read_about``): the others only add references to other
     partitions, so the numbers may skip, and the state is at ``through`` after them.
     """
-    files = {v.filename: v for v in fetched.values() if isinstance(v, TableFile)}
+    files = files_of(fetched)
     placed = {v.partition.id: v for v in fetched.values() if isinstance(v, PlacedPartition)}
     partitions = {i: v.partition for i, v in placed.items()}
     state = TableState(schema, partitions, files, view_number)
@@ -398,10 +466,10 @@ def view_changes(schema: Schema, before: Mapping[str, ViewValue], merged: Merged
     which the clear deletes.
     """
     old: dict[str, ViewValue] = {}
+    for table_file in files_of(before).values():
+        old.update(items_of_file(table_file))
     for value in before.values():
-        if isinstance(value, TableFile):
-            old.update(items_of_file(value))
-        elif isinstance(value, PlacedPartition):
+        if isinstance(value, PlacedPartition):
             old.update(items_of_partition(value))
     new: dict[str, ViewValue] = {}
     for table_file in merged.state.files_by_name.values():

@@ -1,4 +1,5 @@
-"""Fixtures for the AWS adapter tests: ``ports`` over every implementation, ``aws`` over the AWS ones."""
+"""Fixtures for the AWS adapter tests: ``ports`` over every implementation, ``aws`` over the AWS ones, and
+``view_store``, the queryable view's store over every implementation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from statestore.adapters.aws.backend import AwsBackend
+from statestore.store.memory_view import InMemoryQueryableViewStore
+from statestore.store.view_ports import QueryableViewStore
 from tests.aws.backends import Ports, open_ports
 from tests.fixtures.aws_servers import *  # noqa: F403  (session fixtures: moto_server, dynamodb_local)
 
@@ -26,3 +29,13 @@ def aws(request: pytest.FixtureRequest) -> Iterator[AwsBackend]:
     with open_ports(request.param, request) as opened:
         assert opened.backend is not None
         yield opened.backend
+
+
+@pytest.fixture(params=["memory", "moto", DYNAMODB_LOCAL])
+def view_store(request: pytest.FixtureRequest) -> Iterator[QueryableViewStore]:
+    if request.param == "memory":
+        yield InMemoryQueryableViewStore()
+        return
+    with open_ports(request.param, request) as opened:
+        assert opened.backend is not None
+        yield opened.backend.queryable_view

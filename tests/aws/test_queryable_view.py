@@ -48,21 +48,10 @@ from statestore.transactions import (
 from statestore.views.queryable_view import Merged, ViewMeta, ViewValue, references_prefix
 from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_key
 from tests.aws.backends import open_ports
-from tests.aws.conftest import DYNAMODB_LOCAL
 from tests.builders import STRING_SCHEMA, data_key, ref, tree
 from tests.property.test_queryable_view import run_view_history
 
 TABLE = "table-1"
-
-
-@pytest.fixture(params=["memory", "moto", DYNAMODB_LOCAL])
-def view_store(request: pytest.FixtureRequest) -> Iterator[QueryableViewStore]:
-    if request.param == "memory":
-        yield InMemoryQueryableViewStore()
-        return
-    with open_ports(request.param, request) as opened:
-        assert opened.backend is not None
-        yield opened.backend.queryable_view
 
 
 class Table:

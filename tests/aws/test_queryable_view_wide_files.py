@@ -1,0 +1,111 @@
+"""A file referenced in thousands of partitions in the queryable view, on each store: DynamoDB holds at most
+400 KB in an item, so such a file's references are held in items of their own, which every query and the
+upkeep read back whole, and a change to a few of them rewrites only the items holding those."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from statestore.store.view_ports import QueryableViewStore
+from statestore.transactions import (
+    AddFiles,
+    AssignJobIdRequest,
+    AssignJobIds,
+    ClearFiles,
+    ReleaseClaims,
+    ReplaceFileReferences,
+    ReplaceFileReferencesJob,
+)
+from statestore.views.queryable_view import REFERENCES_PER_FILE_ITEM, file_key
+from tests.aws.test_queryable_view import TABLE, Table
+from tests.builders import data_key, ref
+
+PARTITIONS = 2_000  # ~600 KB of references as one item: past DynamoDB's 400 KB
+
+
+def split_points(count: int) -> tuple[str, ...]:
+    return tuple(f"k{i:05d}" for i in range(1, count))
+
+
+def wide_table(store: QueryableViewStore) -> tuple[Table, list[str], str]:
+    """A table of ``PARTITIONS`` leaves, with its view, holding one file referenced in every leaf (and one
+    in a single leaf)."""
+    table = Table(store, split_points(PARTITIONS))
+    leaves = sorted(p.id for p in table.store.state().leaf_partitions())
+    wide = data_key(TABLE, "w" * 200 + "-wide.parquet")
+    narrow = ref(data_key(TABLE, "narrow.parquet"), leaves[0])
+    table.store.commit(AddFiles((*(ref(wide, leaf, whole_file=False) for leaf in leaves), narrow)))
+    table.update()
+    return table, leaves, wide
+
+
+def test_a_file_in_thousands_of_partitions_is_kept_and_answered_whole(view_store: QueryableViewStore) -> None:
+    table, leaves, wide = wide_table(view_store)
+    state = table.store.state()
+    held = view_store.get(TABLE, [file_key(wide)])
+
+    assert len(leaves) == PARTITIONS
+    assert table.view.file(wide).value == state.file(wide)
+    assert table.view.references_in_partition(leaves[-1]).value == state.references_in_partition(leaves[-1])
+    assert file_key(wide) in held and len(held) == 1  # the parts are items of their own
+
+    # A claim of a few references, merged from the log and then written by the upkeep.
+    table.store.commit(AssignJobIds((AssignJobIdRequest("job-1", leaves[7], (wide,)),)))
+    state = table.store.state()
+    assert table.view.file(wide).value == state.file(wide)
+    writes = table.update()
+    assert table.view.file(wide).value == state.file(wide)
+    assert table.view.claimed_references("job-1").value == [state.file(wide).reference_in(leaves[7])]
+    # The file's item (its update time), the part holding the claimed reference, its r# and j# items: not
+    # every part of the file.
+    assert writes == 4 < PARTITIONS // REFERENCES_PER_FILE_ITEM
+
+    table.store.commit(ReleaseClaims(("job-1",)))
+    table.update()
+    assert table.view.claimed_references("job-1").value == []
+    assert table.view.file(wide).value == table.store.state().file(wide)
+
+
+def test_a_clear_and_a_rebuild_leave_no_part_of_a_wide_file_behind(view_store: QueryableViewStore) -> None:
+    table, leaves, wide = wide_table(view_store)
+    table.store.commit(ClearFiles())
+    table.update()
+
+    assert table.view.file(wide).value is None
+    assert list(view_store.with_prefix(TABLE, "f#")) == []
+
+    table.store.commit(AddFiles(tuple(ref(wide, leaf, whole_file=False) for leaf in leaves[:500])))
+    table.view.rebuild(table.store.load())
+    assert table.view.file(wide).value == table.store.state().file(wide)
+    parts = math.ceil(500 / REFERENCES_PER_FILE_ITEM)
+    assert len(view_store.with_prefix(TABLE, "f#")) == 1 + parts  # the file's item and its parts
+
+
+@pytest.mark.parametrize("references", [REFERENCES_PER_FILE_ITEM + 1, REFERENCES_PER_FILE_ITEM + 2])
+def test_a_compaction_taking_a_reference_away_rewrites_the_parts(
+    view_store: QueryableViewStore, references: int
+) -> None:
+    """One reference fewer makes a file of 101 one held in its own item, and shifts a file of 102's
+    references between its parts."""
+    table = Table(view_store, split_points(references))
+    leaves = sorted(p.id for p in table.store.state().leaf_partitions())
+    name = data_key(TABLE, "shrinks.parquet")
+    table.store.commit(AddFiles(tuple(ref(name, leaf, whole_file=False) for leaf in leaves)))
+    table.update()
+    table.store.commit(AssignJobIds((AssignJobIdRequest("job-1", leaves[0], (name,)),)))
+    output = ref(data_key(TABLE, "compacted.parquet"), leaves[0])
+    table.store.commit(
+        ReplaceFileReferences((ReplaceFileReferencesJob("job-1", leaves[0], (name,), output),))
+    )
+
+    table.update()
+
+    state = table.store.state()
+    assert len(state.file(name).references) == references - 1
+    assert table.view.file(name).value == state.file(name)
+    held = view_store.with_prefix(TABLE, "f#")
+    parts = 0 if references - 1 <= REFERENCES_PER_FILE_ITEM else 2
+    assert len(held) == 2 + parts  # the compacted file, the shrunk one and its parts, nothing left over
+    assert table.view.rebuild(table.store.load()).writes == 0  # nothing the upkeep missed or left
