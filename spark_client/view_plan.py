@@ -46,8 +46,13 @@ from statestore.transactions import (
     SplitPartition,
     TransactionBatch,
 )
-from statestore.views.queryable_view import partition_key
-from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_upper_bound, leaves_in_region
+from statestore.views.view_index import (
+    INDEX_PREFIX,
+    PlacedPartition,
+    complete_ancestors,
+    index_upper_bound,
+    leaves_in_region,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -152,28 +157,26 @@ def overlapping_partitions(
     above them), by id; None if they hold more than ``max_leaves`` leaves.
 
     The leaves come from the view's index (one descending read per region, as the region query reads it,
-    ``statestore.views.view_index``), each holding its ancestors' ids; the ancestors (which contain a leaf
-    overlapping the regions, so overlap them too) are then read at once. A region's leaves are read whole
+    ``statestore.views.view_index``), each holding its ancestors' ids (or the nearest 64, in a deep tree:
+    ``complete_ancestors``); the ancestors (which contain a leaf overlapping the regions, so overlap them
+    too) are then read at once. A region's leaves are read whole
     before they are counted: an index item is small, and a region past the limit is the case planned by a
     full load anyway.
     """
-    table_id = view.table_id
     found: dict[str, Partition] = {}
-    leaves: set[str] = set()
-    above: dict[str, None] = {}
+    leaves: dict[str, PlacedPartition] = {}
     for region in regions:
-        scan = view.store.descending(table_id, INDEX_PREFIX, index_upper_bound(region))
+        scan = view.store.descending(view.table_id, INDEX_PREFIX, index_upper_bound(region))
         placed = (v for v in scan if isinstance(v, PlacedPartition))
         for leaf in leaves_in_region(view.schema, placed, region):
             found[leaf.partition.id] = leaf.partition
-            leaves.add(leaf.partition.id)
-            above.update(dict.fromkeys(leaf.ancestor_ids))
+            leaves[leaf.partition.id] = leaf
         if len(leaves) > max_leaves:
             return None
+    chains = complete_ancestors(leaves.values(), view.placed)
+    above = dict.fromkeys(a for chain in chains.values() for a in chain)
     wanted = [pid for pid in above if pid not in found]
-    for value in view.store.get(table_id, [partition_key(pid) for pid in wanted]).values():
-        if isinstance(value, PlacedPartition):
-            found[value.partition.id] = value.partition
+    found.update((pid, placed.partition) for pid, placed in view.placed(wanted).items())
     return found
 
 

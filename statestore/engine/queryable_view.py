@@ -56,7 +56,13 @@ from statestore.views.queryable_view import (
     replay,
     view_changes,
 )
-from statestore.views.view_index import INDEX_PREFIX, PlacedPartition, index_upper_bound, leaves_in_region
+from statestore.views.view_index import (
+    INDEX_PREFIX,
+    PlacedPartition,
+    complete_ancestors,
+    index_upper_bound,
+    leaves_in_region,
+)
 from statestore.views.view_keys import sized
 from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
@@ -178,7 +184,7 @@ class QueryableView:
     def _region_in_view(self, leaves: list[PlacedPartition]) -> _RegionInView:
         """The references the view holds for ``leaves`` and for the partitions above them that it marks as
         holding some: the leaves' while the markers are read, then the marked partitions'."""
-        above = _above(leaves)
+        above = self._above(leaves)
         leaf_ids = [leaf.partition.id for leaf in leaves]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="statestore-view-leaves") as reads:
             of_leaves = reads.submit(self._with_prefixes, leaf_ids)
@@ -187,6 +193,17 @@ class QueryableView:
             held = dict(zip(holding, self._with_prefixes(holding), strict=True))
             held.update(zip(leaf_ids, of_leaves.result(), strict=True))
         return _RegionInView(leaves, above, held)
+
+    def _above(self, leaves: list[PlacedPartition]) -> list[str]:
+        """The ids of the partitions above ``leaves``, each once, root first: those their items list, and
+        where a list was cut (a deep tree), those the items of the partitions above list."""
+        chains = complete_ancestors(leaves, self.placed)
+        return list(dict.fromkeys(a for leaf in leaves for a in chains[leaf.partition.id]))
+
+    def placed(self, partition_ids: Collection[str]) -> dict[str, PlacedPartition]:
+        """The view's placements of ``partition_ids`` (those it holds), by id."""
+        found = self.store.get(self.table_id, [partition_key(p) for p in partition_ids]).values()
+        return {v.partition.id: v for v in found if isinstance(v, PlacedPartition)}
 
     def _overlapping(self, merged: Merged, region: Region, in_view: _RegionInView) -> list[str]:
         """The ids of the partitions overlapping ``region`` in the tree as of the merged entries: the view's
@@ -396,8 +413,7 @@ class QueryableView:
         def partition_of(ids: Collection[str]) -> dict[str, Partition]:
             if plan.replaces_partitions:
                 return {}
-            found = self.store.get(self.table_id, [partition_key(p) for p in ids]).values()
-            return {v.partition.id: v.partition for v in found if isinstance(v, PlacedPartition)}
+            return {pid: placed.partition for pid, placed in self.placed(ids).items()}
 
         def holds_in_view(partition_id: str) -> bool:
             prefix = references_prefix(partition_id)
@@ -441,11 +457,6 @@ class QueryableView:
         self.store.write(self.table_id, changes.puts, changes.deletes)
         self.store.replace_meta(self.table_id, ViewMeta(to_number), writing)
         return UpkeepResult(from_number, to_number, changes.writes)
-
-
-def _above(leaves: list[PlacedPartition]) -> list[str]:
-    """The ids of the partitions above ``leaves``, each once, in the order the leaves name them."""
-    return list(dict.fromkeys(a for leaf in leaves for a in leaf.ancestor_ids))
 
 
 def _decoder(entry: LogEntry, table_id: str) -> Callable[[], AddFiles]:

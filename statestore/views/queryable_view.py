@@ -100,7 +100,8 @@ PARTITION_PREFIX = "p#"
 
 # The view's items as this version writes them (``ViewMeta.format``). A view of another format is rebuilt
 # by the next upkeep, and a query will not read it (format 1 had no index of the leaves, format 2 no markers
-# of the partitions above the leaves holding references, format 3 held every file in one item).
+# of the partitions above the leaves holding references, format 3 held every file in one item and each
+# partition's every ancestor).
 VIEW_FORMAT = 4
 
 # At most this many references in one item: names may take 1,024 bytes each, so one reference may take

@@ -16,9 +16,14 @@ the first field each leaf is its own cell: a one-leaf region reads one item. A t
 reads every leaf of each cell it overlaps and keeps those overlapping the region.
 
 **Ancestors.** A region's answer includes the partitions above its leaves (they may hold references not yet
-split down). Each leaf's item holds its ancestors' ids, so no level of the tree is read; a partition's
-ancestors and cell never change once it exists, so a split derives its children's from the parent's item
-(:func:`place`).
+split down). Each leaf's item holds the ids of its nearest ``ANCESTORS_PER_ITEM`` ancestors, so no level of
+a balanced tree is read (64 levels hold 2^64 leaves); a partition's ancestors and cell never change once it
+exists, so a split derives its children's from the parent's item (:func:`place`). A tree split again and
+again at one end (a row key that only grows, split at the median of the newest leaf) is as deep as it has
+leaves: whole lists would make the view's items grow with the square of the tree (4,000 partitions in a
+chain: 236 MB of items) and pass DynamoDB's 400 KB an item. So a list is cut, and
+:func:`complete_ancestors` reads the item of the highest ancestor listed for the ones above it, one read of
+keys per 64 levels for all the leaves at once.
 
 **Keys.** A bound is encoded as bytes that sort as the values do (an integer offset to unsigned big-endian,
 a string's UTF-8, bytes as they are), each byte written as the character one code point above it plus one
@@ -30,7 +35,7 @@ the items hold (:func:`leaves_in_region`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from statestore.model.partitions import Partition, Range, Region
@@ -38,6 +43,8 @@ from statestore.model.schema import Key, Schema
 from statestore.views.view_keys import sized
 
 INDEX_PREFIX = "x#"
+# A partition's item lists at most this many of its ancestors, the nearest (see the module).
+ANCESTORS_PER_ITEM = 64
 _LONGEST_BOUND_IN_KEY = 128
 _END = "\x01"
 _AFTER_EVERY_BOUND = "\U0010ffff"
@@ -45,8 +52,10 @@ _AFTER_EVERY_BOUND = "\U0010ffff"
 
 @dataclass(frozen=True)
 class PlacedPartition:
-    """A partition, the ids of the partitions above it (the root first), and the lower bound on the first
-    row key field of its cell (the deepest partition above it or itself spanning every other field whole)."""
+    """A partition, the ids of the partitions above it (the root first; only the nearest
+    ``ANCESTORS_PER_ITEM`` when there are more, see :func:`complete_ancestors`), and the lower bound on the
+    first row key field of its cell (the deepest partition above it or itself spanning every other field
+    whole)."""
 
     partition: Partition
     ancestor_ids: tuple[str, ...]
@@ -128,7 +137,7 @@ def place(
             return PlacedPartition(partition, known[partition.id].ancestor_ids, known[partition.id].cell_min)
         if parent is None:
             return PlacedPartition(partition, (), partition.region.ranges[0].min)
-        ancestors = (*parent.ancestor_ids, parent.partition.id)
+        ancestors = (*parent.ancestor_ids, parent.partition.id)[-ANCESTORS_PER_ITEM:]
         own_cell = parent.partition.dimension == 0 and spans_other_fields(schema, parent.partition.region)
         return PlacedPartition(
             partition, ancestors, partition.region.ranges[0].min if own_cell else parent.cell_min
@@ -158,3 +167,24 @@ def place(
         for partition in reversed(chain):
             parent = placed[partition.id] = placement(partition, parent)
     return placed
+
+
+def complete_ancestors(
+    placed: Iterable[PlacedPartition], read: Callable[[list[str]], Mapping[str, PlacedPartition]]
+) -> dict[str, tuple[str, ...]]:
+    """The ids of all the partitions above each of ``placed`` (root first), by partition id. Where a list
+    holds ``ANCESTORS_PER_ITEM`` ids it may be cut: the highest one's placement, from ``read`` (partition ids
+    to their placements), holds the next ids up, all the lists' at once. Raises ValueError if ``read`` lacks
+    one."""
+    chains = {p.partition.id: p.ancestor_ids for p in placed}
+    cut = {pid for pid, chain in chains.items() if len(chain) >= ANCESTORS_PER_ITEM}
+    while cut:
+        found = read(sorted({chains[pid][0] for pid in cut}))
+        for pid in list(cut):
+            top = found.get(chains[pid][0])
+            if top is None:
+                raise ValueError(f"the item of partition {chains[pid][0]!r}, above {pid!r}, was not found")
+            chains[pid] = top.ancestor_ids + chains[pid]
+            if len(top.ancestor_ids) < ANCESTORS_PER_ITEM:
+                cut.discard(pid)
+    return chains

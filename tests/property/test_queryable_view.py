@@ -2,7 +2,8 @@
 group commits with rejected members): at every point every query through the queryable view equals the
 full state's answer, whether the view is current, lags the log by some entries, or was just rebuilt; and
 an upkeep leaves exactly the items a rebuild from the full state would write. In some histories a file of
-more than one or two references is held in parts (as the view holds a file of thousands).
+more than one or two references is held in parts, and a partition lists only its nearest one or two
+ancestors (as the view does for a file of thousands and a tree thousands deep).
 
 ``run_view_history`` takes the view's store, so the same property runs on DynamoDB Local
 (``tests/aws/test_queryable_view.py``)."""
@@ -10,7 +11,8 @@ more than one or two references is held in parts (as the view holds a file of th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +37,7 @@ from statestore.transactions import (
     SplitPartition,
     Transaction,
 )
-from statestore.views import queryable_view
+from statestore.views import queryable_view, view_index
 from statestore.views.queryable_view import ViewValue, items_of_state
 from tests.builders import STRING_SCHEMA, TWO_KEY_SCHEMA, data_key, ref, tree
 from tests.property.test_log_replay import SPLIT_POINTS, TABLE, Names, invalid, next_transaction
@@ -118,11 +120,20 @@ def replace_onto_an_existing_file(data: st.DataObject, state: TableState) -> Tra
 
 
 def run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
-    # Files of more than one or two references held in parts, in some histories (as thousands are).
-    per_item = data.draw(st.sampled_from([1, 2, queryable_view.REFERENCES_PER_FILE_ITEM]))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(queryable_view, "REFERENCES_PER_FILE_ITEM", per_item)
+    with items_cut_short(data):
         _run_view_history(data, make_store)
+
+
+@contextmanager
+def items_cut_short(data: st.DataObject) -> Iterator[None]:
+    """In some histories, files of more than one or two references held in parts and lists of more than
+    one or two ancestors cut (as the view does for thousands)."""
+    references = data.draw(st.sampled_from([1, 2, queryable_view.REFERENCES_PER_FILE_ITEM]))
+    ancestors = data.draw(st.sampled_from([1, 2, view_index.ANCESTORS_PER_ITEM]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(queryable_view, "REFERENCES_PER_FILE_ITEM", references)
+        patch.setattr(view_index, "ANCESTORS_PER_ITEM", ancestors)
+        yield
 
 
 def _run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
@@ -215,6 +226,11 @@ def two_key_regions(data: st.DataObject) -> list[Region]:
 
 
 def run_two_key_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
+    with items_cut_short(data):
+        _run_two_key_history(data, make_store)
+
+
+def _run_two_key_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
     clock = itertools.count(1_000, 7)
     log = InMemoryTransactionLog()
     store = TransactionLogStateStore(TABLE, TWO_KEY_SCHEMA, log, clock=lambda: next(clock))

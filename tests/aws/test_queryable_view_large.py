@@ -1,6 +1,8 @@
-"""A file referenced in thousands of partitions in the queryable view, on each store: DynamoDB holds at most
-400 KB in an item, so such a file's references are held in items of their own, which every query and the
-upkeep read back whole, and a change to a few of them rewrites only the items holding those."""
+"""A file referenced in thousands of partitions, and a tree thousands deep, in the queryable view on each
+store. DynamoDB holds at most 400 KB in an item: such a file's references are held in items of their own,
+which every query and the upkeep read back whole, and a change to a few of them rewrites only the items
+holding those; a partition's item lists only its nearest ancestors, and a query reads the rest from the
+items of the partitions above."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import math
 
 import pytest
 
+from spark_client.view_plan import overlapping_partitions
+from statestore.model.partitions import Range, Region
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     AddFiles,
@@ -17,8 +21,11 @@ from statestore.transactions import (
     ReleaseClaims,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
+    SplitPartition,
 )
 from statestore.views.queryable_view import REFERENCES_PER_FILE_ITEM, file_key
+from statestore.views.view_answers import references_in_region
+from statestore.views.view_index import ANCESTORS_PER_ITEM, PlacedPartition
 from tests.aws.test_queryable_view import TABLE, Table
 from tests.builders import data_key, ref
 
@@ -109,3 +116,38 @@ def test_a_compaction_taking_a_reference_away_rewrites_the_parts(
     parts = 0 if references - 1 <= REFERENCES_PER_FILE_ITEM else 2
     assert len(held) == 2 + parts  # the compacted file, the shrunk one and its parts, nothing left over
     assert table.view.rebuild(table.store.load()).writes == 0  # nothing the upkeep missed or left
+
+
+DEPTH = 3 * ANCESTORS_PER_ITEM + 10
+
+
+def test_a_tree_split_again_and_again_at_one_end_keeps_its_items_small(
+    view_store: QueryableViewStore,
+) -> None:
+    """A row key that only grows, split at the newest leaf each time: a chain of leaves DEPTH deep."""
+    table = Table(view_store, ())
+    leaf = table.store.state().partition("root")
+    chain = [leaf.id]
+    for i in range(DEPTH):
+        parent, left, right = leaf.split(0, f"k{i:05d}", f"left-{i}", f"right-{i}")
+        table.store.commit(SplitPartition(parent, (left, right)))
+        leaf = right
+        chain.append(leaf.id)
+    deep = ref(data_key(TABLE, "deep.parquet"), leaf.id)
+    above = ref(data_key(TABLE, "above.parquet"), chain[100])  # not split down yet
+    table.store.commit(AddFiles((deep, above)))
+    table.update()
+    later = ref(data_key(TABLE, "later.parquet"), leaf.id)
+    table.store.commit(AddFiles((later,)))  # behind the view
+
+    placed = [v for v in view_store.with_prefix(TABLE, "p#").values() if isinstance(v, PlacedPartition)]
+    assert len(placed) == 2 * DEPTH + 1
+    assert max(len(p.ancestor_ids) for p in placed) == ANCESTORS_PER_ITEM
+    state = table.store.state()
+    region = Region((Range(f"k{DEPTH:05d}", f"k{DEPTH:05d}x"),))  # in the deepest leaf only
+    answer = table.view.references_in_region(region).value
+    assert answer == references_in_region(state, region)
+    assert list(answer) == chain  # every partition above, root first
+    assert [r.filename for r in answer[leaf.id]] == sorted([deep.filename, later.filename])
+    assert [r.filename for r in answer[chain[100]]] == [above.filename]
+    assert overlapping_partitions(table.view, [region], 10) == {pid: state.partition(pid) for pid in chain}
