@@ -33,7 +33,12 @@ from statestore.codec.transaction_json import decode_entry
 from statestore.engine.log_loading import entries_about
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import Answer, QueryableView
-from statestore.errors import QueryableViewBusyError, StateStoreError, TransactionNotRetainedError
+from statestore.errors import (
+    DamagedViewItemError,
+    QueryableViewBusyError,
+    StateStoreError,
+    TransactionNotRetainedError,
+)
 from statestore.model.files import FileReference
 from statestore.model.partitions import Partition, Region
 from statestore.store.ports import TransactionLogStore
@@ -116,6 +121,8 @@ def plan_latest(
                 logger.warning("table %r: planning the read by a full load: %s", view.table_id, e)
             else:
                 logger.info("table %r: planning the read by a full load: %s", view.table_id, e)
+        except DamagedViewItemError as e:  # its upkeep rebuilds it; the state answers meanwhile
+            logger.warning("table %r: planning the read by a full load: %s", view.table_id, e)
     state = state_store.state()
     return PlannedRead(plan_read(state, regions), state.transaction_number, through_view=False)
 

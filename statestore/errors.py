@@ -228,6 +228,21 @@ class UnreadableLogEntryError(UnreadableDataError):
         self.transaction_number = transaction_number
 
 
+class DamagedViewItemError(UnreadableDataError):
+    """An item of a table's queryable view cannot be decoded. The view is derived from the log, so nothing
+    is lost: a rebuild writes it again from the table's state (the upkeep rebuilds it itself when its own
+    reads meet the item)."""
+
+    def __init__(self, table_id: str, key: str, cause: str) -> None:
+        super().__init__(
+            f"table {table_id!r}: the queryable view's item {key!r} cannot be read: {cause}. Rebuild the "
+            "view from the table's state (`statestore tables view TABLE --rebuild`, "
+            "StateStoreClient.rebuild_queryable_view); a full load answers meanwhile"
+        )
+        self.table_id = table_id
+        self.key = key
+
+
 class StateNotRecoverableError(UnreadableDataError):
     """No intact snapshot, with the log entries after it, covers the state asked for. ``problems`` says
     what was tried and why each failed."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from statestore.cli.parser import Command
     from statestore.cli.session import Session
+    from statestore.engine.queryable_view import Answer
     from statestore.model.files import FileReference, TableFile
     from statestore.model.schema import Key, Schema
 
@@ -38,6 +39,12 @@ def register_tables_view(table_commands: Any, command: Command) -> None:
         "--off", action="store_true", help="stop keeping it (its items are kept, unused, until switched on)"
     )
     change.add_argument("--update", action="store_true", help="bring the view to the log's latest entry now")
+    change.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="write the view again from a full load of the table (after a damaged item: every item is "
+        "written, and any other deleted)",
+    )
 
 
 def add_query_options(shown: argparse._MutuallyExclusiveGroup, parser: argparse.ArgumentParser) -> None:
@@ -56,8 +63,8 @@ def add_query_options(shown: argparse._MutuallyExclusiveGroup, parser: argparse.
     parser.add_argument(
         "--full-load",
         action="store_true",
-        help="with --partition/--range/--job/--file on a table that keeps no queryable view: answer from a "
-        "full load of its state instead of refusing",
+        help="with --partition/--range/--job/--file on a table that keeps no queryable view, or whose view "
+        "holds a damaged item: answer from a full load of its state instead of refusing",
     )
 
 
@@ -69,8 +76,9 @@ def cmd_tables_view(s: Session) -> int:
     args = s.args
     if args.on or args.off:
         s.client.set_queryable_view(args.name, enabled=args.on)
-    elif args.update:
-        result = s.client.update_queryable_view(args.name)
+    elif args.update or args.rebuild:
+        update = s.client.rebuild_queryable_view if args.rebuild else s.client.update_queryable_view
+        result = update(args.name)
         s.out.progress(
             f"{'rebuilt' if result.rebuilt else 'moved'} the view to transaction {result.to_number} "
             f"({fmt.plural(result.writes, 'item write')})"
@@ -112,7 +120,7 @@ def cmd_files_through_view(s: Session) -> int:
     args = s.args
     table = s.table(args.table)
     try:
-        number, partitions, found, references = _query(s, table.table_id, table.schema)
+        answer, partitions, found, references = _query(s, table.table_id, table.schema)
     except QueryableViewOffError:
         raise CliError(
             f"table {table.table_name!r} keeps no queryable view: switch it on with `statestore tables view "
@@ -120,11 +128,11 @@ def cmd_files_through_view(s: Session) -> int:
             "from a full load of the table",
             EXIT_USAGE,
         ) from None
-    source = "full_load" if args.full_load and not table.queryable_view else "queryable_view"
+    source = "full_load" if answer.from_full_load else "queryable_view"
     data: dict[str, Any] = {
         "table_name": table.table_name,
         "table_id": table.table_id,
-        "transaction_number": number,
+        "transaction_number": answer.transaction_number,
         "source": source,
         "references": [_reference_json(r) for r in references],
     }
@@ -141,7 +149,7 @@ def cmd_files_through_view(s: Session) -> int:
         else:
             asked = f"job {args.job!r}" if args.job is not None else f"file {args.file!r}"
         how = "a full load" if source == "full_load" else "the queryable view"
-        head = f"{asked} at transaction {number} (through {how})"
+        head = f"{asked} at transaction {answer.transaction_number} (through {how})"
         if partitions is not None:
             head += f": {fmt.plural(len(partitions), 'partition')} overlap it"
         if args.file is not None and found is None:
@@ -166,13 +174,14 @@ def cmd_files_through_view(s: Session) -> int:
 
 def _query(
     s: Session, table_id: str, schema: Schema
-) -> tuple[int, list[str] | None, TableFile | None, list[FileReference]]:
-    """The query the options ask for: the transaction number it is current to, the partitions overlapping
-    a range (None for other queries), the file asked for (None if absent or not asked) and the references."""
+) -> tuple[Answer[Any], list[str] | None, TableFile | None, list[FileReference]]:
+    """The query the options ask for: its answer (the transaction number it is current to, whether from a
+    full load), the partitions overlapping a range (None for other queries), the file asked for (None if
+    absent or not asked) and the references."""
     args, client, full_load = s.args, s.client, s.args.full_load
     if args.partition is not None:
         in_partition = client.references_in_partition(table_id, args.partition, allow_full_load=full_load)
-        return in_partition.transaction_number, None, None, in_partition.value
+        return in_partition, None, None, in_partition.value
     if args.range is not None:
         bounds: dict[str, tuple[Key | None, Key | None]] = {}
         for given in args.range:
@@ -185,12 +194,12 @@ def _query(
         except (InvalidKeyError, InvalidPartitionTreeError) as e:
             raise CliError(f"--range: {e}", EXIT_USAGE) from None
         references = [ref for refs in in_region.value.values() for ref in refs]
-        return in_region.transaction_number, list(in_region.value), None, references
+        return in_region, list(in_region.value), None, references
     if args.job is not None:
         claimed = client.claimed_references(table_id, args.job, allow_full_load=full_load)
-        return claimed.transaction_number, None, None, claimed.value
+        return claimed, None, None, claimed.value
     file = client.file(table_id, args.file, allow_full_load=full_load)
-    return file.transaction_number, None, file.value, list(file.value.references) if file.value else []
+    return file, None, file.value, list(file.value.references) if file.value else []
 
 
 def _reference_json(ref: FileReference) -> dict[str, Any]:

@@ -14,16 +14,22 @@ by an upkeep that stopped is rebuilt from a full load of the state.
 
 from __future__ import annotations
 
+import logging
 import time
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine.log_loading import entries_about, entries_after
-from statestore.errors import QueryableViewBusyError, QueryableViewConflictError, TransactionNotRetainedError
+from statestore.errors import (
+    DamagedViewItemError,
+    QueryableViewBusyError,
+    QueryableViewConflictError,
+    TransactionNotRetainedError,
+)
 from statestore.model import layout
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partition_tree import PartitionTree
@@ -67,6 +73,7 @@ from statestore.views.view_keys import sized
 from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 V = TypeVar("V")
 
 READ_ATTEMPTS = 5
@@ -75,10 +82,12 @@ _AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts wi
 
 @dataclass(frozen=True)
 class Answer(Generic[T]):
-    """A query's answer, as of the log's entry ``transaction_number``."""
+    """A query's answer, as of the log's entry ``transaction_number`` (``from_full_load``: read from a full
+    load of the state rather than through the view)."""
 
     transaction_number: int
     value: T
+    from_full_load: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,11 +401,15 @@ class QueryableView:
         if not entries:
             return UpkeepResult(meta.transaction_number, meta.transaction_number, 0)
         plan = plan_reads(t for _, _, t in entries)
-        before = self._fetch(plan, everything=True)
-        merged = replay(
-            self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
-        )
-        changes = self._with_markers(plan, merged, view_changes(self.schema, before, merged))
+        try:
+            before = self._fetch(plan, everything=True)
+            merged = replay(
+                self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
+            )
+            changes = self._with_markers(plan, merged, view_changes(self.schema, before, merged))
+        except DamagedViewItemError as e:  # derived from the log: made again from the state
+            logger.warning("rebuilding the queryable view of table %r: %s", self.table_id, e)
+            return self.rebuild(load_state())
         return self._write(meta, merged.transaction_number, changes)
 
     def _with_markers(self, plan: ReadPlan, merged: Merged, changes: ViewChanges) -> ViewChanges:
@@ -445,7 +458,11 @@ class QueryableView:
                 f"the queryable view of table {self.table_id!r} is at transaction {meta.transaction_number}; "
                 f"it cannot be rebuilt from an older state (at {state.transaction_number})"
             )
-        current = self.store.with_prefix(self.table_id, "")
+        current: Mapping[str, ViewValue | None]
+        try:
+            current = self.store.with_prefix(self.table_id, "")
+        except DamagedViewItemError:  # every item is written again, and every other one deleted
+            current = dict.fromkeys(self.store.keys(self.table_id))
         changes = diff_items(current, items_of_state(state))
         result = self._write(meta, state.transaction_number, changes)
         return UpkeepResult(result.from_number, result.to_number, result.writes, rebuilt=True)

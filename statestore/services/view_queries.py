@@ -5,13 +5,19 @@ for."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import Answer, QueryableView, UpkeepResult
-from statestore.errors import QueryableViewOffError, StateStoreError, TransactionNotRetainedError
+from statestore.errors import (
+    DamagedViewItemError,
+    QueryableViewOffError,
+    StateStoreError,
+    TransactionNotRetainedError,
+)
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partitions import Region
 from statestore.model.schema import Key
@@ -22,6 +28,7 @@ from statestore.store.view_ports import QueryableViewStore
 from statestore.views import view_answers as answers
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,13 @@ class QueryableViewQueries:
         info = self.get_table(table)
         return self._view(info).update(self._open(info).state)
 
+    def rebuild_queryable_view(self, table: str) -> UpkeepResult:
+        """Write the table's view again from a full load of its state: every item it should hold, and any
+        other deleted, whatever the view held (the repair of a damaged item, which the upkeep redoes only
+        where its own reads meet one). Raises QueryableViewOffError for a table without the setting."""
+        info = self.get_table(table)
+        return self._view(info).rebuild(self._open(info).state())
+
     def references_in_partition(
         self, table: str, partition_id: str, *, allow_full_load: bool = False
     ) -> Answer[list[FileReference]]:
@@ -141,9 +155,11 @@ class QueryableViewQueries:
         after the view's number, and answers as a full load at the log's latest entry would.
 
         A table without the setting raises QueryableViewOffError, unless ``allow_full_load``: then the
-        answer comes from a full load of its state (the same answer, at a full load's cost). Raises
-        TransactionNotRetainedError when the view is behind what the log keeps (its upkeep has not run:
-        :meth:`update_queryable_view`), QueryableViewBusyError while an upkeep keeps writing it."""
+        answer comes from a full load of its state (the same answer, at a full load's cost), as it does,
+        with a warning, when the view holds a damaged item (else DamagedViewItemError:
+        :meth:`rebuild_queryable_view`). Raises TransactionNotRetainedError when the view is behind what the
+        log keeps (its upkeep has not run: :meth:`update_queryable_view`), QueryableViewBusyError while an
+        upkeep keeps writing it."""
         return self._answer(
             table,
             lambda view: view.file(filename),
@@ -176,12 +192,21 @@ class QueryableViewQueries:
         allow_full_load: bool,
     ) -> Answer[T]:
         info = self.get_table(table)
-        if allow_full_load and not info.queryable_view:
+
+        def from_full_load() -> Answer[T]:
             state = self._open(info).state()
-            return Answer(state.transaction_number, from_state(state))
+            return Answer(state.transaction_number, from_state(state), from_full_load=True)
+
+        if allow_full_load and not info.queryable_view:
+            return from_full_load()
         view = self._view(info)
         try:
             return through_view(view)
+        except DamagedViewItemError as e:
+            if not allow_full_load:
+                raise
+            logger.warning("answering from a full load: %s", e)
+            return from_full_load()
         except TransactionNotRetainedError as e:
             meta = self._view_store().meta(info.table_id)
             at = "has not been built" if meta is None else f"is at transaction {meta.transaction_number}"

@@ -29,11 +29,17 @@ class QueryableViewStore(ABC):
 
     @abstractmethod
     def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
-        """The items at ``keys`` that exist."""
+        """The items at ``keys`` that exist. Each read of items raises DamagedViewItemError for one whose
+        value cannot be decoded."""
 
     @abstractmethod
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         """Every item whose key starts with ``prefix`` (``""``: every item)."""
+
+    def keys(self, table_id: str) -> list[str]:
+        """The keys of every item, whether or not its value can be read (a store that decodes values
+        reads only the keys)."""
+        return list(self.with_prefix(table_id, ""))
 
     def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
         """:meth:`with_prefix` of each of ``prefixes``, in their order (a store may read them at once)."""

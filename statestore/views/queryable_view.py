@@ -486,7 +486,8 @@ def view_changes(schema: Schema, before: Mapping[str, ViewValue], merged: Merged
     )
 
 
-def diff_items(current: Mapping[str, ViewValue], wanted: Mapping[str, ViewValue]) -> ViewChanges:
-    """The writes that make items ``current`` into ``wanted`` (a rebuild)."""
+def diff_items(current: Mapping[str, ViewValue | None], wanted: Mapping[str, ViewValue]) -> ViewChanges:
+    """The writes that make items ``current`` into ``wanted`` (a rebuild); a current value of None (one
+    that could not be read) is written again."""
     puts = {key: value for key, value in wanted.items() if current.get(key) != value}
     return ViewChanges(puts, frozenset(current.keys() - wanted.keys()))

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from statestore.cli import EXIT_OK, EXIT_USAGE
+from statestore.adapters.aws.dynamodb_view import ITEM_PREFIX, DynamoDBQueryableViewStore
+from statestore.cli import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from statestore.model.files import FileReference
 from statestore.model.partitions import Region
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
 from statestore.views import view_answers
+from statestore.views.queryable_view import references_prefix
 from tests.builders import data_key, ref
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import create, unique
@@ -116,6 +118,35 @@ def test_the_view_is_switched_on_and_off_and_brought_current(cli: Cli, tmp_path:
     off = cli("tables", "view", name, "--off", "--json").json()
     assert not off["queryable_view"] and off["transaction_number"] == 3  # the items are kept
     assert cli("files", name, "--partition", left).code == EXIT_USAGE
+
+
+def test_a_damaged_item_is_the_stores_fault_answered_by_a_full_load_if_asked_and_rebuilt(
+    cli: Cli, tmp_path: Path
+) -> None:
+    name, table_id, left, _ = filled(cli, tmp_path, "--property", "queryable_view=true")
+    assert cli("tables", "view", name, "--update").code == EXIT_OK
+    views = cli.runtime.client().queryable_view_store
+    assert isinstance(views, DynamoDBQueryableViewStore)
+    [key] = [k for k in views.keys(table_id) if k.startswith(references_prefix(left))]
+    views.dynamodb.put_item(
+        TableName=views.table_name,
+        Item={
+            "table_id": {"S": table_id},
+            "snapshot_key": {"S": ITEM_PREFIX + key},
+            "view_value": {"S": "{"},
+        },
+    )
+
+    damaged = cli("files", name, "--partition", left)
+    assert damaged.code == EXIT_UNAVAILABLE  # not the caller's input: what the store holds
+    assert f"item {key!r} cannot be read" in damaged.err and "tables view TABLE --rebuild" in damaged.err
+    loaded = cli("files", name, "--partition", left, "--full-load", "--json").json()
+    assert loaded["source"] == "full_load" and len(loaded["references"]) == 1
+
+    rebuilt = cli("tables", "view", name, "--rebuild")
+    assert rebuilt.code == EXIT_OK and "rebuilt the view to transaction 3" in rebuilt.err
+    answered = cli("files", name, "--partition", left, "--json").json()
+    assert answered["source"] == "queryable_view" and len(answered["references"]) == 1
 
 
 def test_bad_input_is_one_line_and_a_usage_error(cli: Cli, tmp_path: Path) -> None:

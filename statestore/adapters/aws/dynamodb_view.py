@@ -27,7 +27,13 @@ from botocore.exceptions import ClientError
 from statestore import instance
 from statestore.adapters.aws.clients import AwsCaller
 from statestore.codec.view_items import view_value_from_json, view_value_to_json
-from statestore.errors import QueryableViewConflictError, StateStoreError, ThrottledError
+from statestore.errors import (
+    CodecError,
+    DamagedViewItemError,
+    QueryableViewConflictError,
+    StateStoreError,
+    ThrottledError,
+)
 from statestore.store.view_ports import QueryableViewStore
 from statestore.views.queryable_view import ViewMeta, ViewValue
 
@@ -125,7 +131,7 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
                     RequestItems=request,
                 )
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
                     break
@@ -156,8 +162,16 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         for items in self._pages(table_id, condition, values, forward=True, limits=()):
             for item in items:
                 if item[_KEY]["S"] != high:
-                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = view_value_from_json(item[_VALUE]["S"])
+                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
         return found
+
+    def keys(self, table_id: str) -> list[str]:
+        values = {":low": {"S": ITEM_PREFIX}, ":high": {"S": ITEM_PREFIX[:-1] + chr(ord("#") + 1)}}
+        condition = "#t = :t AND #k BETWEEN :low AND :high"
+        found = []
+        for items in self._pages(table_id, condition, values, forward=True, limits=(), keys_only=True):
+            found += [k for item in items if (k := item[_KEY]["S"]).startswith(ITEM_PREFIX)]
+        return [k[len(ITEM_PREFIX) :] for k in found]
 
     def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
         if len(prefixes) < 2:
@@ -170,7 +184,7 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         condition = "#t = :t AND #k BETWEEN :low AND :high"
         for items in self._pages(table_id, condition, values, forward=False, limits=_PAGES):
             for item in items:
-                yield view_value_from_json(item[_VALUE]["S"])
+                yield _value(table_id, item)
 
     def _pages(
         self,
@@ -180,9 +194,10 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         *,
         forward: bool,
         limits: Sequence[int],
+        keys_only: bool = False,
     ) -> Iterator[list[dict[str, Any]]]:
         """The pages of one Query, each of at most the next of ``limits`` items (the last repeated; none:
-        DynamoDB's own page size)."""
+        DynamoDB's own page size); with ``keys_only``, of the items' keys."""
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": condition,
@@ -191,6 +206,8 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             "ConsistentRead": True,
             "ScanIndexForward": forward,
         }
+        if keys_only:
+            kwargs["ProjectionExpression"] = "#k"
         for page in range(2**62):
             if limits:
                 kwargs["Limit"] = limits[min(page, len(limits) - 1)]
@@ -240,7 +257,7 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         )
 
     def delete_table(self, table_id: str) -> None:
-        keys = [*self.with_prefix(table_id, "")]
+        keys = self.keys(table_id)  # damaged items too
         self.write(table_id, {}, keys)
         self.call(
             f"delete the queryable view of table {table_id!r}",
@@ -248,6 +265,18 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             TableName=self.table_name,
             Key=_key(table_id, META_KEY),
         )
+
+
+def _value(table_id: str, item: dict[str, Any]) -> ViewValue:
+    """An item's value; raises DamagedViewItemError naming it if it cannot be decoded."""
+    key = item[_KEY]["S"][len(ITEM_PREFIX) :]
+    text = item.get(_VALUE, {}).get("S")
+    if text is None:
+        raise DamagedViewItemError(table_id, key, f"it has no string attribute {_VALUE!r}")
+    try:
+        return view_value_from_json(text)
+    except CodecError as e:
+        raise DamagedViewItemError(table_id, key, str(e)) from None
 
 
 def _key(table_id: str, key: str) -> dict[str, Any]:
