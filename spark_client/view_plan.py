@@ -58,6 +58,7 @@ from statestore.views.view_index import (
     index_upper_bound,
     leaves_in_region,
 )
+from statestore.views.view_keys import MissingViewItemError
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def plan_latest(
                 logger.warning("table %r: planning the read by a full load: %s", view.table_id, e)
             else:
                 logger.info("table %r: planning the read by a full load: %s", view.table_id, e)
-        except DamagedViewItemError as e:  # its upkeep rebuilds it; the state answers meanwhile
+        except (DamagedViewItemError, MissingViewItemError) as e:  # a rebuild mends it; a full load answers
             logger.warning("table %r: planning the read by a full load: %s", view.table_id, e)
     state = state_store.state()
     return PlannedRead(plan_read(state, regions), state.transaction_number, through_view=False)

@@ -42,7 +42,6 @@ from statestore.transactions import AddFiles, Transaction
 from statestore.views.pending_adds import PendingAdd
 from statestore.views.queryable_view import (
     FILE_PREFIX,
-    PARTITION_PREFIX,
     REFERENCE_PREFIX,
     VIEW_FORMAT,
     Merged,
@@ -56,7 +55,6 @@ from statestore.views.queryable_view import (
     files_of,
     items_of_state,
     missing_parts,
-    partition_key,
     plan_reads,
     references_prefix,
     replay,
@@ -69,7 +67,7 @@ from statestore.views.view_index import (
     index_upper_bound,
     leaves_in_region,
 )
-from statestore.views.view_keys import sized
+from statestore.views.view_keys import PARTITION_PREFIX, MissingViewItemError, partition_key, sized
 from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
@@ -275,12 +273,17 @@ class QueryableView:
                     else:
                         merging = reads.submit(self._merge_about, view_number, latest, asked.result())
                     try:
-                        in_view = from_view()
-                    finally:
-                        merged = merging.result()
-                    value = answer(merged, in_view)
-                    if self.store.meta(self.table_id) == meta:
-                        return Answer(merged.transaction_number, value)
+                        try:
+                            in_view = from_view()
+                        finally:
+                            merged = merging.result()
+                        value = answer(merged, in_view)
+                    except MissingViewItemError as e:  # torn by an upkeep, or damaged if the view is still
+                        if self.store.meta(self.table_id) == meta:
+                            raise DamagedViewItemError(self.table_id, e.key, str(e)) from None
+                    else:
+                        if self.store.meta(self.table_id) == meta:
+                            return Answer(merged.transaction_number, value)
             self._sleep(0.05 * 2**attempt)
         raise QueryableViewBusyError(
             f"the queryable view of table {self.table_id!r} was being written each of the {READ_ATTEMPTS} "
@@ -407,7 +410,7 @@ class QueryableView:
                 self.schema, layout.data_prefix(self.table_id), meta.transaction_number, before, plan, entries
             )
             changes = self._with_markers(plan, merged, view_changes(self.schema, before, merged))
-        except DamagedViewItemError as e:  # derived from the log: made again from the state
+        except (DamagedViewItemError, MissingViewItemError) as e:  # derived from the log: made again
             logger.warning("rebuilding the queryable view of table %r: %s", self.table_id, e)
             return self.rebuild(load_state())
         return self._write(meta, merged.transaction_number, changes)

@@ -71,7 +71,7 @@ from statestore.transactions import (
 )
 from statestore.views.pending_adds import PendingAdd, PendingTexts
 from statestore.views.view_index import PlacedPartition, index_key, place
-from statestore.views.view_keys import sized
+from statestore.views.view_keys import MissingViewItemError, partition_key, sized
 from statestore.views.view_markers import markers_of_state, reference_partitions
 
 
@@ -96,7 +96,6 @@ ViewValue = TableFile | FileParts | FilePart | FileReference | PlacedPartition |
 FILE_PREFIX = "f#"
 REFERENCE_PREFIX = "r#"
 CLAIM_PREFIX = "j#"
-PARTITION_PREFIX = "p#"
 
 # The view's items as this version writes them (``ViewMeta.format``). A view of another format is rebuilt
 # by the next upkeep, and a query will not read it (format 1 had no index of the leaves, format 2 no markers
@@ -116,10 +115,6 @@ def file_key(filename: str) -> str:
 def file_part_key(filename: str, number: int) -> str:
     """The key of a file's part ``number``: no file's own key (``sized`` ends each name where it says)."""
     return f"{file_key(filename)}#{number}"
-
-
-def partition_key(partition_id: str) -> str:
-    return PARTITION_PREFIX + sized(partition_id)
 
 
 def references_prefix(partition_id: str) -> str:
@@ -166,13 +161,16 @@ def missing_parts(items: Mapping[str, ViewValue]) -> list[str]:
 
 
 def files_of(items: Mapping[str, ViewValue]) -> dict[str, TableFile]:
-    """The files ``items`` hold, by name: a file held in parts needs all its parts among them."""
+    """The files ``items`` hold, by name: a file held in parts needs all its parts among them (else
+    MissingViewItemError)."""
     files = {v.filename: v for v in items.values() if isinstance(v, TableFile)}
     for value in items.values():
         if isinstance(value, FileParts):
             parts = [items.get(file_part_key(value.filename, i)) for i in range(value.parts)]
-            if not all(isinstance(part, FilePart) for part in parts):
-                raise ValueError(f"the view's items of file {value.filename!r} are missing parts")
+            for number, part in enumerate(parts):
+                if not isinstance(part, FilePart):
+                    named_by = f"the item of file {value.filename!r}"
+                    raise MissingViewItemError(file_part_key(value.filename, number), named_by)
             references = tuple(ref for part in parts for ref in cast(FilePart, part).references)
             files[value.filename] = TableFile(value.filename, references, value.last_update_time)
     return files

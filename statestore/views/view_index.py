@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from statestore.model.partitions import Partition, Range, Region
 from statestore.model.schema import Key, Schema
-from statestore.views.view_keys import sized
+from statestore.views.view_keys import MissingViewItemError, partition_key, sized
 
 INDEX_PREFIX = "x#"
 # A partition's item lists at most this many of its ancestors, the nearest (see the module).
@@ -174,8 +174,8 @@ def complete_ancestors(
 ) -> dict[str, tuple[str, ...]]:
     """The ids of all the partitions above each of ``placed`` (root first), by partition id. Where a list
     holds ``ANCESTORS_PER_ITEM`` ids it may be cut: the highest one's placement, from ``read`` (partition ids
-    to their placements), holds the next ids up, all the lists' at once. Raises ValueError if ``read`` lacks
-    one."""
+    to their placements), holds the next ids up, all the lists' at once. Raises MissingViewItemError if
+    ``read`` lacks one."""
     chains = {p.partition.id: p.ancestor_ids for p in placed}
     cut = {pid for pid, chain in chains.items() if len(chain) >= ANCESTORS_PER_ITEM}
     while cut:
@@ -183,7 +183,7 @@ def complete_ancestors(
         for pid in list(cut):
             top = found.get(chains[pid][0])
             if top is None:
-                raise ValueError(f"the item of partition {chains[pid][0]!r}, above {pid!r}, was not found")
+                raise MissingViewItemError(partition_key(chains[pid][0]), f"the item of partition {pid!r}")
             chains[pid] = top.ancestor_ids + chains[pid]
             if len(top.ancestor_ids) < ANCESTORS_PER_ITEM:
                 cut.discard(pid)

@@ -7,11 +7,14 @@ items of the partitions above."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import pytest
 
 from spark_client.view_plan import overlapping_partitions
+from statestore.errors import DamagedViewItemError
 from statestore.model.partitions import Range, Region
+from statestore.store.memory_view import InMemoryQueryableViewStore
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     AddFiles,
@@ -23,7 +26,7 @@ from statestore.transactions import (
     ReplaceFileReferencesJob,
     SplitPartition,
 )
-from statestore.views.queryable_view import REFERENCES_PER_FILE_ITEM, file_key
+from statestore.views.queryable_view import REFERENCES_PER_FILE_ITEM, ViewValue, file_key, file_part_key
 from statestore.views.view_answers import references_in_region
 from statestore.views.view_index import ANCESTORS_PER_ITEM, PlacedPartition
 from tests.aws.test_queryable_view import TABLE, Table
@@ -151,3 +154,43 @@ def test_a_tree_split_again_and_again_at_one_end_keeps_its_items_small(
     assert [r.filename for r in answer[leaf.id]] == sorted([deep.filename, later.filename])
     assert [r.filename for r in answer[chain[100]]] == [above.filename]
     assert overlapping_partitions(table.view, [region], 10) == {pid: state.partition(pid) for pid in chain}
+
+
+def test_a_file_read_while_an_upkeep_rewrites_its_parts_is_read_again_and_a_lost_part_is_named() -> None:
+    items = InMemoryQueryableViewStore()
+    table = Table(items, split_points(2 * REFERENCES_PER_FILE_ITEM + 2))
+    leaves = sorted(p.id for p in table.store.state().leaf_partitions())
+    name = data_key(TABLE, "parts.parquet")
+    table.store.commit(AddFiles(tuple(ref(name, leaf, whole_file=False) for leaf in leaves)))  # three parts
+    table.update()
+    # A compaction takes three references away (two parts then), applied between the reads of the file's
+    # item and of its parts.
+    requests = tuple(AssignJobIdRequest(f"job-{i}", leaf, (name,)) for i, leaf in enumerate(leaves[:3]))
+    table.store.commit(AssignJobIds(requests))
+    jobs = tuple(
+        ReplaceFileReferencesJob(
+            r.job_id, r.partition_id, (name,), ref(data_key(TABLE, f"{r.job_id}"), r.partition_id)
+        )
+        for r in requests
+    )
+    table.store.commit(ReplaceFileReferences(jobs))
+    real_get = items.get
+    reads: list[list[str]] = []
+
+    def get(table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
+        reads.append(list(keys))
+        if len(reads) == 2:  # the parts, after the file's item
+            table.update()
+        return real_get(table_id, keys)
+
+    items.get = get  # type: ignore[method-assign]
+    answer = table.view.file(name)
+
+    assert answer.value == table.store.state().file(name)
+    assert len(reads) > 2  # read again after the view moved
+
+    items.get = real_get  # type: ignore[method-assign]
+    lost = file_part_key(name, 1)
+    items.write(TABLE, {}, [lost])
+    with pytest.raises(DamagedViewItemError, match=f"no item {lost!r}, which the item of file"):
+        table.view.file(name)
