@@ -329,6 +329,33 @@ class _UnprocessingDynamoDB:
             self.stored[item["snapshot_key"]["S"]] = item
         return {"UnprocessedItems": {self.table_name: unprocessed} if unprocessed else {}}
 
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
+        request = RequestItems[self.table_name]
+        keys = request["Keys"]
+        self.batches.append(len(keys))
+        key = keys[-1]["snapshot_key"]["S"]
+        unprocessed = []
+        if self.left.setdefault(key, self.times) > 0:
+            self.left[key] -= 1
+            keys, unprocessed = keys[:-1], keys[-1:]
+        found = [self.stored[k["snapshot_key"]["S"]] for k in keys if k["snapshot_key"]["S"] in self.stored]
+        return {
+            "Responses": {self.table_name: found},
+            "UnprocessedKeys": {self.table_name: {**request, "Keys": unprocessed}} if unprocessed else {},
+        }
+
+
+def test_reads_of_many_keys_go_in_batches_of_100_at_once_and_unprocessed_keys_are_asked_again() -> None:
+    client = _UnprocessingDynamoDB("snapshots", times=0)
+    store = DynamoDBQueryableViewStore(client, "snapshots", AwsCaller(sleep=lambda _: None))
+    store.write(TABLE, {f"k{i:03d}": f"v{i}" for i in range(250)}, ())
+    client.times, client.batches, client.left = 1, [], {}
+
+    found = store.get(TABLE, [f"k{i:03d}" for i in range(260)])
+
+    assert found == {f"k{i:03d}": f"v{i}" for i in range(250)}
+    assert sorted(client.batches) == [1, 1, 1, 60, 100, 100]  # each batch's last key asked again
+
 
 def test_writes_go_in_batches_of_25_and_unprocessed_items_are_sent_again() -> None:
     client = _UnprocessingDynamoDB("snapshots", times=1)

@@ -114,35 +114,43 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
 
     def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
         wanted = list(dict.fromkeys(keys))
+        batches = [wanted[i : i + _BATCH_GET_LIMIT] for i in range(0, len(wanted), _BATCH_GET_LIMIT)]
         found: dict[str, ViewValue] = {}
-        for start in range(0, len(wanted), _BATCH_GET_LIMIT):
-            request: dict[str, Any] = {
-                self.table_name: {
-                    "Keys": [
-                        _key(table_id, ITEM_PREFIX + k) for k in wanted[start : start + _BATCH_GET_LIMIT]
-                    ],
-                    "ConsistentRead": True,
-                }
-            }
-            for attempt in range(self.call.max_attempts):
-                response = self.call(
-                    f"read the queryable view of table {table_id!r}",
-                    self.dynamodb.batch_get_item,
-                    RequestItems=request,
-                )
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
-                request = response.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-                if attempt + 1 < self.call.max_attempts:
-                    self.call.backoff(attempt)
-            else:
-                raise ThrottledError(
-                    f"could not read the queryable view of table {table_id!r}: DynamoDB kept returning keys "
-                    f"unprocessed after {self.call.max_attempts} rounds; try again later"
-                )
+        if len(batches) < 2:
+            for batch in batches:
+                found.update(self._get_batch(table_id, batch))
+            return found
+        # The partitions above the leaves of a deep tree, a rebuild's reads: the round trips overlap.
+        with ThreadPoolExecutor(min(len(batches), _PARALLEL_QUERIES)) as pool:
+            for part in pool.map(lambda batch: self._get_batch(table_id, batch), batches):
+                found.update(part)
         return found
+
+    def _get_batch(self, table_id: str, keys: list[str]) -> dict[str, ViewValue]:
+        found: dict[str, ViewValue] = {}
+        request: dict[str, Any] = {
+            self.table_name: {
+                "Keys": [_key(table_id, ITEM_PREFIX + k) for k in keys],
+                "ConsistentRead": True,
+            }
+        }
+        for attempt in range(self.call.max_attempts):
+            response = self.call(
+                f"read the queryable view of table {table_id!r}",
+                self.dynamodb.batch_get_item,
+                RequestItems=request,
+            )
+            for item in response.get("Responses", {}).get(self.table_name, []):
+                found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                return found
+            if attempt + 1 < self.call.max_attempts:
+                self.call.backoff(attempt)
+        raise ThrottledError(
+            f"could not read the queryable view of table {table_id!r}: DynamoDB kept returning keys "
+            f"unprocessed after {self.call.max_attempts} rounds; try again later"
+        )
 
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         # A range of keys rather than begins_with: DynamoDB Local answers a range from its index and a
