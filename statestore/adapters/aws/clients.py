@@ -279,6 +279,29 @@ class AwsCaller:
 
 
 _BATCH_WRITE_LIMIT = 25  # DynamoDB's BatchWriteItem limit
+BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit
+
+
+def batch_get_items(
+    call: AwsCaller, dynamodb: Any, table_name: str, keys: list[dict[str, Any]], what: str
+) -> list[dict[str, Any]]:
+    """The items at ``keys`` (at most ``BATCH_GET_LIMIT``) that exist, read strongly consistent, asking
+    again (at most ``call.max_attempts`` rounds) for whatever DynamoDB returns unprocessed."""
+    items: list[dict[str, Any]] = []
+    for attempt in range(call.max_attempts):
+        response = call(
+            what, dynamodb.batch_get_item, RequestItems={table_name: {"Keys": keys, "ConsistentRead": True}}
+        )
+        items.extend((response.get("Responses") or {}).get(table_name, []))
+        keys = ((response.get("UnprocessedKeys") or {}).get(table_name) or {}).get("Keys", [])
+        if not keys:
+            return items
+        if attempt + 1 < call.max_attempts:
+            call.backoff(attempt)
+    raise ThrottledError(
+        f"could not {what}: DynamoDB kept returning {len(keys)} key(s) unprocessed after {call.max_attempts} "
+        "rounds; try again later"
+    )
 
 
 def batch_delete_items(

@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller, cancellation_reasons
+from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items, cancellation_reasons
 from statestore.errors import StateStoreError, StoreUnavailableError
 from statestore.model.clock import now_millis
 from statestore.store.ports import (
@@ -36,7 +36,6 @@ DEFAULT_RETENTION_SECONDS = instance.COMMIT_STATUS_RETENTION_SECONDS
 MAX_REASON_CHARS = instance.MAX_STATUS_REASON_CHARS
 _CONDITION_NAMES = {"#r": _REQUEST_ID, "#o": _OUTCOME, "#e": _EXPIRES_AT}
 _TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
-_READ_BATCH = 100  # BatchGetItem's limit
 
 
 class _FinalStatusPresent(StateStoreError):
@@ -148,31 +147,16 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
     def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
         wanted = list(dict.fromkeys(keys))
         found: dict[RequestKey, CommitStatus] = {}
-        for start in range(0, len(wanted), _READ_BATCH):
-            for item in self._read([_key(key) for key in wanted[start : start + _READ_BATCH]]):
+        for start in range(0, len(wanted), BATCH_GET_LIMIT):
+            for item in self._read([_key(key) for key in wanted[start : start + BATCH_GET_LIMIT]]):
                 status = self._status(item)
                 if status is not None:
                     found[status.key] = status
         return found
 
     def _read(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        for attempt in range(self.call.max_attempts):
-            response = self.call(
-                f"read {len(keys)} commit status(es) from {self.table_name!r}",
-                self.dynamodb.batch_get_item,
-                RequestItems={self.table_name: {"Keys": keys, "ConsistentRead": True}},
-            )
-            items.extend((response.get("Responses") or {}).get(self.table_name, []))
-            keys = ((response.get("UnprocessedKeys") or {}).get(self.table_name) or {}).get("Keys", [])
-            if not keys:
-                return items
-            if attempt + 1 < self.call.max_attempts:
-                self.call.backoff(attempt)
-        raise StoreUnavailableError(
-            f"could not read commit statuses from {self.table_name!r}: {len(keys)} key(s) kept coming back "
-            "unprocessed; try again later"
-        )
+        what = f"read {len(keys)} commit status(es) from {self.table_name!r}"
+        return batch_get_items(self.call, self.dynamodb, self.table_name, keys, what)
 
     def _item(self, status: CommitStatus) -> dict[str, Any]:
         item: dict[str, Any] = {

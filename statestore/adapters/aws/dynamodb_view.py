@@ -25,7 +25,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller
+from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items
 from statestore.codec.view_items import view_value_from_json, view_value_to_json
 from statestore.errors import (
     CodecError,
@@ -47,7 +47,6 @@ _FORMAT = "view_format"  # absent: format 1
 META_KEY = "view#meta"
 ITEM_PREFIX = "view#i#"
 _BATCH_WRITE_LIMIT = 25
-_BATCH_GET_LIMIT = 100
 _PARALLEL_QUERIES = 8  # the clients' pool holds 32 connections
 _PARALLEL_WRITES = 8
 _PAGES = (1, 10, 100, 1000)  # the item limits of a descending read's pages, the last repeated
@@ -114,7 +113,7 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
 
     def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
         wanted = list(dict.fromkeys(keys))
-        batches = [wanted[i : i + _BATCH_GET_LIMIT] for i in range(0, len(wanted), _BATCH_GET_LIMIT)]
+        batches = [wanted[i : i + BATCH_GET_LIMIT] for i in range(0, len(wanted), BATCH_GET_LIMIT)]
         found: dict[str, ViewValue] = {}
         if len(batches) < 2:
             for batch in batches:
@@ -127,30 +126,10 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         return found
 
     def _get_batch(self, table_id: str, keys: list[str]) -> dict[str, ViewValue]:
-        found: dict[str, ViewValue] = {}
-        request: dict[str, Any] = {
-            self.table_name: {
-                "Keys": [_key(table_id, ITEM_PREFIX + k) for k in keys],
-                "ConsistentRead": True,
-            }
-        }
-        for attempt in range(self.call.max_attempts):
-            response = self.call(
-                f"read the queryable view of table {table_id!r}",
-                self.dynamodb.batch_get_item,
-                RequestItems=request,
-            )
-            for item in response.get("Responses", {}).get(self.table_name, []):
-                found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                return found
-            if attempt + 1 < self.call.max_attempts:
-                self.call.backoff(attempt)
-        raise ThrottledError(
-            f"could not read the queryable view of table {table_id!r}: DynamoDB kept returning keys "
-            f"unprocessed after {self.call.max_attempts} rounds; try again later"
-        )
+        what = f"read the queryable view of table {table_id!r}"
+        wanted = [_key(table_id, ITEM_PREFIX + k) for k in keys]
+        items = batch_get_items(self.call, self.dynamodb, self.table_name, wanted, what)
+        return {item[_KEY]["S"][len(ITEM_PREFIX) :]: _value(table_id, item) for item in items}
 
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
         # A range of keys rather than begins_with: DynamoDB Local answers a range from its index and a
