@@ -167,9 +167,8 @@ def overlapping_partitions(
     The leaves come from the view's index (one descending read per region, as the region query reads it,
     ``statestore.views.view_index``), each holding its ancestors' ids (or the nearest 64, in a deep tree:
     ``complete_ancestors``); the ancestors (which contain a leaf overlapping the regions, so overlap them
-    too) are then read at once. A region's leaves are read whole
-    before they are counted: an index item is small, and a region past the limit is the case planned by a
-    full load anyway.
+    too) are then read at once. A region's leaves are read whole before they are counted: an index item is
+    small, and a region past the limit is the case planned by a full load anyway.
     """
     found: dict[str, Partition] = {}
     leaves: dict[str, PlacedPartition] = {}

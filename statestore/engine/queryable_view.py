@@ -71,8 +71,8 @@ from statestore.views.view_keys import PARTITION_PREFIX, MissingViewItemError, p
 from statestore.views.view_markers import MARKER_PREFIX, marker_changes, marker_key, reference_partitions
 
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
 V = TypeVar("V")
+logger = logging.getLogger(__name__)
 
 READ_ATTEMPTS = 5
 _AFTER_EVERY_NAME = "\U0010ffff"  # above every character a sized name starts with
