@@ -132,6 +132,18 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         return {item[_KEY]["S"][len(ITEM_PREFIX) :]: _value(table_id, item) for item in items}
 
     def with_prefix(self, table_id: str, prefix: str) -> dict[str, ViewValue]:
+        return {
+            item[_KEY]["S"][len(ITEM_PREFIX) :]: _value(table_id, item)
+            for item in self._items_with_prefix(table_id, prefix)
+        }
+
+    def keys(self, table_id: str) -> list[str]:
+        return [item[_KEY]["S"][len(ITEM_PREFIX) :] for item in self._items_with_prefix(table_id, "", True)]
+
+    def _items_with_prefix(
+        self, table_id: str, prefix: str, keys_only: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """The raw items (with ``keys_only``, their keys) whose key starts with ``prefix``."""
         # A range of keys rather than begins_with: DynamoDB Local answers a range from its index and a
         # begins_with by reading the table's whole partition key (every item of the table). The range's
         # upper end is the prefix with its last character incremented, which only a key equal to it can
@@ -145,20 +157,9 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             high = low[:-1] + chr(following)
             condition = "#t = :t AND #k BETWEEN :low AND :high"
             values = {":low": {"S": low}, ":high": {"S": high}}
-        found: dict[str, ViewValue] = {}
-        for items in self._pages(table_id, condition, values, forward=True, limits=()):
-            for item in items:
-                if item[_KEY]["S"] != high:
-                    found[item[_KEY]["S"][len(ITEM_PREFIX) :]] = _value(table_id, item)
-        return found
-
-    def keys(self, table_id: str) -> list[str]:
-        values = {":low": {"S": ITEM_PREFIX}, ":high": {"S": ITEM_PREFIX[:-1] + chr(ord("#") + 1)}}
-        condition = "#t = :t AND #k BETWEEN :low AND :high"
-        found = []
-        for items in self._pages(table_id, condition, values, forward=True, limits=(), keys_only=True):
-            found += [k for item in items if (k := item[_KEY]["S"]).startswith(ITEM_PREFIX)]
-        return [k[len(ITEM_PREFIX) :] for k in found]
+        pages = self._pages(table_id, condition, values, forward=True, limits=(), keys_only=keys_only)
+        for items in pages:
+            yield from (item for item in items if item[_KEY]["S"] != high)
 
     def with_prefixes(self, table_id: str, prefixes: Sequence[str]) -> list[dict[str, ViewValue]]:
         if len(prefixes) < 2:
