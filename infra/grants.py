@@ -102,7 +102,9 @@ class StateStoreGrants:
         """Everything the ``statestore`` CLI does: read and commit as above, and
 
         - ``tables create``/``rename``/``delete``: the table index (TransactWriteItems of puts, an update of
-          the name and deletes); a new table's InitialisePartitions is appended to the log directly;
+          the name and deletes); a new table's InitialisePartitions is appended to the log directly (with
+          the log's leaf index, an update and puts in the entry's TransactWriteItems, for a table that keeps
+          a queryable view);
         - ``tables delete``: every log entry, snapshot record and object of the table (BatchWriteItem, and
           DeleteObjects under ``tables/<id>/``);
         - ``snapshot``: record a snapshot (its items and its objects);
@@ -124,7 +126,7 @@ class StateStoreGrants:
         state, data = self.state, self.data
         state.tables_by_id.grant(grantee, *PUT, *UPDATE, *DELETE)
         state.tables_by_name.grant(grantee, *PUT, *DELETE)
-        state.transaction_log.grant(grantee, *PUT, *BATCH_WRITE)
+        state.transaction_log.grant(grantee, *PUT, *UPDATE, *BATCH_WRITE)
         state.snapshots.grant(grantee, *PUT, *DELETE, *BATCH_WRITE)
         data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
         data.grant_read(grantee, objects.UPKEEP_OBJECTS)

@@ -26,7 +26,7 @@ from infra.grants import ManagedPolicies, StateStoreGrants
 from infra.postgres import PostgresDatabase
 from infra.scheduled import ScheduledFunction, UpkeepQueues
 from infra.spark_jobs import SparkJobs
-from infra.state import BATCH_WRITE, DELETE, PUT, StateTables, grant_read_and
+from infra.state import BATCH_WRITE, DELETE, PUT, UPDATE, StateTables, grant_read_and
 from infra.table_access import TableAccess
 from statestore import instance
 from statestore.model import layout
@@ -238,11 +238,12 @@ class StatestoreStack(Stack):
         # Committer: loads a table (index, latest snapshot, log after it), appends one entry per batch and
         # table (a large body goes to the bucket first, and is deleted again if the number was taken),
         # records each request's outcome (conditional puts in one TransactWriteItems: a final status is never
-        # overwritten), sends malformed requests to the dead-letter queue with their reason. Consuming the
-        # commit queue is granted by its event source.
+        # overwritten), sends malformed requests to the dead-letter queue with their reason. An entry of a
+        # table that keeps a queryable view updates the log's leaf index in the same transaction (its chain
+        # item, UpdateItem; its hints, PutItem). Consuming the commit queue is granted by its event source.
         committer = self.committer.function
         self.grants.grant_read_state(committer)
-        state.transaction_log.grant(committer, *PUT)
+        state.transaction_log.grant(committer, *PUT, *UPDATE)
         grant_read_and(state.commit_status, committer, PUT)
         data.grant_read(committer, objects.REQUEST_BODY_OBJECTS)
         data.grant_put(committer, objects.LOG_BODY_OBJECTS)
@@ -266,11 +267,12 @@ class StatestoreStack(Stack):
 
         # Cleanup: deletes old log entries with their bodies and old snapshots (records and objects),
         # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles
-        # straight to the log (not through the queue). Its plan lists the tables and queues work.
+        # straight to the log (not through the queue; indexed as the committer's entries are). Its plan lists
+        # the tables and queues work.
         cleanup = self.cleanup.function
         self.grants.grant_read_state(cleanup)
         self.upkeep.cleanup_queue.grant_send_messages(cleanup)
-        state.transaction_log.grant(cleanup, *PUT, *BATCH_WRITE)
+        state.transaction_log.grant(cleanup, *PUT, *UPDATE, *BATCH_WRITE)
         state.snapshots.grant(cleanup, *DELETE, *BATCH_WRITE)
         data.grant_put(cleanup, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
         data.grant_read(cleanup, objects.UPKEEP_OBJECTS)  # the orphan sweep's watermark, read and moved

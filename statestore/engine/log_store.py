@@ -89,7 +89,8 @@ class _Draft:
 class TransactionLogStateStore(LogStateLoading):
     """A table's state, kept up to date from its log; commits go through :meth:`commit`.
 
-    Not thread-safe: give each thread its own instance (they coordinate through the log).
+    Not thread-safe: give each thread its own instance (they coordinate through the log). ``index_leaves``:
+    ask the log to index the leaves each entry concerns (a table that keeps a queryable view).
     """
 
     def __init__(
@@ -104,8 +105,10 @@ class TransactionLogStateStore(LogStateLoading):
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         max_unread_ms: int = 5 * 60_000,
+        index_leaves: bool = False,
     ) -> None:
         self.table_id = table_id
+        self.index_leaves = index_leaves  # LogEntry.index_leaves of every entry appended
         self.schema = schema
         self.log = log
         self.snapshots = snapshots
@@ -345,6 +348,7 @@ class TransactionLogStateStore(LogStateLoading):
                 uuid.uuid4().hex,
                 made.attachments,
                 leaves_added_to(made.transaction, state.partitions_by_id),
+                self.index_leaves,
             )
             try:
                 appended = self._put(entry, made.outcomes)

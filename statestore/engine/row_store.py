@@ -453,6 +453,7 @@ def open_state_store(
             clock=clock,
             sleep=sleep,
             rng=rng,
+            index_leaves=_keeps_view(info),
         )
     if file_store is None:
         raise StateStoreError(
@@ -470,3 +471,13 @@ def open_state_store(
         sleep=sleep,
         rng=rng,
     )
+
+
+def _keeps_view(info: TableInfo) -> bool:
+    """Whether ``info``'s table keeps a queryable view, so its entries ask for the log's leaf index. A
+    property the store cannot read counts as no view here: the index only spares readers work, and the
+    view's upkeep reports the property."""
+    try:
+        return info.queryable_view
+    except StateStoreError:
+        return False

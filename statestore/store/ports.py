@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,9 @@ class LogEntry:
     ``adds_to_leaves``, on an entry that only adds files, names the partitions it adds to if all were leaves
     as it was written (``transactions.leaves_added_to``; else empty); None on any other entry, and on those
     written before it was kept. A reader of some leaves may skip an entry naming none of them (read_about).
+
+    ``index_leaves`` asks the log to index the entry for read_about, where it can (the entries of a table
+    that keeps a queryable view): a reader trusts an index only where it records every entry of the range.
     """
 
     transaction_number: int
@@ -48,6 +51,7 @@ class LogEntry:
     writer_token: str = ""
     attachments: tuple[tuple[str, bytes], ...] = ()
     adds_to_leaves: frozenset[str] | None = None
+    index_leaves: bool = field(default=False, compare=False)  # how to write it, not what it holds
 
 
 @dataclass(frozen=True, slots=True)

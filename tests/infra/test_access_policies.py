@@ -64,7 +64,7 @@ ADMIN = (
     | COMMIT
     | allows((PUT_ITEM, UPDATE_ITEM, DELETE_ITEM), table(NAMES.tables_by_id_table))
     | allows((PUT_ITEM, DELETE_ITEM), table(NAMES.tables_by_name_table))
-    | allows((PUT_ITEM, BATCH_WRITE), table(NAMES.transaction_log_table))
+    | allows((PUT_ITEM, UPDATE_ITEM, BATCH_WRITE), table(NAMES.transaction_log_table))
     | allows((PUT_ITEM, DELETE_ITEM, BATCH_WRITE), table(NAMES.snapshots_table))
     | allows(
         OBJECT_PUT,

@@ -209,9 +209,14 @@ def statement(template: dict[str, Any], handler: str, action: str, resource_part
 LARGE_BATCH = tuple(f"{i:05d}.parquet" for i in range(5_000))
 
 
-def committer_event(deployed: Deployed) -> tuple[dict[str, Any], str, str]:
+# A table that keeps a queryable view asks for the log's leaf index with each entry (a TransactWriteItems
+# with an update and puts of index items beside the entry's own put).
+KEEPS_VIEW = pytest.mark.parametrize("properties", [{}, {"queryable_view": "true"}], ids=["plain", "view"])
+
+
+def committer_event(deployed: Deployed, properties: dict[str, str]) -> tuple[dict[str, Any], str, str]:
     """A real (large) request for an existing table and a malformed one, as the queue hands them over."""
-    table_id = deployed.create_table("orders").table_id
+    table_id = deployed.create_table("orders", properties).table_id
     sender = CommitSender(deployed.commit_queue, deployed.admin.statuses, deployed.admin.blobs)
     request_id = sender.send(table_id, AddFiles(tuple(ref(data_key(table_id, n)) for n in LARGE_BATCH)))
     assert deployed.admin.blobs.list(layout.request_body_prefix(table_id))
@@ -221,8 +226,11 @@ def committer_event(deployed: Deployed) -> tuple[dict[str, Any], str, str]:
     return event, table_id, request_id
 
 
-def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed) -> None:
-    event, table_id, request_id = committer_event(deployed)
+@KEEPS_VIEW
+def test_the_committer_commits_and_dead_letters_with_its_role(
+    deployed: Deployed, properties: dict[str, str]
+) -> None:
+    event, table_id, request_id = committer_event(deployed, properties)
 
     response = deployed.invoke(COMMITTER, event)
 
@@ -232,6 +240,7 @@ def test_the_committer_commits_and_dead_letters_with_its_role(deployed: Deployed
     assert status is not None and status.outcome is CommitOutcome.COMMITTED
     [letter] = deployed.dead_letter_queue.receive_event()["Records"]
     assert letter["body"] == "{not json" and REASON_ATTRIBUTE in letter["messageAttributes"]
+    assert index_items(deployed, table_id) == (2 if properties else 0)  # the chain, the entry's hint
 
 
 # --- the snapshot Lambda ----------------------------------------------------------------------------------
@@ -258,10 +267,12 @@ def test_the_snapshot_lambda_snapshots_a_table_whose_log_moved_with_its_role(dep
 # --- the cleanup Lambda -----------------------------------------------------------------------------------
 
 
+@KEEPS_VIEW
 def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_its_role(
-    deployed: Deployed,
+    deployed: Deployed, properties: dict[str, str]
 ) -> None:
-    store = deployed.create_table("orders", {GC_DELAY_PROPERTY: "0"})
+    store = deployed.create_table("orders", {GC_DELAY_PROPERTY: "0", **properties})
+    store.index_leaves = bool(properties)  # as the committer's store of such a table asks
     table_id = store.table_id
     old, new = (f"{layout.data_prefix(table_id)}{name}.parquet" for name in ("old", "new"))
     for name in (old, new):
@@ -284,6 +295,18 @@ def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_i
     assert deployed.admin.blobs.list(layout.data_prefix(table_id)) == [new]
     assert [s.transaction_number for s in deployed.admin.snapshots.metadata.list(table_id)] == [4]
     assert set(deployed.store(table_id).load().files_by_name) == {new}
+    # The chain, and the hints of the entries kept: the compaction's, and the DeleteFiles cleanup committed.
+    assert index_items(deployed, table_id) == (3 if properties else 0)
+
+
+def index_items(deployed: Deployed, table_id: str) -> int:
+    """How many items of the log's leaf index the table has (sort keys below its entries')."""
+    response = deployed.backend.dynamodb.query(
+        TableName=deployed.names.transaction_log_table,
+        KeyConditionExpression="table_id = :t AND transaction_number < :zero",
+        ExpressionAttributeValues={":t": {"S": table_id}, ":zero": {"N": "0"}},
+    )
+    return int(response["Count"])
 
 
 # --- the harness bites ------------------------------------------------------------------------------------
@@ -331,7 +354,7 @@ def test_a_function_cannot_take_the_other_functions_work(deployed: Deployed) -> 
 
 
 def test_without_its_dead_letter_queue_grant_the_committer_is_denied(deployed: Deployed) -> None:
-    event, table_id, _ = committer_event(deployed)
+    event, table_id, _ = committer_event(deployed, {})
     missing = statement(deployed.template, COMMITTER, "sqs:SendMessage", "commits-dlq.fifo")
 
     with pytest.raises(StateStoreError, match="AccessDenied"):

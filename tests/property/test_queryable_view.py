@@ -27,6 +27,7 @@ from statestore.model.schema import Key
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
+from statestore.store.ports import TransactionLogStore
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     AddFiles,
@@ -119,9 +120,15 @@ def replace_onto_an_existing_file(data: st.DataObject, state: TableState) -> Tra
     )
 
 
-def run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
+def run_view_history(
+    data: st.DataObject,
+    make_store: Callable[[], QueryableViewStore],
+    make_log: Callable[[], TransactionLogStore] = InMemoryTransactionLog,
+) -> None:
+    """The history on ``make_log()``'s log. Each commit asks for the log's leaf index or not (drawn), so a
+    log that keeps one (DynamoDB's) answers the view's reads through it, by the range, or both."""
     with items_cut_short(data):
-        _run_view_history(data, make_store)
+        _run_view_history(data, make_store, make_log)
 
 
 @contextmanager
@@ -136,9 +143,13 @@ def items_cut_short(data: st.DataObject) -> Iterator[None]:
         yield
 
 
-def _run_view_history(data: st.DataObject, make_store: Callable[[], QueryableViewStore]) -> None:
+def _run_view_history(
+    data: st.DataObject,
+    make_store: Callable[[], QueryableViewStore],
+    make_log: Callable[[], TransactionLogStore],
+) -> None:
     clock = itertools.count(1_000, 7)
-    log = InMemoryTransactionLog()
+    log = make_log()
     store = TransactionLogStateStore(TABLE, STRING_SCHEMA, log, clock=lambda: next(clock))
     items = make_store()
     view = QueryableView(TABLE, STRING_SCHEMA, log, items, sleep=lambda _: None)
@@ -149,6 +160,7 @@ def _run_view_history(data: st.DataObject, make_store: Callable[[], QueryableVie
         return store.load()
 
     def step() -> None:
+        store.index_leaves = data.draw(st.sampled_from([True, True, False]))
         state = store.state()
         if not state.partitions_by_id:  # cleared: initialise again before anything else
             points = sorted(data.draw(st.sets(SPLIT_POINTS, max_size=3)))

@@ -8,7 +8,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
+from statestore.adapters.aws import log_leaf_index
+from statestore.adapters.aws.clients import (
+    BATCH_GET_LIMIT,
+    AwsCaller,
+    Translate,
+    batch_delete_items,
+    batch_get_items,
+    cancellation_reasons,
+)
 from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.errors import (
     BlobNotFoundError,
@@ -35,9 +43,26 @@ _ADDS_TO_LEAVES = "adds_to_leaves"  # the leaves such an entry adds references t
 # The most partition ids a read_about filters on in DynamoDB (its expression is capped at 4 KB); asked about
 # more, it reads every entry and drops what it does not need.
 _FILTERED_PARTITIONS_AT_MOST = 40
+# The most partition ids a read_about reads the leaf index for (a Query each), and the most entries it then
+# reads by key; beyond either, the range is read (one filtered Query).
+_INDEXED_PARTITIONS_AT_MOST = 8
+_READ_BY_NUMBER_AT_MOST = 2 * BATCH_GET_LIMIT
+_TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
+
+# The attributes a projection of the log's items may name, by placeholder.
+_PROJECTED = {
+    "#k": _BODY_KEY,
+    "#a": _ATTACHMENTS,
+    "#l": _ADDS_TO_LEAVES,
+    "#i": log_leaf_index.INDEXED,
+}
 
 S3_SINGLE_PUT_LIMIT = 5 * 1024**3  # S3 refuses a single PUT above 5 GB
 _DELETE_CHUNK = 100  # log items deleted per step (items, then their bodies)
+
+
+class _ChainBrokenError(StateStoreError):
+    """The leaf index's chain does not end at the entry before the one appended (nothing was written)."""
 
 
 class DynamoDBTransactionLog(TransactionLogStore):
@@ -45,7 +70,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
 
     A body above ``max_inline_body_bytes`` is uploaded to the blob store first and the item holds its key;
     if the put then loses the race the upload is deleted again. An entry with its requests' outcomes is
-    one TransactWriteItems: the entry's put and each status's (in ``statuses``' table), all or nothing.
+    one TransactWriteItems: the entry's put and each status's (in ``statuses``' table), all or nothing;
+    so is an entry that asks for the leaf index (``LogEntry.index_leaves``), with its hints
+    (``log_leaf_index``), which let :meth:`read_about` read only the entries it needs.
     Deleting an entry removes the item before the body, so a crash can leave an orphan body under the
     table's prefix but never an entry without one.
     """
@@ -126,7 +153,11 @@ class DynamoDBTransactionLog(TransactionLogStore):
                 for status, reason in zip(outcomes, reasons[1:], strict=False)
                 if reason == "ConditionalCheckFailed"
             ]
-            return RequestsAlreadyDecidedError(table_id, decided) if decided else None
+            if decided:
+                return RequestsAlreadyDecidedError(table_id, decided)
+            if indexed and reasons[chain_at : chain_at + 1] == ["ConditionalCheckFailed"]:
+                return _ChainBrokenError(f"the leaf index of table {table_id!r} does not end at {number - 1}")
+            return None
 
         what = f"append transaction {number} to the log of table {table_id!r}"
         put = {
@@ -135,22 +166,36 @@ class DynamoDBTransactionLog(TransactionLogStore):
             "ConditionExpression": "attribute_not_exists(#n)",
             "ExpressionAttributeNames": {"#n": _NUMBER},
         }
+        # The entry's put first and its statuses next (``taken`` reads the reasons in that order), then the
+        # leaf index when asked for and the transaction has room (else readers read the range): the chain
+        # going on from entry number - 1 if that one is indexed (a condition), else starting here.
+        writes: list[dict[str, Any]] = [{"Put": put}]
+        if outcomes:
+            assert self._statuses is not None
+            writes.extend(self._statuses.puts_unless_final(outcomes))
+            what += f" with {len(outcomes)} commit status(es)"
+        chain_at = len(writes)
+        indexed = (
+            entry.index_leaves
+            and number < log_leaf_index.NUMBERS_AT_MOST
+            and chain_at + 2 <= _TRANSACTION_ITEMS
+        )
+        if indexed:
+            item[log_leaf_index.INDEXED] = {"BOOL": True}
+
+        def index(goes_on: bool) -> list[dict[str, Any]]:
+            room = _TRANSACTION_ITEMS - chain_at
+            return log_leaf_index.index_writes(self.table_name, table_id, entry, room, goes_on)
+
         try:
-            if not outcomes:
-                self.call(what, self.dynamodb.put_item, taken, **put)
+            if not indexed:
+                self._write(what, put, writes, taken, entry.writer_token)
             else:
-                assert self._statuses is not None
-                statuses = self._statuses.puts_unless_final(outcomes)
-                extra = {"ClientRequestToken": entry.writer_token[:36]} if entry.writer_token else {}
-                # The token makes botocore's retry of a transaction that landed succeed instead of failing
-                # its conditions on its own items.
-                self.call(
-                    f"{what} with {len(outcomes)} commit status(es)",
-                    self.dynamodb.transact_write_items,
-                    taken,
-                    TransactItems=[{"Put": put}, *statuses],
-                    **extra,
-                )
+                try:
+                    self._write(what, put, writes + index(number > 1), taken, entry.writer_token)
+                except _ChainBrokenError:  # nothing was written: start the chain at this entry
+                    token = f"{entry.writer_token[:30]}-chain" if entry.writer_token else ""
+                    self._write(what, put, writes + index(False), taken, token)
         except RequestsAlreadyDecidedError:
             if body_key is not None:  # the transaction wrote nothing
                 self.blobs.delete([body_key])
@@ -162,6 +207,18 @@ class DynamoDBTransactionLog(TransactionLogStore):
                 self.blobs.delete([body_key])
             raise
         # Any other failure may have written the item anyway, so an uploaded body is kept.
+
+    def _write(
+        self, what: str, put: dict[str, Any], writes: list[dict[str, Any]], taken: Translate, token: str
+    ) -> None:
+        """``put`` alone as a PutItem, or ``writes`` (``put`` first) as one TransactWriteItems."""
+        if len(writes) == 1:
+            self.call(what, self.dynamodb.put_item, taken, **put)
+            return
+        # The token makes botocore's retry of a transaction that landed succeed instead of failing its
+        # conditions on its own items.
+        extra = {"ClientRequestToken": token[:36]} if token else {}
+        self.call(what, self.dynamodb.transact_write_items, taken, TransactItems=writes, **extra)
 
     def _holds(self, table_id: str, number: int, writer_token: str) -> bool:
         """Whether entry ``number`` was written by ``writer_token`` (False for an entry with no token)."""
@@ -189,11 +246,33 @@ class DynamoDBTransactionLog(TransactionLogStore):
     def read_about(
         self, table_id: str, from_number: int, to_number: int, partition_ids: Collection[str]
     ) -> tuple[list[LogEntry], int]:
-        """As :meth:`TransactionLogStore.read_about`, the entries skipped left in DynamoDB by a
-        FilterExpression (read there, and counted in the response's ScannedCount, but not sent)."""
+        """As :meth:`TransactionLogStore.read_about`: the entries the leaf index names (``log_leaf_index``)
+        read by number where it records the whole range, else the range read with the entries skipped left
+        in DynamoDB by a FilterExpression (read there, and counted in the response's ScannedCount, but not
+        sent).
+
+        Through the index only the entries named and the range's first are read; if one is gone (cleanup
+        deleted it), the range is read as without the index, which counts what it holds."""
         wanted = sorted(set(partition_ids))
         if len(wanted) > _FILTERED_PARTITIONS_AT_MOST or to_number < from_number:
             return super().read_about(table_id, from_number, to_number, wanted)
+        if len(wanted) <= _INDEXED_PARTITIONS_AT_MOST:
+            numbers = log_leaf_index.numbers_about(
+                self.call, self.dynamodb, self.table_name, table_id, from_number, to_number, wanted
+            )
+            if numbers is not None and len(numbers) < _READ_BY_NUMBER_AT_MOST:
+                # The range's first entry read too, after the hints: cleanup deletes a prefix of the log,
+                # each entry before its hints, so if it is still there no hint of the range was missing.
+                entries = self._entries_numbered(table_id, sorted({from_number, *numbers}))
+                if entries is not None:
+                    about, named = set(wanted), set(numbers)
+                    kept = [  # the first only if named, and not one named by a hash two leaves share
+                        e
+                        for e in entries
+                        if e.transaction_number in named
+                        and (not e.adds_to_leaves or not e.adds_to_leaves.isdisjoint(about))
+                    ]
+                    return kept, to_number - from_number + 1
         names = {"#a": _ADDS_TO_LEAVES}
         values = {f":p{i}": {"S": pid} for i, pid in enumerate(wanted)}
         tests = ["attribute_not_exists(#a)", *(f"contains(#a, :p{i})" for i in range(len(wanted)))]
@@ -205,14 +284,31 @@ class DynamoDBTransactionLog(TransactionLogStore):
             read.extend(self._entry(table_id, item) for item in response.get("Items", []))
         return read, held
 
+    def _entries_numbered(self, table_id: str, numbers: list[int]) -> list[LogEntry] | None:
+        """The entries numbered ``numbers`` (ascending), read by key; None if cleanup deleted one."""
+        items: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(numbers), BATCH_GET_LIMIT):
+            keys = [
+                {_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(n)}}
+                for n in numbers[start : start + BATCH_GET_LIMIT]
+            ]
+            for item in batch_get_items(
+                self.call, self.dynamodb, self.table_name, keys, f"read the log of table {table_id!r}"
+            ):
+                items[int(item[_NUMBER]["N"])] = item
+        if len(items) < len(numbers):
+            return None
+        return [self._entry(table_id, items[n]) for n in numbers]
+
     def latest_number(self, table_id: str) -> int:
         response = self.call(
             f"read the latest transaction number of table {table_id!r}",
             self.dynamodb.query,
             TableName=self.table_name,
-            KeyConditionExpression="#t = :t",
+            # Entries are numbered from 1; the leaf index's items sort below them.
+            KeyConditionExpression="#t = :t AND #n > :zero",
             ExpressionAttributeNames={"#t": _TABLE_ID, "#n": _NUMBER},
-            ExpressionAttributeValues={":t": {"S": table_id}},
+            ExpressionAttributeValues={":t": {"S": table_id}, ":zero": {"N": "0"}},
             ProjectionExpression="#n",
             ScanIndexForward=False,
             Limit=1,
@@ -238,6 +334,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
     ) -> Iterator[dict[str, Any]]:
         """The responses of a strongly consistent Query of the entries in number order, with ``filter``
         (a FilterExpression, its names and values) if given."""
+        from_number = max(from_number, 1)  # entries are numbered from 1; the leaf index sorts below
+        if to_number is not None and to_number < from_number:
+            return
         names = {"#t": _TABLE_ID, "#n": _NUMBER}
         values: dict[str, Any] = {":t": {"S": table_id}, ":from": {"N": str(from_number)}}
         if to_number is None:
@@ -254,8 +353,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
         }
         if projection is not None:
             kwargs["ProjectionExpression"] = projection
-            names["#k"] = _BODY_KEY
-            names["#a"] = _ATTACHMENTS
+            for placeholder, name in _PROJECTED.items():
+                if placeholder in projection:
+                    names[placeholder] = name
         if filter is not None:
             kwargs["FilterExpression"], more_names, more_values = filter
             names.update(more_names)
@@ -304,7 +404,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             transaction_number = min(transaction_number, self.latest_number(table_id) - 1)
         deleted = 0
         batch: list[dict[str, Any]] = []
-        for item in self._query(table_id, 0, transaction_number, projection="#n, #k, #a"):
+        for item in self._query(table_id, 0, transaction_number, projection="#n, #k, #a, #l, #i"):
             batch.append(item)
             if len(batch) == _DELETE_CHUNK:
                 deleted += self._delete_items(table_id, batch)
@@ -314,10 +414,27 @@ class DynamoDBTransactionLog(TransactionLogStore):
         return deleted
 
     def _delete_items(self, table_id: str, items: list[dict[str, Any]]) -> int:
-        """Delete the items, then their bodies: a crash in between orphans bodies, never loses one."""
+        """Delete the items, then their leaf index hints, then their bodies: a crash in between orphans
+        hints (naming entries that are gone: a reader that needs one is told) or bodies, never loses one."""
         keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: item[_NUMBER]} for item in items]
+        what = f"delete log entries of table {table_id!r}"
+        batch_delete_items(self.call, self.dynamodb, self.table_name, keys, what)
+        # Only once the entries are gone: a hint deleted first would hide its entry from the readers the
+        # chain tells to trust the index.
+        hints = [
+            key
+            for item in items
+            if log_leaf_index.INDEXED in item
+            for key in log_leaf_index.hint_keys(
+                table_id, int(item[_NUMBER]["N"]), item.get(_ADDS_TO_LEAVES, {}).get("SS", ())
+            )
+        ]
         batch_delete_items(
-            self.call, self.dynamodb, self.table_name, keys, f"delete log entries of table {table_id!r}"
+            self.call,
+            self.dynamodb,
+            self.table_name,
+            hints,
+            f"delete the leaf index of log entries of table {table_id!r}",
         )
         body_keys = [key for item in items for key in _object_keys(item)]
         if body_keys:
@@ -331,8 +448,28 @@ class DynamoDBTransactionLog(TransactionLogStore):
 
     def delete_table(self, table_id: str) -> None:
         self.delete_up_to(table_id, 2**63 - 1, keep_latest=False)
+        self._delete_below_entries(table_id)
         # Bodies orphaned by a crash between an upload and its put, or between an item and its body delete.
         self.blobs.delete(self.blobs.list(layout.log_body_prefix(table_id)))
+
+    def _delete_below_entries(self, table_id: str) -> None:
+        """Delete the table's leaf index: its chain, and any hint a crash left after its entry was deleted."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#t = :t AND #n < :zero",
+            "ExpressionAttributeNames": {"#t": _TABLE_ID, "#n": _NUMBER},
+            "ExpressionAttributeValues": {":t": {"S": table_id}, ":zero": {"N": "0"}},
+            "ProjectionExpression": "#n",
+            "ConsistentRead": True,
+        }
+        what = f"delete the leaf index of the log of table {table_id!r}"
+        while True:
+            response = self.call(what, self.dynamodb.query, **kwargs)
+            keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: i[_NUMBER]} for i in response.get("Items", [])]
+            batch_delete_items(self.call, self.dynamodb, self.table_name, keys, what)
+            if not response.get("LastEvaluatedKey"):
+                return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def _object_keys(item: dict[str, Any]) -> list[str]:
