@@ -453,7 +453,7 @@ def open_state_store(
             clock=clock,
             sleep=sleep,
             rng=rng,
-            index_leaves=_keeps_view(info),
+            index_leaves=asks_for_leaf_index(info),
         )
     if file_store is None:
         raise StateStoreError(
@@ -473,10 +473,10 @@ def open_state_store(
     )
 
 
-def _keeps_view(info: TableInfo) -> bool:
-    """Whether ``info``'s table keeps a queryable view, so its entries ask for the log's leaf index. A
-    property the store cannot read counts as no view here: the index only spares readers work, and the
-    view's upkeep reports the property."""
+def asks_for_leaf_index(info: TableInfo) -> bool:
+    """Whether the entries of ``info``'s table ask for the log's leaf index: the table keeps a queryable
+    view. A property the store cannot read counts as no view here: the index only spares readers work, and
+    the view's upkeep reports the property."""
     try:
         return info.queryable_view
     except StateStoreError:

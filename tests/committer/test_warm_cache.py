@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import random
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -14,7 +14,9 @@ from statestore.model.schema import Schema
 from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
 from statestore.sizing import warm_state_bytes
 from statestore.state.table_state import TableState
-from statestore.store.ports import SnapshotInfo
+from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
+from statestore.store.ports import CommitStatus, LogEntry, SnapshotInfo
+from statestore.store.tables import QUERYABLE_VIEW_PROPERTY
 from statestore.transactions import AddFiles
 from tests.builders import data_key, ref
 from tests.committer.harness import Harness, add_files, message, redelivered
@@ -192,3 +194,32 @@ def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
     assert gc.get_freeze_count() > 0
     assert set(seen) == set(table_ids)
     assert alive == set(committer.warm_tables) and len(alive) == KEPT
+
+
+class _RecordingLog(InMemoryTransactionLog):
+    """A log that records, per appended entry, whether it asked for the log's leaf index."""
+
+    def __init__(self) -> None:
+        super().__init__(None, InMemoryCommitStatusStore())
+        self.asked: list[bool] = []
+
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        super().append(table_id, entry, outcomes)
+        self.asked.append(entry.index_leaves)
+
+
+def test_a_warm_table_whose_view_is_switched_asks_for_the_leaf_index_from_the_next_check() -> None:
+    """The committer keeps a table warm across the view being switched on and off: once it reads the
+    table's record again, its entries ask for the log's leaf index as the view does (or stop asking)."""
+    h = Harness(log=_RecordingLog())
+    log = h.log
+    assert isinstance(log, _RecordingLog)
+    table_id = h.create_table("t")
+    committer = h.committer()
+    for step, (view, files) in enumerate([(None, "a"), ("true", "b"), ("false", "c")]):
+        if view is not None:
+            h.tables.set_property(table_id, QUERYABLE_VIEW_PROPERTY, view)
+            h.clock.advance(committer.table_info_ttl_ms)
+        committer.process([message(add_files(table_id, f"{files}-{step}"))])
+        assert committer.warm_tables.keys() == {table_id}  # kept warm throughout
+    assert log.asked[-3:] == [False, True, False]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statestore import instance, sizing
-from statestore.engine.log_store import RetryPolicy
-from statestore.engine.row_store import open_state_store
+from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.model.clock import now_millis
@@ -263,6 +263,8 @@ class BatchCommitter:
             raise
         if table is not None and (table.info.schema, table.info.file_store) == (info.schema, info.file_store):
             table.info, table.checked_time = info, now
+            if isinstance(table.store, TransactionLogStateStore):  # a view switched on or off since
+                table.store.index_leaves = asks_for_leaf_index(info)
             return table
         store = open_state_store(
             info,
