@@ -4,6 +4,8 @@ A table of ``--references`` file references over ``--leaves`` leaves (``bench_mo
 written as a snapshot (S3 on a moto server) and as a view (DynamoDB Local, the instance's snapshots table).
 Then, in one run:
 
+- the latency of a commit of 10 references to 10 leaves, to a table whose entries ask for the log's leaf
+  index (as a table with a view) and to one whose entries do not, interleaved;
 - the upkeep's item writes per reference added, over entries of 10 one-reference files each;
 - a query of one leaf's region through the view, with 0 and then ``--behind`` log entries after the view
   (it merges them), median of ``--repeat`` in a fresh process, and that process's memory above the
@@ -15,11 +17,13 @@ Targets (issue 34, judged only at its scale of 1,000,000 references over 100,000
 <= 50 ms and >= 20x faster than the full load; <= 2 item writes per reference added; <= 50 MB of memory.
 What bounds the query: round trips to DynamoDB Local (the meta twice, the log's latest number, one read of
 the index of the leaves, one read of the markers of the partitions above them, the Queries of the
-references of the leaf and of the marked partitions, and with entries behind one Query of the log) and,
-behind the view, DynamoDB Local reading every entry of the log after it, of which it sends only those that
-may concern the leaf (the adds behind are here all adds, each listing the leaves it adds to). The query
-reads the log while it reads the view's items; that read alone is printed as the floor under it, and the
-entries read whole (as a query reads them when one behind is not an add) beside it. The view is written by
+references of the leaf and of the marked partitions) and, with entries behind, the log's leaf index (the
+table keeps a view, so its entries are indexed: the chain item, a Query of the wide hints and one of the
+leaf's) and one BatchGetItem of the few entries it names. The query reads the log while it reads the view's
+items; that read alone is printed as the floor under it, beside its peers: the same read as a range (one
+filtered Query, DynamoDB Local reading every entry behind: what a query does where the index does not
+cover the entries behind) and the entries read whole.
+The view is written by
 the rebuild, whose batches go on several threads: at the issue's scale (about 2.5 million items) that is
 most of the run.
 
@@ -38,11 +42,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_model import SCHEMA, big_state, current_rss_mb, peak_rss_of_this_program_mb  # noqa: E402
 from results import Figure, record  # noqa: E402
 
+from statestore.adapters.aws import log_leaf_index  # noqa: E402
 from statestore.adapters.aws.backend import AwsBackend  # noqa: E402
 from statestore.codec.transaction_json import encode_transaction  # noqa: E402
 from statestore.engine.log_store import TransactionLogStateStore  # noqa: E402
@@ -53,7 +59,7 @@ from statestore.model import layout  # noqa: E402
 from statestore.model.files import FileReference  # noqa: E402
 from statestore.model.partitions import Region  # noqa: E402
 from statestore.store.ports import LogEntry  # noqa: E402
-from statestore.transactions import AddFiles, ClearFiles  # noqa: E402
+from statestore.transactions import AddFiles, ClearFiles, InitialisePartitions  # noqa: E402
 
 TABLE = "bench-view"
 
@@ -91,21 +97,26 @@ def _query_in_child(args: tuple[Any, ...], out: Any) -> None:
     memory = peak_rss_of_this_program_mb() - baseline
     calls_per_query = len(calls) / repeat
     # The floor under the query: the log's read of the entries after the view that may concern the leaf,
-    # alone (one filtered Query: DynamoDB Local reads every entry, sends the few). And the entries read
-    # whole, as a query reads them when one behind is not an add.
+    # alone (through the log's leaf index: its chain, the wide hints and the leaf's, then the entries named).
+    # Its peers: the same read as a range (one filtered Query: DynamoDB Local reads every entry, sends the
+    # few), as without the index; and the entries read whole.
     meta = view.store.meta(TABLE)
     assert meta is not None
     after, latest = meta.transaction_number, backend.log.latest_number(TABLE)
     leaves = [leaf.partition.id for leaf in view._leaves_in(region)]
-    filtered, whole = [], []
+    indexed, ranged, whole = [], [], []
     for _ in range(repeat):
         start = time.perf_counter()
         backend.log.read_about(TABLE, after + 1, latest, leaves)
-        filtered.append(time.perf_counter() - start)
+        indexed.append(time.perf_counter() - start)
+        with mock.patch.object(log_leaf_index, "numbers_about", return_value=None):  # as if not indexed
+            start = time.perf_counter()
+            backend.log.read_about(TABLE, after + 1, latest, leaves)
+            ranged.append(time.perf_counter() - start)
         start = time.perf_counter()
         list(backend.log.read(TABLE, after + 1))
         whole.append(time.perf_counter() - start)
-    reads = (statistics.median(filtered), statistics.median(whole))
+    reads = (statistics.median(indexed), statistics.median(ranged), statistics.median(whole))
     out.put((statistics.median(times), answer, memory, calls_per_query, reads))
 
 
@@ -119,6 +130,34 @@ def query_in_child(resources: ResourceNames, s3: str, dynamodb: str, region: Reg
     result = out.get()
     child.join()
     return result
+
+
+def commit_latencies(backend: AwsBackend, snapshots: SnapshotStore, rounds: int = 200) -> tuple[float, float]:
+    """Median latency of committing an AddFiles of 10 references to 10 leaves to a table whose entries do
+    not ask for the log's leaf index and to one whose entries do (a table with a view), interleaved; each
+    table of 1,000 leaves, kept warm."""
+    tree = big_state(1, 1_000, 1_000).partitions_by_id.values()
+    stores: list[tuple[str, TransactionLogStateStore, list[str]]] = []
+    times: list[list[float]] = []
+    for index_leaves in (False, True):
+        table = f"bench-commit-{index_leaves}"
+        store = TransactionLogStateStore(table, SCHEMA, backend.log, snapshots, index_leaves=index_leaves)
+        store.commit(InitialisePartitions(tuple(tree)))
+        stores.append((table, store, [p.id for p in store.state().leaf_partitions()]))
+        times.append([])
+    for i in range(rounds):
+        for (table, store, leaves), taken in zip(stores, times, strict=True):
+            refs = tuple(
+                FileReference(
+                    f"{layout.data_prefix(table)}{i}-{j}.parquet", leaves[(i * 10 + j) % len(leaves)], 1
+                )
+                for j in range(10)
+            )
+            start = time.perf_counter()
+            store.commit(AddFiles(refs))
+            taken.append(time.perf_counter() - start)
+    plain, indexed = (statistics.median(t[rounds // 10 :]) * 1000 for t in times)
+    return plain, indexed
 
 
 def main() -> None:
@@ -149,7 +188,7 @@ def main() -> None:
         took = time.perf_counter() - started
         print(f"view written: {built.writes:,} items in {took:.0f} s ({built.writes / took:,.0f} items/s)")
 
-        store = TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots)
+        store = TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots, index_leaves=True)
         leaves = sorted(state.leaf_partitions(), key=lambda p: p.region.ranges[0].min)
         leaf = leaves[len(leaves) // 2]
         del state
@@ -169,6 +208,22 @@ def main() -> None:
                 added += len(refs)
             return added
 
+        plain_ms, indexed_ms = commit_latencies(backend, snapshots)
+        print(
+            f"commit of 10 references to 10 leaves {plain_ms:.1f} ms, with the leaf index {indexed_ms:.1f} ms"
+        )
+        figures += [
+            Figure(
+                "commit latency, table without a view", plain_ms, "ms",
+                bound_by="one conditional PutItem on DynamoDB Local",
+            ),
+            Figure(
+                "commit latency, table with a view (the log's leaf index)", indexed_ms, "ms",
+                bound_by="one TransactWriteItems of 12 items on DynamoDB Local: the entry, the index's chain "
+                "and a hint per leaf",
+            ),
+        ]  # fmt: skip
+
         added = add_entries(100, "upkeep")
         writes = view.update(store.load).writes
         figures.append(
@@ -182,7 +237,7 @@ def main() -> None:
         for behind in (0, args.behind):
             if behind:
                 add_entries(behind, "behind")
-            median, answer, memory, calls, (log_read, log_whole) = query_in_child(
+            median, answer, memory, calls, (log_read, log_range, log_whole) = query_in_child(
                 resources, s3, dynamodb, leaf.region, args.repeat
             )
             loads = []
@@ -202,7 +257,7 @@ def main() -> None:
                 f"({sum(map(len, answer.value.values()))} references, {len(answer.value)} partitions), "
                 f"full load {load:.2f} s ({load / median:.0f}x), query memory +{memory:.1f} MB, "
                 f"{calls:.0f} DynamoDB calls; the entries behind read alone {log_read * 1000:.1f} ms "
-                f"(read whole {log_whole * 1000:.1f} ms)"
+                f"(as a range {log_range * 1000:.1f} ms, whole {log_whole * 1000:.1f} ms)"
             )
             figures += [
                 Figure.judged(
@@ -214,12 +269,18 @@ def main() -> None:
                     f"DynamoDB calls per one-leaf query, {behind} entries behind", calls, "",
                     bound_by="the meta twice, the log's latest number, the index, the ancestors' markers, "
                     "a Query of the leaf's references (and of each marked ancestor's) and, with entries "
-                    "behind, one of the log",
+                    "behind, the log's leaf index (its chain, a Query of the wide hints and one of the "
+                    "leaf's) and the entries it names (one BatchGetItem)",
                 ),
                 Figure(
                     f"the {behind} log entries behind the view read alone", log_read * 1000, "ms",
+                    bound_by="four round trips to DynamoDB Local: the log's leaf index and the few entries "
+                    "it names (a floor under the query behind)",
+                ),
+                Figure(
+                    f"the {behind} log entries behind the view read as a range", log_range * 1000, "ms",
                     bound_by="DynamoDB Local reading every entry and sending those that may concern the "
-                    "leaf (a floor under the query behind)",
+                    "leaf (the read without the leaf index, the peer of the one above)",
                 ),
                 Figure(
                     f"the {behind} log entries behind the view read whole", log_whole * 1000, "ms",
