@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from statestore.adapters.aws import log_leaf_index
 from statestore.adapters.aws.backend import AwsBackend
@@ -21,9 +18,6 @@ from statestore.errors import TransactionNumberTakenError
 from statestore.instance import TRANSACTION_LOG_KEYS
 from statestore.model.clock import now_millis
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, TransactionLogStore
-from tests.aws.backends import open_ports
-from tests.aws.test_queryable_view import _OneTablePerExample
-from tests.property.test_queryable_view import run_view_history
 
 _TABLE_ID, _NUMBER = TRANSACTION_LOG_KEYS.hash_key[0], TRANSACTION_LOG_KEYS.range_key[0]  # type: ignore[index]
 
@@ -200,63 +194,6 @@ def test_a_hash_two_leaves_share_only_makes_the_reader_read_an_entry_it_drops(
     aws.log.append("t1", entry(2, {"b"}))
 
     assert [e.transaction_number for e in aws.log.read_about("t1", 1, 2, ["b"])[0]] == [2]
-
-
-class _OneLogPerExample(TransactionLogStore):
-    """A log shared by many examples, each example's table under an id of its own."""
-
-    def __init__(self, log: TransactionLogStore, suffix: str) -> None:
-        self.log, self.suffix = log, suffix
-
-    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
-        self.log.append(table_id + self.suffix, entry, outcomes)
-
-    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
-        return self.log.read(table_id + self.suffix, from_number, to_number)
-
-    def read_about(
-        self, table_id: str, from_number: int, to_number: int, partition_ids: Collection[str]
-    ) -> tuple[list[LogEntry], int]:
-        return self.log.read_about(table_id + self.suffix, from_number, to_number, partition_ids)
-
-    def latest_number(self, table_id: str) -> int:
-        return self.log.latest_number(table_id + self.suffix)
-
-    def delete_up_to(self, table_id: str, transaction_number: int) -> int:
-        return self.log.delete_up_to(table_id + self.suffix, transaction_number)
-
-    def delete_table(self, table_id: str) -> None:
-        self.log.delete_table(table_id + self.suffix)
-
-    def stored_body_keys(self, table_id: str) -> set[str]:
-        return self.log.stored_body_keys(table_id + self.suffix)
-
-
-@pytest.fixture
-def dynamodb_local_backend(request: pytest.FixtureRequest) -> Iterator[AwsBackend]:
-    with open_ports("dynamodb_local", request) as opened:
-        assert opened.backend is not None
-        yield opened.backend
-
-
-@pytest.mark.dynamodb_local
-@settings(
-    max_examples=10,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(data=st.data())
-def test_every_query_equals_the_full_state_with_the_log_and_its_index_on_dynamodb_local(
-    data: st.DataObject, dynamodb_local_backend: AwsBackend
-) -> None:
-    """The view's random histories with the log on DynamoDB Local too: each commit asks for the leaf index
-    or not, so queries read the entries behind through the index, by the range, or both."""
-    suffix = f"-{uuid.uuid4().hex}"
-    run_view_history(
-        data,
-        lambda: _OneTablePerExample(dynamodb_local_backend.queryable_view, suffix),
-        lambda: _OneLogPerExample(dynamodb_local_backend.log, suffix),
-    )
 
 
 def test_the_index_key_ranges_never_meet_each_other_nor_the_entries() -> None:
