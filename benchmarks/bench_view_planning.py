@@ -7,7 +7,8 @@ both ways, as the data source plans it (:func:`spark_client.view_plan.plan_lates
 
 - through the view: the leaves counted from the view's index (each leaf's item names the partitions above
   it), the view's region query (the index again, the markers of the partitions above the leaves, a Query
-  per leaf's and marked partition's references) and the log after the view;
+  per leaf's and marked partition's references) and the log after the view (through the log's leaf
+  index for up to 8 leaves: the table's entries ask for it, as a table with a view's do);
 - by a full load: the snapshot and the log after it, then :func:`spark_client.read_plan.plan_read`.
 
 Each pair is checked to give the same parts. The script prints both times per leaf count and where the
@@ -125,7 +126,7 @@ def main() -> None:
         backend.dynamodb.meta.events.register("before-call.dynamodb", lambda **_: calls.append(1))
 
         def store() -> TransactionLogStateStore:
-            return TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots)
+            return TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots, index_leaves=True)
 
         def through_view(region: Region) -> Callable[[], tuple[list[ReadPart], bool]]:
             def plan() -> tuple[list[ReadPart], bool]:
