@@ -280,6 +280,7 @@ class AwsCaller:
 
 _BATCH_WRITE_LIMIT = 25  # DynamoDB's BatchWriteItem limit
 BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit
+TRANSACT_WRITE_LIMIT = 100  # DynamoDB's TransactWriteItems limit (actions in one transaction)
 
 
 def batch_get_items(

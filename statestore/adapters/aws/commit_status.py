@@ -13,7 +13,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items, cancellation_reasons
+from statestore.adapters.aws.clients import (
+    BATCH_GET_LIMIT,
+    TRANSACT_WRITE_LIMIT,
+    AwsCaller,
+    batch_get_items,
+    cancellation_reasons,
+)
 from statestore.errors import StateStoreError, StoreUnavailableError
 from statestore.model.clock import now_millis
 from statestore.store.ports import (
@@ -35,7 +41,6 @@ _EXPIRES_AT = instance.EXPIRES_AT
 DEFAULT_RETENTION_SECONDS = instance.COMMIT_STATUS_RETENTION_SECONDS
 MAX_REASON_CHARS = instance.MAX_STATUS_REASON_CHARS
 _CONDITION_NAMES = {"#r": _REQUEST_ID, "#o": _OUTCOME, "#e": _EXPIRES_AT}
-_TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 
 
 class _FinalStatusPresent(StateStoreError):
@@ -69,8 +74,8 @@ class DynamoDBCommitStatusStore(CommitStatusStore):
         """
         kept: dict[RequestKey, CommitStatus] = {}
         todo = one_status_per_request(statuses)
-        for start in range(0, len(todo), _TRANSACTION_ITEMS):
-            chunk = todo[start : start + _TRANSACTION_ITEMS]
+        for start in range(0, len(todo), TRANSACT_WRITE_LIMIT):
+            chunk = todo[start : start + TRANSACT_WRITE_LIMIT]
             for _ in range(self.call.max_attempts):
                 failed = self._write_unless_final(chunk) if chunk else []
                 if not failed:
