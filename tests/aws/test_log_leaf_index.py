@@ -205,6 +205,8 @@ def test_the_index_key_ranges_never_meet_each_other_nor_the_entries() -> None:
     leaf_1 = (log_leaf_index.hint_sort_key(1, last), log_leaf_index.hint_sort_key(1, 1))
     leaf_2 = (log_leaf_index.hint_sort_key(2, last), log_leaf_index.hint_sort_key(2, 1))
     assert leaf_2[1] < leaf_1[0] <= leaf_1[1] < wide[0] <= wide[1] < -1 < 1
+    lowest, highest = log_leaf_index.EVERY_INDEX_KEY  # what deleting a table's index reads
+    assert lowest <= log_leaf_index.hint_sort_key(top, last) and highest == -1
     assert len(str(abs(log_leaf_index.hint_sort_key(top, last)))) <= 38
     assert all(1 <= log_leaf_index.leaf_hash(f"leaf-{i}") <= top for i in range(1000))
     for hash_ in (0, 1, top):

@@ -11,6 +11,7 @@ from statestore import instance
 from statestore.adapters.aws import log_leaf_index
 from statestore.adapters.aws.clients import (
     BATCH_GET_LIMIT,
+    TRANSACT_WRITE_LIMIT,
     AwsCaller,
     Translate,
     batch_delete_items,
@@ -47,7 +48,6 @@ _FILTERED_PARTITIONS_AT_MOST = 40
 # reads by key; beyond either, the range is read (one filtered Query).
 _INDEXED_PARTITIONS_AT_MOST = 8
 _READ_BY_NUMBER_AT_MOST = 2 * BATCH_GET_LIMIT
-_TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 
 # The attributes a projection of the log's items may name, by placeholder.
 _PROJECTED = {
@@ -178,13 +178,13 @@ class DynamoDBTransactionLog(TransactionLogStore):
         indexed = (
             entry.index_leaves
             and number < log_leaf_index.NUMBERS_AT_MOST
-            and chain_at + 2 <= _TRANSACTION_ITEMS
+            and chain_at + 2 <= TRANSACT_WRITE_LIMIT
         )
         if indexed:
             item[log_leaf_index.INDEXED] = {"BOOL": True}
 
         def index(goes_on: bool) -> list[dict[str, Any]]:
-            room = _TRANSACTION_ITEMS - chain_at
+            room = TRANSACT_WRITE_LIMIT - chain_at
             return log_leaf_index.index_writes(self.table_name, table_id, entry, room, goes_on)
 
         try:
@@ -454,22 +454,15 @@ class DynamoDBTransactionLog(TransactionLogStore):
 
     def _delete_below_entries(self, table_id: str) -> None:
         """Delete the table's leaf index: its chain, and any hint a crash left after its entry was deleted."""
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "#t = :t AND #n < :zero",
-            "ExpressionAttributeNames": {"#t": _TABLE_ID, "#n": _NUMBER},
-            "ExpressionAttributeValues": {":t": {"S": table_id}, ":zero": {"N": "0"}},
-            "ProjectionExpression": "#n",
-            "ConsistentRead": True,
-        }
-        what = f"delete the leaf index of the log of table {table_id!r}"
-        while True:
-            response = self.call(what, self.dynamodb.query, **kwargs)
-            keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: i[_NUMBER]} for i in response.get("Items", [])]
-            batch_delete_items(self.call, self.dynamodb, self.table_name, keys, what)
-            if not response.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        low, high = log_leaf_index.EVERY_INDEX_KEY
+        keys = log_leaf_index.sort_keys(self.call, self.dynamodb, self.table_name, table_id, low, high)
+        batch_delete_items(
+            self.call,
+            self.dynamodb,
+            self.table_name,
+            [log_leaf_index.key(table_id, sort_key) for sort_key in keys],
+            f"delete the leaf index of the log of table {table_id!r}",
+        )
 
 
 def _object_keys(item: dict[str, Any]) -> list[str]:

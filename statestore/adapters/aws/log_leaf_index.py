@@ -26,7 +26,7 @@ database checked, not on what a writer remembers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from statestore import instance
@@ -90,6 +90,10 @@ def index_writes(
     return [chain, *hints]
 
 
+# The sort keys of every item of the index, lowest and highest: every hint's and the chain's.
+EVERY_INDEX_KEY = (-(1 + (2**_HASH_BITS + 1) * NUMBERS_AT_MOST), _CHAIN_KEY)
+
+
 def hint_keys(table_id: str, number: int, leaves: Collection[str]) -> list[dict[str, Any]]:
     """The keys of the hints an indexed entry adding to ``leaves`` may have (all it could have: deleting
     one that is not there is harmless)."""
@@ -129,31 +133,43 @@ def numbers_about(
 ) -> list[int] | None:
     """The numbers ``from_number`` .. ``to_number`` of the entries with a hint a reader of
     ``partition_ids`` reads, in order; None if the chain does not cover the range (read the range)."""
-    what = f"read the leaf index of the log of table {table_id!r}"
     chain = call(
-        what, dynamodb.get_item, TableName=table_name, Key=key(table_id, _CHAIN_KEY), ConsistentRead=True
+        f"read the leaf index of the log of table {table_id!r}",
+        dynamodb.get_item,
+        TableName=table_name,
+        Key=key(table_id, _CHAIN_KEY),
+        ConsistentRead=True,
     ).get("Item")
     if not chain_covers(chain, from_number, to_number):
         return None
     numbers: set[int] = set()
     for hash_ in hashes_to_read(partition_ids):
         low, high = hint_range(hash_, from_number, to_number)
-        kwargs: dict[str, Any] = {
-            "TableName": table_name,
-            "KeyConditionExpression": "#t = :t AND #n BETWEEN :low AND :high",
-            "ExpressionAttributeNames": {"#t": _TABLE_ID, "#n": _NUMBER},
-            "ExpressionAttributeValues": {
-                ":t": {"S": table_id},
-                ":low": {"N": str(low)},
-                ":high": {"N": str(high)},
-            },
-            "ProjectionExpression": "#n",
-            "ConsistentRead": True,
-        }
-        while True:
-            response = call(what, dynamodb.query, **kwargs)
-            numbers.update(number_of_hint(hash_, int(i[_NUMBER]["N"])) for i in response.get("Items", []))
-            if not response.get("LastEvaluatedKey"):
-                break
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        keys = sort_keys(call, dynamodb, table_name, table_id, low, high)
+        numbers.update(number_of_hint(hash_, sort_key) for sort_key in keys)
     return sorted(numbers)
+
+
+def sort_keys(
+    call: AwsCaller, dynamodb: Any, table_name: str, table_id: str, low: int, high: int
+) -> Iterator[int]:
+    """The sort keys ``low`` .. ``high`` of the table's items in the log (one strongly consistent Query
+    of keys, page by page)."""
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "KeyConditionExpression": "#t = :t AND #n BETWEEN :low AND :high",
+        "ExpressionAttributeNames": {"#t": _TABLE_ID, "#n": _NUMBER},
+        "ExpressionAttributeValues": {
+            ":t": {"S": table_id},
+            ":low": {"N": str(low)},
+            ":high": {"N": str(high)},
+        },
+        "ProjectionExpression": "#n",
+        "ConsistentRead": True,
+    }
+    while True:
+        response = call(f"read the leaf index of the log of table {table_id!r}", dynamodb.query, **kwargs)
+        yield from (int(item[_NUMBER]["N"]) for item in response.get("Items", []))
+        if not response.get("LastEvaluatedKey"):
+            return
+        kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
