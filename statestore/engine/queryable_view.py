@@ -394,7 +394,11 @@ class QueryableView:
         is missing, half written, or behind the log's trimmed point. Raises QueryableViewConflictError if
         another upkeep moved the view meanwhile (nothing of this one's is written then).
         """
-        meta = self.store.meta(self.table_id)
+        try:
+            meta = self.store.meta(self.table_id)
+        except DamagedViewItemError as e:  # derived from the log: made again, the meta with it
+            logger.warning("rebuilding the queryable view of table %r: %s", self.table_id, e)
+            return self.rebuild(load_state())
         if meta is None or meta.writing_to is not None or meta.format != VIEW_FORMAT:
             return self.rebuild(load_state())
         try:
@@ -455,7 +459,10 @@ class QueryableView:
         Raises QueryableViewConflictError for a state older than the view: a view never goes back (a
         query that read it before and after must see it change).
         """
-        meta = self.store.meta(self.table_id)
+        try:
+            meta, damaged = self.store.meta(self.table_id), False
+        except DamagedViewItemError:  # where the view stood is unknown: it is written whole from the state
+            meta, damaged = None, True
         if meta is not None and state.transaction_number < meta.transaction_number:
             raise QueryableViewConflictError(
                 f"the queryable view of table {self.table_id!r} is at transaction {meta.transaction_number}; "
@@ -467,13 +474,18 @@ class QueryableView:
         except DamagedViewItemError:  # every item is written again, and every other one deleted
             current = dict.fromkeys(self.store.keys(self.table_id))
         changes = diff_items(current, items_of_state(state))
-        result = self._write(meta, state.transaction_number, changes)
+        result = self._write(meta, state.transaction_number, changes, meta_damaged=damaged)
         return UpkeepResult(result.from_number, result.to_number, result.writes, rebuilt=True)
 
-    def _write(self, meta: ViewMeta | None, to_number: int, changes: ViewChanges) -> UpkeepResult:
+    def _write(
+        self, meta: ViewMeta | None, to_number: int, changes: ViewChanges, *, meta_damaged: bool = False
+    ) -> UpkeepResult:
         from_number = None if meta is None else meta.transaction_number
         writing = ViewMeta(meta.transaction_number if meta else 0, writing_to=to_number)
-        self.store.replace_meta(self.table_id, writing, meta)
+        if meta_damaged:
+            self.store.replace_damaged_meta(self.table_id, writing)
+        else:
+            self.store.replace_meta(self.table_id, writing, meta)
         self.store.write(self.table_id, changes.puts, changes.deletes)
         self.store.replace_meta(self.table_id, ViewMeta(to_number), writing)
         return UpkeepResult(from_number, to_number, changes.writes)

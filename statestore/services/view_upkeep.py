@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from statestore.engine.queryable_view import QueryableView, UpkeepResult
-from statestore.errors import QueryableViewConflictError
+from statestore.errors import DamagedViewItemError, QueryableViewConflictError
 from statestore.state.table_state import TableState
 from statestore.store.ports import TransactionLogStore
 from statestore.store.tables import TableInfo
@@ -67,11 +67,15 @@ class ViewOutcome:
 
 def view_behind(table: TableInfo, log_head: int, views: QueryableViewStore) -> bool:
     """Whether ``table`` asks for a view that is not at ``log_head`` (its log's latest entry): missing, left
-    half written, or behind. One read of the view's meta, none for a table without the property. Raises
-    StateStoreError for a property value that is not true or false."""
+    half written, behind, or with a meta that cannot be read. One read of the view's meta, none for a table
+    without the property. Raises StateStoreError for a property value that is not true or false."""
     if not table.queryable_view:
         return False
-    meta = views.meta(table.table_id)
+    try:
+        meta = views.meta(table.table_id)
+    except DamagedViewItemError as e:  # the upkeep rebuilds it
+        logger.warning("the queryable view of table %r is due a rebuild: %s", table.table_id, e)
+        return True
     return meta is None or meta.writing_to is not None or meta.transaction_number < log_head
 
 

@@ -20,12 +20,18 @@ class QueryableViewStore(ABC):
 
     @abstractmethod
     def meta(self, table_id: str) -> ViewMeta | None:
-        """Where the table's view stands, or None if it has none."""
+        """Where the table's view stands, or None if it has none. Raises DamagedViewItemError for a meta that
+        cannot be read (:meth:`replace_damaged_meta` repairs it)."""
 
     @abstractmethod
     def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
         """Set the meta to ``new`` if it is ``expected`` (None: absent); else raise
         QueryableViewConflictError and change nothing."""
+
+    @abstractmethod
+    def replace_damaged_meta(self, table_id: str, new: ViewMeta) -> None:
+        """Set the meta to ``new`` in place of one that cannot be read, if it is still that damaged item;
+        else (repaired, moved or removed meanwhile) raise QueryableViewConflictError and change nothing."""
 
     @abstractmethod
     def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:

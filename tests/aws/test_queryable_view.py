@@ -256,6 +256,9 @@ class _OneTablePerExample(QueryableViewStore):
     def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
         self.store.replace_meta(table_id + self.suffix, new, expected)
 
+    def replace_damaged_meta(self, table_id: str, new: ViewMeta) -> None:
+        self.store.replace_damaged_meta(table_id + self.suffix, new)
+
     def get(self, table_id: str, keys: Collection[str]) -> dict[str, ViewValue]:
         return self.store.get(table_id + self.suffix, keys)
 

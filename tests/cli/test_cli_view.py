@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from statestore.adapters.aws.dynamodb_view import ITEM_PREFIX, DynamoDBQueryableViewStore
+from statestore.adapters.aws.dynamodb_view import ITEM_PREFIX, META_KEY, DynamoDBQueryableViewStore
 from statestore.cli import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from statestore.model.files import FileReference
 from statestore.model.partitions import Region
@@ -147,6 +147,29 @@ def test_a_damaged_item_is_the_stores_fault_answered_by_a_full_load_if_asked_and
     assert rebuilt.code == EXIT_OK and "rebuilt the view to transaction 3" in rebuilt.err
     answered = cli("files", name, "--partition", left, "--json").json()
     assert answered["source"] == "queryable_view" and len(answered["references"]) == 1
+
+
+def test_a_damaged_meta_is_the_stores_fault_named_by_the_status_and_mended_by_a_rebuild(
+    cli: Cli, tmp_path: Path
+) -> None:
+    name, table_id, left, _ = filled(cli, tmp_path, "--property", "queryable_view=true")
+    assert cli("tables", "view", name, "--update").code == EXIT_OK
+    views = cli.runtime.client().queryable_view_store
+    assert isinstance(views, DynamoDBQueryableViewStore)
+    views.dynamodb.put_item(
+        TableName=views.table_name,
+        Item={"table_id": {"S": table_id}, "snapshot_key": {"S": META_KEY}, "view_format": {"N": "2"}},
+    )
+
+    status = cli("tables", "view", name)
+    assert status.code == EXIT_UNAVAILABLE
+    assert f"item {META_KEY!r} cannot be read: it has no attribute 'transaction_number'" in status.err
+    assert cli("files", name, "--partition", left, "--full-load", "--json").json()["source"] == "full_load"
+
+    rebuilt = cli("tables", "view", name, "--rebuild")
+    assert rebuilt.code == EXIT_OK and "rebuilt the view to transaction 3" in rebuilt.err
+    assert cli("tables", "view", name, "--json").json()["transaction_number"] == 3
+    assert cli("files", name, "--partition", left, "--json").json()["source"] == "queryable_view"
 
 
 def test_bad_input_is_one_line_and_a_usage_error(cli: Cli, tmp_path: Path) -> None:

@@ -211,6 +211,27 @@ def test_a_failed_view_update_keeps_the_snapshot_and_is_retried_next_period_with
     assert instance.plan() == []  # current: nothing to do
 
 
+def test_a_damaged_meta_is_planned_and_rebuilt_without_stopping_the_other_tables(instance: Instance) -> None:
+    damaged, other = instance.table("damaged", VIEW_ON), instance.table("other", VIEW_ON)
+    add(damaged, "a")
+    add(other, "b")
+    instance.run()
+    assert instance.plan() == []  # both current
+    instance.views.damage_meta(damaged.table_id)
+    add(other, "c")
+
+    made = instance.plan_reporting()
+
+    assert not made.errors and set(made.planned) == {damaged.table_id, other.table_id}
+    outcomes = {o.table_id: o for o in instance.work()}
+    repaired = outcomes[damaged.table_id].view
+    assert repaired is not None and repaired.result is not None and repaired.result.rebuilt
+    assert instance.views.meta(damaged.table_id) is not None
+    assert_answers_as_a_full_load(instance, damaged)
+    assert_answers_as_a_full_load(instance, other)
+    assert instance.plan() == []
+
+
 def test_switching_the_view_on_later_builds_it_at_the_next_period(instance: Instance) -> None:
     store = instance.table("orders")
     add(store, "a")

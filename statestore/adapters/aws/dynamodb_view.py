@@ -67,16 +67,10 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             ConsistentRead=True,
         )
         item = response.get("Item")
-        return None if item is None else _meta(item)
+        return None if item is None else _meta(table_id, item)
 
     def replace_meta(self, table_id: str, new: ViewMeta, expected: ViewMeta | None) -> None:
-        item = {
-            **_key(table_id, META_KEY),
-            _NUMBER: {"N": str(new.transaction_number)},
-            _FORMAT: {"N": str(new.format)},
-        }
-        if new.writing_to is not None:
-            item[_WRITING_TO] = {"N": str(new.writing_to)}
+        item = _meta_item(table_id, new)
         names: dict[str, str] = {}
         values: dict[str, Any] = {}
         if expected is None:
@@ -107,6 +101,49 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
             TableName=self.table_name,
             Item=item,
             ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            **({"ExpressionAttributeValues": values} if values else {}),
+        )
+
+    def replace_damaged_meta(self, table_id: str, new: ViewMeta) -> None:
+        what = f"repair the queryable view's meta of table {table_id!r}"
+        response = self.call(
+            what, self.dynamodb.get_item, TableName=self.table_name, Key=_key(table_id, META_KEY),
+            ConsistentRead=True,
+        )  # fmt: skip
+        damaged = response.get("Item")
+        if damaged is None or _readable(table_id, damaged):
+            raise QueryableViewConflictError(
+                f"the queryable view's meta of table {table_id!r} is no longer damaged: another upkeep "
+                "repaired it"
+            )
+        # On the condition that it is still the damaged item read: each of the meta's attributes as it was.
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        conditions = []
+        for i, attribute in enumerate((_NUMBER, _WRITING_TO, _FORMAT)):
+            names[f"#a{i}"] = attribute
+            if attribute in damaged:
+                values[f":v{i}"] = damaged[attribute]
+                conditions.append(f"#a{i} = :v{i}")
+            else:
+                conditions.append(f"attribute_not_exists(#a{i})")
+
+        def conflict(code: str, error: ClientError) -> StateStoreError | None:
+            if code == "ConditionalCheckFailedException":
+                return QueryableViewConflictError(
+                    f"the queryable view's meta of table {table_id!r} changed while it was repaired: another "
+                    "upkeep moved it"
+                )
+            return None
+
+        self.call(
+            what,
+            self.dynamodb.put_item,
+            conflict,
+            TableName=self.table_name,
+            Item=_meta_item(table_id, new),
+            ConditionExpression=" AND ".join(conditions),
             ExpressionAttributeNames=names,
             **({"ExpressionAttributeValues": values} if values else {}),
         )
@@ -271,11 +308,43 @@ def _key(table_id: str, key: str) -> dict[str, Any]:
     return {_TABLE_ID: {"S": table_id}, _KEY: {"S": key}}
 
 
-def _meta(item: dict[str, Any]) -> ViewMeta:
-    writing = item.get(_WRITING_TO)
-    written_format = item.get(_FORMAT)
-    return ViewMeta(
-        int(item[_NUMBER]["N"]),
-        None if writing is None else int(writing["N"]),
-        1 if written_format is None else int(written_format["N"]),
-    )
+def _meta(table_id: str, item: dict[str, Any]) -> ViewMeta:
+    """The meta an item holds; raises DamagedViewItemError naming the attribute that does not read."""
+
+    def number(attribute: str) -> int | None:
+        value = item.get(attribute)
+        if value is None:
+            return None
+        try:
+            read = int(value["N"])
+        except (KeyError, TypeError, ValueError):
+            read = -1
+        if read < 0:
+            raise DamagedViewItemError(
+                table_id, META_KEY, f"its attribute {attribute!r} is not a whole number: {value!r}"
+            )
+        return read
+
+    transaction_number, written_format = number(_NUMBER), number(_FORMAT)
+    if transaction_number is None:
+        raise DamagedViewItemError(table_id, META_KEY, f"it has no attribute {_NUMBER!r}")
+    return ViewMeta(transaction_number, number(_WRITING_TO), 1 if written_format is None else written_format)
+
+
+def _readable(table_id: str, item: dict[str, Any]) -> bool:
+    try:
+        _meta(table_id, item)
+    except DamagedViewItemError:
+        return False
+    return True
+
+
+def _meta_item(table_id: str, meta: ViewMeta) -> dict[str, Any]:
+    item = {
+        **_key(table_id, META_KEY),
+        _NUMBER: {"N": str(meta.transaction_number)},
+        _FORMAT: {"N": str(meta.format)},
+    }
+    if meta.writing_to is not None:
+        item[_WRITING_TO] = {"N": str(meta.writing_to)}
+    return item
