@@ -7,10 +7,13 @@ inherits: the state it keeps, caught up on each read; the appending is in ``log_
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Collection, Iterator
+from functools import partial
 
 from statestore.codec.transaction_json import decode_entry
+from statestore.engine.overlap import Outcome, both
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     SnapshotNotFoundError,
@@ -29,6 +32,12 @@ from statestore.store.ports import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The log entries a cold load reads while the snapshot's objects are read: a page or two of a log
+# whose snapshots keep up. Held until the snapshot is decoded, so bounded; the rest is read after.
+READ_AHEAD = 100
+# When a read of the log after a snapshot began, and its entries.
+_Ahead = tuple[int, Iterator[LogEntry]]
 
 
 def entries_after(
@@ -144,18 +153,26 @@ class LogStateLoading:
         """The newest readable snapshot at or before ``as_of`` (or none), followed by the log up to it."""
         unreadable: list[str] = []
         for info in self._snapshots_to_try(as_of):
+            ahead: Outcome[_Ahead] | None = None
             if info is None:
                 state = TableState(self.schema)
             else:
+                # The snapshot's objects and the log after it at once: their round trips overlap.
+                snapshots = self.snapshots
+                assert snapshots is not None  # it gave the snapshot to try
+                loaded, ahead = both(
+                    partial(snapshots.read, info, self.schema),
+                    partial(self._read_ahead, info.transaction_number, as_of),
+                )
                 try:
-                    state = self.snapshots.read(info, self.schema)  # type: ignore[union-attr]
+                    state = loaded.get()
                 except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
                     logger.warning("%s; loading from the snapshot before it, and the log after that", e)
                     unreadable.append(str(e))
                     continue
             state.data_prefix = layout.data_prefix(self.table_id)
             try:
-                self._follow(state, as_of)
+                self._follow(state, as_of, ahead)
             except TransactionNotRetainedError as e:
                 if not unreadable:
                     raise
@@ -181,10 +198,24 @@ class LogStateLoading:
         except TransactionNotRetainedError:
             return self._fresh(None)
 
-    def _follow(self, state: TableState, to_number: int | None) -> None:
+    def _read_ahead(self, after: int, to_number: int | None) -> _Ahead:
+        """The entries after ``after`` (to ``to_number``), the first :data:`READ_AHEAD` of them read now."""
+        started = self._clock()
+        if to_number is not None and to_number <= after:
+            return started, iter(())
+        entries = entries_after(self.log, self.table_id, after, to_number, "snapshot")
+        return started, itertools.chain(list(itertools.islice(entries, READ_AHEAD)), entries)
+
+    def _follow(self, state: TableState, to_number: int | None, ahead: Outcome[_Ahead] | None = None) -> None:
+        """Apply the log after ``state`` to ``to_number`` (the end if None): the entries ``ahead`` began to
+        read from the state's number when given, else read now."""
         if to_number is not None and to_number <= state.transaction_number:
             return
-        entries = entries_after(self.log, self.table_id, state.transaction_number, to_number, "snapshot")
+        if ahead is None:
+            started = self._clock()
+            entries = entries_after(self.log, self.table_id, state.transaction_number, to_number, "snapshot")
+        else:
+            started, entries = ahead.get()
         for entry in entries:
             transaction = decode_entry(entry, self.table_id)
             transaction.apply(state, entry.update_time)
@@ -192,8 +223,9 @@ class LogStateLoading:
             state.last_update_time = entry.update_time
         if to_number is None:
             # Read to the end. The log never deletes its latest entry, so an empty read means the state
-            # is current, not that cleanup removed everything after it.
-            self._read_to_end_at = self._clock()
+            # is current, not that cleanup removed everything after it. Current as of when the read
+            # began, at the latest (what the unread time is counted from).
+            self._read_to_end_at = started
             return
         if to_number is not None and state.transaction_number < to_number:
             raise TransactionNotRetainedError(

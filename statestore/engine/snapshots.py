@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 
 from statestore.codec.parquet import SnapshotObjectError, state_from_parquet, state_to_parquet
+from statestore.engine.overlap import both
 from statestore.errors import (
     BlobNotFoundError,
     SnapshotNotFoundError,
@@ -102,15 +103,19 @@ class SnapshotStore:
 
     def _objects(self, info: SnapshotInfo) -> tuple[bytes, bytes]:
         """The snapshot's two objects, checked against the checksums recorded with it."""
-        objects = []
-        for key in (info.partitions_key, info.files_key):
+
+        def get(key: str) -> bytes:
             try:
-                objects.append(self.blobs.get(key))
+                return self.blobs.get(key)
             except BlobNotFoundError as e:
                 raise SnapshotNotFoundError(
                     f"snapshot {info.transaction_number} of table {info.table_id!r} is recorded but its "
                     f"object {key!r} is gone: {e}"
                 ) from e
+
+        # Both at once: their round trips overlap.
+        read = both(lambda: get(info.files_key), lambda: get(info.partitions_key))
+        objects = [read[1].get(), read[0].get()]
         # No checksums: a snapshot recorded before they were kept (Parquet's page CRCs still apply).
         keys = (info.partitions_key, info.files_key)
         for key, data, expected in zip(keys, objects, info.checksums or (None, None), strict=True):
