@@ -60,8 +60,7 @@ from results import Figure, record  # noqa: E402
 
 from lambdas._runtime import warm_budget_bytes  # noqa: E402
 from statestore.codec.parquet import freeze_loaded_states, state_to_parquet  # noqa: E402
-from statestore.engine import log_loading  # noqa: E402
-from statestore.engine import snapshots as snapshots_module  # noqa: E402
+from statestore.engine import overlap  # noqa: E402
 from statestore.engine.log_store import TransactionLogStateStore  # noqa: E402
 from statestore.engine.overlap import Outcome, outcome  # noqa: E402
 from statestore.engine.requests import CommitRequest, encode_request  # noqa: E402
@@ -358,7 +357,7 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     stores = Stores.latent(config["rtt_ms"] / 1000, config["s3_mb_per_s"] * 1e6)
     clock = Stopwatch(stores.waits)
     # The reads a load overlaps (snapshot objects, the log after them) are counted as overlapping.
-    log_loading.both = snapshots_module.both = overlapped(stores.waits)
+    overlap.both = overlapped(stores.waits)
 
     def committer() -> BatchCommitter:
         return BatchCommitter(

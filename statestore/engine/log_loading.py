@@ -13,7 +13,8 @@ from collections.abc import Callable, Collection, Iterator
 from functools import partial
 
 from statestore.codec.transaction_json import decode_entry
-from statestore.engine.overlap import Outcome, both
+from statestore.engine import overlap
+from statestore.engine.overlap import Outcome
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     SnapshotNotFoundError,
@@ -160,7 +161,7 @@ class LogStateLoading:
                 # The snapshot's objects and the log after it at once: their round trips overlap.
                 snapshots = self.snapshots
                 assert snapshots is not None  # it gave the snapshot to try
-                loaded, ahead = both(
+                loaded, ahead = overlap.both(
                     partial(snapshots.read, info, self.schema),
                     partial(self._read_ahead, info.transaction_number, as_of),
                 )

@@ -5,6 +5,9 @@ it. Neither object depends on the other, and the log's read depends only on the 
 from its record before either object is asked for. :func:`both` runs two such reads at the same time,
 one here and one on a thread of its own made for the call (no pool outlives it, or a fork of the process),
 and gives each one's outcome, its value or what it raised, for the caller to take in its own order.
+
+Callers reach it as ``overlap.both`` (the module's attribute), so a harness that schedules concurrency
+itself (the fault simulation interleaves its actors at port calls) can set it to :func:`in_turn`.
 """
 
 from __future__ import annotations
@@ -45,3 +48,9 @@ def both(here: Callable[[], A], beside: Callable[[], B]) -> tuple[Outcome[A], Ou
         other = pool.submit(outcome, beside)
         first = outcome(here)
         return first, other.result()
+
+
+def in_turn(here: Callable[[], A], beside: Callable[[], B]) -> tuple[Outcome[A], Outcome[B]]:
+    """What :func:`both` returns, the calls made one after the other on this thread (``beside`` first)."""
+    second = outcome(beside)
+    return outcome(here), second

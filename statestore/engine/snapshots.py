@@ -10,7 +10,7 @@ from __future__ import annotations
 import zlib
 
 from statestore.codec.parquet import SnapshotObjectError, state_from_parquet, state_to_parquet
-from statestore.engine.overlap import both
+from statestore.engine import overlap
 from statestore.errors import (
     BlobNotFoundError,
     SnapshotNotFoundError,
@@ -114,7 +114,7 @@ class SnapshotStore:
                 ) from e
 
         # Both at once: their round trips overlap.
-        read = both(lambda: get(info.files_key), lambda: get(info.partitions_key))
+        read = overlap.both(lambda: get(info.files_key), lambda: get(info.partitions_key))
         objects = [read[1].get(), read[0].get()]
         # No checksums: a snapshot recorded before they were kept (Parquet's page CRCs still apply).
         keys = (info.partitions_key, info.files_key)

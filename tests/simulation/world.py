@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 
 from statestore import instance as resources
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
+from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.engine.requests import CommitRequest, body_key, encode_request, new_request_id
 from statestore.engine.snapshots import SnapshotStore
@@ -936,6 +937,7 @@ def run_for_summary(job: tuple[int, int, int]) -> dict[str, Any]:
     """``(seed, steps, committers)`` -> the summary of the seed, or its violation (for worker pools)."""
     seed, steps, committers = job
     logging.disable(logging.CRITICAL)  # every injected failure is logged by the code under test
+    overlap.both = overlap.in_turn  # one actor at a time, as tests/simulation/conftest.py sets it
     try:
         return run_seed(seed, steps, committers=committers).summary()
     except InvariantViolation as e:
