@@ -94,6 +94,8 @@ class LogStateLoading:
     _clock: Callable[[], int]
     _state: TableState | None
     _read_to_end_at: int
+    # The latest snapshot's record as a caller already read it, for the next load of the latest state.
+    _latest_read: Outcome[SnapshotInfo | None] | None = None
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -181,10 +183,20 @@ class LogStateLoading:
             return state
         raise AssertionError("the last candidate, no snapshot, always loads or raises")
 
+    def use_latest_snapshot_read(self, latest: Outcome[SnapshotInfo | None]) -> None:
+        """The next load of the latest state starts from ``latest``, the outcome of a read of the table's
+        latest snapshot record the caller made (at once with other reads), instead of reading it. Any
+        snapshot will do, however new: the log after it is read to its end."""
+        self._latest_read = latest
+
     def _snapshots_to_try(self, as_of: int | None) -> Iterator[SnapshotInfo | None]:
         """The snapshot to load from, then (only if it cannot be read) each older one, then none."""
+        latest_read, self._latest_read = self._latest_read, None  # used once, by the load it was read for
         if self.snapshots is not None:
-            first = self.snapshots.latest_at_or_before(self.table_id, as_of)
+            if as_of is None and latest_read is not None:
+                first = latest_read.get()
+            else:
+                first = self.snapshots.latest_at_or_before(self.table_id, as_of)
             if first is not None:
                 yield first
                 older = self.snapshots.at_or_before(self.table_id, first.transaction_number - 1)

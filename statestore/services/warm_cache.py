@@ -131,6 +131,10 @@ class WarmCache(MutableMapping[str, V]):
         """The table's estimated bytes when it was last measured here (kept or not), or None."""
         return self._known.get(key)
 
+    def peek(self, key: str) -> V | None:
+        """The value kept for ``key``, or None; counts nothing and changes no order."""
+        return self._values.get(key)
+
     def lookup(self, key: str) -> V | None:
         """The value kept for ``key`` (made the most recently used), counting a hit or a miss."""
         value = self._values.get(key)

@@ -7,8 +7,10 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from statestore import instance, sizing
+from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
@@ -28,6 +30,7 @@ from statestore.services.committer.decisions import (
     status_of,
     transaction_number_of,
 )
+from statestore.services.committer.first_reads import FirstReads, read_first
 from statestore.services.committer.group import WarmTable, commit_fresh
 from statestore.services.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.services.committer.senders import refusal, sender_allowed
@@ -46,9 +49,11 @@ from statestore.store.ports import (
     BlobStore,
     CommitOutcome,
     CommitQueue,
+    CommitStatus,
     CommitStatusStore,
     FileReferenceStore,
     QueueMessage,
+    RequestKey,
     TableIndex,
     TransactionLogStore,
 )
@@ -106,6 +111,7 @@ class BatchCommitter:
     # Gives freed memory back to the system after a load and an eviction (a no-op where it cannot).
     release_heap: Callable[[], object] = release_freed_heap
     _tables: WarmCache[WarmTable] = field(init=False, repr=False)
+    _first_reads: dict[str, FirstReads] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log.request_statuses is None:
@@ -137,6 +143,7 @@ class BatchCommitter:
         try:
             return self._process(messages)
         finally:
+            self._first_reads = {}  # a batch's reads are for its own tables
             after = self._tables.counts
             self._batch.evictions = after.evictions - before.evictions
             self._batch.oversized = after.oversized - before.oversized
@@ -165,8 +172,20 @@ class BatchCommitter:
         self.stats.messages += len(parsed)
 
         keys = sorted({p.envelope.key for p in parsed if p.envelope is not None})
+        # The first reads of tables not kept warm are made at once with the statuses' (see first_reads).
+        needed = self._first_reads_needed(parsed, malformed)
+        read_statuses: Callable[[], Mapping[RequestKey, CommitStatus]] = (
+            partial(self.statuses.get_many, keys) if keys else dict
+        )
+        if needed:
+            statuses_read, first = overlap.both(
+                read_statuses, partial(read_first, self.tables, self.snapshots, needed)
+            )
+            self._first_reads = first.get()  # never raises
+        else:
+            statuses_read = overlap.outcome(read_statuses)
         try:
-            known = self.statuses.get_many(keys) if keys else {}
+            known = statuses_read.get()
             self.stats.status_reads += 1 if keys else 0
         except StateStoreError as e:
             reason = f"could not read commit statuses: {e}"
@@ -251,13 +270,31 @@ class BatchCommitter:
         self.release_heap()  # the load's temporaries, freed: give them back
         self._batch.cold_load_ms.append((self.timer() - started) * 1000)
 
+    def _first_reads_needed(
+        self, parsed: Sequence[ParsedMessage], malformed: Mapping[int, Decision]
+    ) -> dict[str, bool]:
+        """The tables of the batch whose record :meth:`_table` will read (not kept, or kept past its time to
+        live), each mapped to whether the load will read its latest snapshot's record too (not kept)."""
+        now = self.clock()
+        needed: dict[str, bool] = {}
+        for index, p in enumerate(parsed):
+            if p.envelope is None or index in malformed or p.envelope.table_id in needed:
+                continue
+            table = self._tables.peek(p.envelope.table_id)
+            if table is None:
+                needed[p.envelope.table_id] = True
+            elif now - table.checked_time >= self.table_info_ttl_ms:
+                needed[p.envelope.table_id] = False
+        return needed
+
     def _table(self, table_id: str) -> WarmTable:
         now = self.clock()
+        first = self._first_reads.pop(table_id, None)
         table = self._tables.lookup(table_id)
         if table is not None and now - table.checked_time < self.table_info_ttl_ms:
             return table
         try:
-            info = self.tables.get(table_id)
+            info = first.info.get() if first is not None else self.tables.get(table_id)
         except TableNotFoundError:
             self._tables.pop(table_id, None)
             raise
@@ -278,6 +315,8 @@ class BatchCommitter:
             sleep=self.sleep,
             rng=self.rng,
         )
+        if first is not None and first.snapshot is not None and isinstance(store, TransactionLogStateStore):
+            store.use_latest_snapshot_read(first.snapshot)
         table = self._tables[table_id] = WarmTable(info, store, now)
         return table
 
