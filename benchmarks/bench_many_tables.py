@@ -5,7 +5,7 @@ exponent 1.1, the 5 large tables at evenly spread ranks), each commit one reques
 files) in its own batch, as traffic spread over many tables arrives. All of it goes through ONE committer in
 ONE process (spawned fresh: its peak resident set is its own), whose warm budget is what the stack's
 1,024 MB committer gets (``AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024`` through
-``lambdas._runtime.warm_budget_bytes``). In the same process and run: one table of 10,000 references alone
+``lambdas._runtime.committer_warm_budget``). In the same process and run: one table of 10,000 references alone
 (and one of 1,000,000 alone), for the commit rate and warm latency the spread is judged against, and the
 time to load a table of each size from its snapshot.
 
@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_model import SCHEMA, big_state, current_rss_mb, peak_rss_of_this_program_mb  # noqa: E402
 from results import Figure, record  # noqa: E402
 
-from lambdas._runtime import warm_budget_bytes  # noqa: E402
+from lambdas._runtime import committer_warm_budget  # noqa: E402
 from statestore.codec.parquet import freeze_loaded_states, state_to_parquet  # noqa: E402
 from statestore.engine import overlap  # noqa: E402
 from statestore.engine.log_store import TransactionLogStateStore  # noqa: E402
@@ -69,6 +69,7 @@ from statestore.model import layout  # noqa: E402
 from statestore.model.files import FileReference  # noqa: E402
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage  # noqa: E402
 from statestore.services.warm_cache import release_freed_heap  # noqa: E402
+from statestore.sizing import WarmBudget  # noqa: E402
 from statestore.store.memory import (  # noqa: E402
     InMemoryBlobStore,
     InMemoryCommitQueue,
@@ -105,6 +106,7 @@ class Shape:
     leaves: int
     paths: tuple[str, str] = ("", "")
     leaf_ids: tuple[str, ...] = ()
+    partitions: int = 0
 
 
 def shapes_at(scale: float) -> list[Shape]:
@@ -129,7 +131,10 @@ def write_snapshot(shape: Shape, directory: str, seed: int) -> Shape:
     for path, data in zip(paths, state_to_parquet(state), strict=True):
         with open(path, "wb") as f:
             f.write(data)
-    return Shape(shape.name, shape.tables, state.reference_count(), shape.leaves, paths, leaf_ids)
+    return Shape(
+        shape.name, shape.tables, state.reference_count(), shape.leaves, paths, leaf_ids,
+        len(state.partitions_by_id),
+    )  # fmt: skip
 
 
 # --- the committer's process ---------------------------------------------------------------------------
@@ -263,8 +268,11 @@ class Stores:
         for key, path in zip((partitions_key, files_key), shape.paths, strict=True):
             self.files.files[key] = path
         self.records.record(
-            SnapshotInfo(info.table_id, 1, 0, partitions_key, files_key, self.checksums[shape.name])
-        )
+            SnapshotInfo(
+                info.table_id, 1, 0, partitions_key, files_key, self.checksums[shape.name],
+                shape.references, shape.partitions,
+            )
+        )  # fmt: skip
         return info.table_id
 
 
@@ -353,7 +361,8 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     shapes: list[Shape] = config["shapes"]
     small, big = shapes
     scale: float = config["scale"]
-    budget = round(warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB)}) * scale)
+    full = committer_warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB)})
+    budget = WarmBudget(round(full.bytes * scale), full.load_factor)
     stores = Stores.latent(config["rtt_ms"] / 1000, config["s3_mb_per_s"] * 1e6)
     clock = Stopwatch(stores.waits)
     # The reads a load overlaps (snapshot objects, the log after them) are counted as overlapping.
@@ -362,11 +371,11 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     def committer() -> BatchCommitter:
         return BatchCommitter(
             stores.tables, stores.log, stores.snapshots, stores.blobs, stores.dead_letters,
-            warm_budget_bytes=budget,
+            warm_budget=budget,
         )  # fmt: skip
 
     # Alone: one table of each size, warm after its first commit; and each size's snapshot load.
-    figures: dict[str, Any] = {"budget_mb": budget / (1 << 20), "baseline_rss_mb": current_rss_mb()}
+    figures: dict[str, Any] = {"budget_mb": budget.bytes / (1 << 20), "baseline_rss_mb": current_rss_mb()}
     alone: dict[str, Timings] = {}
     load_ms: dict[str, float] = {}
     for shape, commits in ((small, ALONE_COMMITS), (big, max(20, ALONE_COMMITS // 10))):

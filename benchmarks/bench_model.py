@@ -43,6 +43,7 @@ from statestore.codec.transaction_json import decode_transaction, encode_transac
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
+from statestore.sizing import LOAD_PEAK_BYTES_PER_REFERENCE
 from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, ReleaseClaims
 
@@ -178,6 +179,7 @@ def _load_in_child(paths: tuple[str, str], transaction_number: int, out: multipr
             "partitions_mb": before + retained - after_partitions,
             "files_mb": after_partitions - after_files,
             "peak_mb": peak_rss_of_this_program_mb(),
+            "before_mb": before,
         }
     )
 
@@ -465,6 +467,14 @@ def report_fresh_load(
         figures["peak_mb"],
         "MB",
         budget_mb,
+        bound_by="the Parquet bytes and the load's temporaries",
+    )
+    # What a committer makes room for before a load (statestore.sizing.LOAD_PEAK_BYTES_PER_REFERENCE).
+    report.figure(
+        "peak of the load over the RSS before it, per reference",
+        (figures["peak_mb"] - figures["before_mb"]) * 1e6 / references,
+        "B",
+        LOAD_PEAK_BYTES_PER_REFERENCE if one_million else None,
         bound_by="the Parquet bytes and the load's temporaries",
     )
 

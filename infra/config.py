@@ -8,9 +8,10 @@
   largest table: the defaults hold a table of 1,000,000 file references at the measured ~600 B per
   reference at peak (``statestore/sizing.py``; the README lists what each size holds).
 - ``warm_cache_mb`` (unset): megabytes of table state the committer and the snapshot worker each keep
-  warm between invocations (``STATESTORE_WARM_CACHE_MB``; 0 keeps none), least recently used evicted
-  first. Unset, each function's budget follows its memory (``statestore/sizing.py``: about 264 MB at
-  1,024 MB). Below the smaller of the two functions' memory.
+  warm between invocations (``STATESTORE_WARM_CACHE_MB``; 0 keeps none; loads have their room outside
+  it), least recently used evicted first. Unset, each function's budget follows its memory
+  (``statestore/sizing.py``: about 793 MB at 1,024 MB, each load first making room for its own peak).
+  Below the smaller of the two functions' memory.
 - ``committer_max_concurrency`` (10): the most committer invocations the commit queue's event source runs
   at once (2 to 1000), the cap AWS recommends for SQS: at the cap, messages wait in the queue instead of
   being throttled back to it (which counts towards the dead-letter queue). FIFO message groups (one per

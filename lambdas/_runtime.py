@@ -31,7 +31,6 @@ from statestore.instance import (
 from statestore.model.clock import now_millis
 from statestore.services.cleanup_policy import CleanupPolicy, policy_from_environment
 from statestore.services.committer import BatchCommitter
-from statestore.services.committer.batch import DEFAULT_WARM_BUDGET_BYTES
 from statestore.services.upkeep import (
     DEFAULT_UPKEEP_PERIOD_MINUTES,
     UPKEEP_PERIOD_ENV,
@@ -40,6 +39,7 @@ from statestore.services.upkeep import (
 )
 from statestore.services.view_upkeep import views_kept
 from statestore.services.warm_cache import WARM_CACHE_MB_ENV, WarmCache
+from statestore.sizing import WarmBudget
 from statestore.store.memory import (
     InMemoryBlobStore,
     InMemoryCommitQueue,
@@ -96,8 +96,9 @@ class Runtime:
     @cached_property
     def snapshot_stores(self) -> WarmCache[TransactionLogStateStore]:
         """The snapshot worker's tables, kept warm between invocations of the same container within the
-        budget :func:`warm_budget_bytes` reads from the environment."""
-        return WarmCache(warm_budget_bytes(), _store_bytes, name="snapshot worker")
+        budget :func:`warm_budget` reads from the environment."""
+        budget = warm_budget()
+        return WarmCache(budget.bytes, _store_bytes, load_factor=budget.load_factor, name="snapshot worker")
 
     @classmethod
     def for_aws(cls, names: ResourceNames, endpoint_url: str | None = None) -> Runtime:
@@ -194,7 +195,7 @@ class Runtime:
                 self.blobs,
                 self.dead_letters,
                 file_store=self.file_store,
-                warm_budget_bytes=warm_budget_bytes(),
+                warm_budget=committer_warm_budget(),
             )
         return self._committer
 
@@ -266,14 +267,21 @@ def postgres_file_store(
 
 
 LAMBDA_MEMORY_ENV = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
+DEFAULT_MEMORY_MB = 1024  # the stack's committer and snapshot function, for a budget outside Lambda
 
 
-def warm_budget_bytes(environ: Mapping[str, str] | None = None) -> int:
+def warm_budget(
+    environ: Mapping[str, str] | None = None,
+    *,
+    peak_bytes_per_reference: int = sizing.MEASURED_BYTES_PER_REFERENCE,
+) -> WarmBudget:
     """How many bytes of table state (estimated) a function keeps warm between invocations.
 
-    ``STATESTORE_WARM_CACHE_MB`` when set (0 keeps no table warm); else the sizing rule's budget for the
-    function's memory, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (which Lambda sets); else the budget of the
-    stack's default committer. Raises ValueError naming the variable whose value is not a number of MB.
+    ``STATESTORE_WARM_CACHE_MB`` when set (0 keeps no table warm: the state kept, a load's room being outside
+    it); else the sizing rule's budget for the function's memory, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (which
+    Lambda sets), or 1,024 MB (the stack's default) outside Lambda, each load making room for its peak at
+    ``peak_bytes_per_reference`` within it (:func:`statestore.sizing.warm_budget`). Raises ValueError naming
+    the variable whose value is not a number of MB.
     """
     env = os.environ if environ is None else environ
     raw = env.get(WARM_CACHE_MB_ENV, "").strip()
@@ -287,7 +295,7 @@ def warm_budget_bytes(environ: Mapping[str, str] | None = None) -> int:
                 f"{WARM_CACHE_MB_ENV}={raw!r} must be a number of megabytes (MiB) of table state to keep "
                 "warm, 0 or more"
             )
-        return int(megabytes * (1 << 20))
+        return WarmBudget(int(megabytes * (1 << 20)))
     memory = env.get(LAMBDA_MEMORY_ENV, "").strip()
     if memory:
         try:
@@ -296,8 +304,14 @@ def warm_budget_bytes(environ: Mapping[str, str] | None = None) -> int:
             memory_mb = 0
         if memory_mb <= 0:
             raise ValueError(f"{LAMBDA_MEMORY_ENV}={memory!r} must be the function's memory size in MB")
-        return sizing.warm_budget_bytes(memory_mb)
-    return DEFAULT_WARM_BUDGET_BYTES
+    else:
+        memory_mb = DEFAULT_MEMORY_MB
+    return sizing.warm_budget(memory_mb, peak_bytes_per_reference=peak_bytes_per_reference)
+
+
+def committer_warm_budget(environ: Mapping[str, str] | None = None) -> WarmBudget:
+    """:func:`warm_budget` for the committer, whose loads only read a table (no snapshot written)."""
+    return warm_budget(environ, peak_bytes_per_reference=sizing.LOAD_PEAK_BYTES_PER_REFERENCE)
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

@@ -23,7 +23,7 @@ worker invocation loads exactly one):
 A process that keeps several tables warm (the committer, the snapshot worker) holds each one's state
 between calls, within a budget (:mod:`statestore.services.warm_cache`). The budget rule:
 
-    warm budget = (memory size x usable share - runtime baseline) x warm bytes / bytes per reference
+    warm budget = memory size x usable share - runtime baseline
 
 - **warm bytes**: what a loaded state keeps once its load's temporaries are freed and given back
   (:data:`WARM_BYTES_PER_REFERENCE` and :data:`WARM_BYTES_PER_PARTITION`): the resident set a process grows
@@ -31,12 +31,17 @@ between calls, within a budget (:mod:`statestore.services.warm_cache`). The budg
   and the partitions' shares told apart by states of few and of many partitions, rounded up so that the
   retained memory ``benchmarks/bench_model.py`` measures for its million-reference table is covered too.
   :func:`warm_state_bytes` estimates a state's bytes from its counts.
-- The rest of the usable memory is the **transient peak of a load**: the cache full, plus loading a table
-  as large as the whole budget (whose peak is its warm bytes scaled up to
-  :data:`MEASURED_BYTES_PER_REFERENCE`), stays within the usable share, room for the table having been made
-  first when its size is known from an earlier load. A table larger than the budget is loaded with the
-  cache emptied first (its size known), so it is bounded by the per-table rule above. The first load of a
-  table the process has never seen makes no room: the usable share's headroom covers it.
+- **the load's room**: a load's transient peak is its state's warm bytes times a *load factor*: the peak per
+  reference over :data:`WARM_BYTES_PER_REFERENCE`. The snapshot worker loads and writes a table again, so
+  its peak is :data:`MEASURED_BYTES_PER_REFERENCE` (factor 3); the committer only loads, so its peak is
+  :data:`LOAD_PEAK_BYTES_PER_REFERENCE`, the peak a fresh process reaches loading a snapshot of 1,000,000
+  references over 100,000 leaves (bytes read, then decoded) above what it held before, rounded up
+  (``benchmarks/bench_model.py`` measures it against this constant). Before a table of known size
+  is loaded (measured at an earlier load, or counted in its snapshot's record), the tables kept are evicted
+  until they and that peak fit in the budget; a table larger than that loads with the cache emptied, so it
+  is bounded by the per-table rule above. Before a table of unknown size is loaded (no snapshot, or one
+  recorded before snapshots were counted), they are evicted down to a load-factor-th of the budget: the
+  rest is room for the peak of a load of unknown size.
 
 Pure arithmetic: no AWS imports.
 """
@@ -44,8 +49,11 @@ Pure arithmetic: no AWS imports.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 MEASURED_BYTES_PER_REFERENCE = 600
+# The peak of loading a snapshot alone (what the committer does), per reference: see the module's docstring.
+LOAD_PEAK_BYTES_PER_REFERENCE = 450
 RUNTIME_BASELINE_MB = 128
 USABLE_SHARE = 0.9
 # The orphan sweep lists and judges keys a slice at a time: 100 LIST pages. A listed key is a (key, time) pair
@@ -108,18 +116,36 @@ def warm_state_bytes(references: int, partitions: int) -> int:
     return references * WARM_BYTES_PER_REFERENCE + partitions * WARM_BYTES_PER_PARTITION
 
 
-def warm_budget_bytes(
+@dataclass(frozen=True)
+class WarmBudget:
+    """What a process may keep warm: ``bytes`` of estimated state, and ``load_factor``, a load's transient
+    peak over the state it keeps. Before a load of known size the others are evicted until they and its peak
+    fit in ``bytes``; before one of unknown size, until they fit in ``bytes / load_factor``. A factor of 1
+    counts no load against the budget: its room is outside it (a budget set in megabytes by an operator)."""
+
+    bytes: int
+    load_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0:
+            raise ValueError(f"a warm budget must not be negative, got {self.bytes} bytes")
+        if not self.load_factor >= 1:
+            raise ValueError(f"a load's peak is at least the state it keeps: load factor {self.load_factor}")
+
+
+def warm_budget(
     memory_mb: int,
     *,
+    peak_bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
     baseline_mb: int = RUNTIME_BASELINE_MB,
     usable_share: float = USABLE_SHARE,
-    load_bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
-) -> int:
-    """The estimated bytes of warm state a function of ``memory_mb`` may keep between calls (0 if the
-    runtime alone fills the usable memory): the usable memory less the transient peak of loading a table
-    as large as the budget itself (see the module's docstring)."""
+) -> WarmBudget:
+    """The warm budget of a function of ``memory_mb``: its usable memory less the runtime's (0 if the runtime
+    alone fills it), each load making room for its peak at ``peak_bytes_per_reference`` (the snapshot
+    worker's by default; :data:`LOAD_PEAK_BYTES_PER_REFERENCE` for the committer, which only loads)."""
     usable_bytes = (memory_mb * usable_share - baseline_mb) * _MIB
-    return max(0, math.floor(usable_bytes * WARM_BYTES_PER_REFERENCE / load_bytes_per_reference))
+    load_factor = max(1.0, peak_bytes_per_reference / WARM_BYTES_PER_REFERENCE)
+    return WarmBudget(max(0, math.floor(usable_bytes)), load_factor)
 
 
 # The default memory of the snapshot and cleanup workers: each loads one table.

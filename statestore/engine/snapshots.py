@@ -54,6 +54,8 @@ class SnapshotStore:
             partitions_key,
             files_key,
             tuple(checksum(data) for data in objects.values()),
+            state.reference_count(),
+            len(state.partitions_by_id),
         )
         written: list[str] = []
         try:

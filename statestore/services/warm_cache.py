@@ -13,9 +13,11 @@ and evicts the least recently used first.
 - **Sizes are measured after use** (:meth:`WarmCache.settle`): a state grows while it is used, and is only
   known once loaded. A table whose state alone is over the budget is used and then dropped (counted as
   *oversized*), never kept at the others' expense.
-- **Room is made before a load** (:meth:`WarmCache.make_room`): a table seen before has a known size, so
-  the others are evicted down to what leaves room for it before it is read again; a table larger than the
-  whole budget empties the cache first, so its load has the function's memory to itself.
+- **Room is made before a load** (:meth:`WarmCache.make_room`): for a table of known size (seen before, or
+  counted in its snapshot's record) the others are evicted until they and the load's transient peak (its
+  size times the budget's *load factor*) fit in the budget; a table larger than that empties the cache
+  first, so its load has the function's memory to itself. For a table of unknown size they are evicted down
+  to a load-factor-th of the budget, the rest being room for its peak (:mod:`statestore.sizing`).
 - **Freed heap is given back** (:func:`release_freed_heap`) after an eviction and after a load: freed
   memory otherwise stays in the process (glibc keeps it for reuse), and Lambda counts the resident set.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
@@ -102,12 +105,16 @@ class WarmCache(MutableMapping[str, V]):
         budget_bytes: int,
         size_of: Callable[[V], int],
         *,
+        load_factor: float = 1.0,
         release: Callable[[], object] = release_freed_heap,
         name: str = "warm cache",
     ) -> None:
         if budget_bytes < 0:
             raise ValueError(f"a warm cache's budget must not be negative, got {budget_bytes} bytes")
+        if not load_factor >= 1:
+            raise ValueError(f"a load's peak is at least the state it keeps: load factor {load_factor}")
         self.budget_bytes = budget_bytes
+        self.load_factor = load_factor
         self._size_of = size_of
         self._release = release
         self._name = name
@@ -147,13 +154,16 @@ class WarmCache(MutableMapping[str, V]):
 
     # --- the policy -----------------------------------------------------------------------------
 
-    def make_room(self, key: str) -> list[str]:
-        """Before ``key`` is loaded: evict the least recently used others until its last known size fits
-        beside them (all of them when it is over the budget). Nothing for a table never measured."""
-        expected = self._known.get(key)
-        if expected is None:
-            return []
-        room = self.budget_bytes - expected
+    def make_room(self, key: str, expected: int | None = None) -> list[str]:
+        """Before ``key`` is loaded: evict the least recently used others until its load's peak fits beside
+        them (all of them when it is over the budget), its size being the last measured here, else
+        ``expected`` (its snapshot's counts); down to a load-factor-th of the budget when neither is known.
+        Returns the keys evicted, oldest first."""
+        size = self._known.get(key, expected)
+        if size is None:
+            room = math.floor(self.budget_bytes / self.load_factor)
+        else:
+            room = self.budget_bytes - math.ceil(size * self.load_factor)
         evicted = self._evict_until(room, keep=key)
         if evicted:
             self._release()

@@ -60,6 +60,10 @@ class SnapshotInfo:
 
     ``checksums`` are the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
     every read; empty for snapshots recorded before they were kept.
+
+    ``references`` and ``partitions`` count the state's file references and partitions: what a process
+    about to load the snapshot makes room for (:mod:`statestore.services.warm_cache`). None where not known
+    (snapshots recorded before they were counted): a hint, never part of what is loaded.
     """
 
     table_id: str
@@ -68,6 +72,8 @@ class SnapshotInfo:
     partitions_key: str
     files_key: str
     checksums: tuple[str, ...] = ()
+    references: int | None = None
+    partitions: int | None = None
 
 
 class TransactionLogStore(ABC):

@@ -26,7 +26,7 @@ from statestore.model.schema import Schema
 from statestore.store.memory import InMemoryBlobStore
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, SnapshotInfo
 from statestore.store.tables import TableInfo
-from tests.aws.backends import Ports
+from tests.aws.backends import Ports, open_ports
 
 
 def entry(number: int, body: bytes | None = None, compressed: bool = False) -> LogEntry:
@@ -281,6 +281,46 @@ def test_recorded_snapshots_list_in_number_order_and_the_newest_is_latest(ports:
 
     assert ports.snapshot_metadata.list("t1") == [snapshot(2), snapshot(10), snapshot(100)]
     assert ports.snapshot_metadata.latest("t1") == snapshot(100)
+
+
+def test_a_snapshots_counts_come_back_with_its_record_and_one_recorded_without_them_reads_none(
+    ports: Ports,
+) -> None:
+    counted = dataclasses.replace(snapshot(2), references=10_000, partitions=199)
+    ports.snapshot_metadata.record(counted)
+    assert ports.snapshot_metadata.latest("t1") == counted
+    ports.snapshot_metadata.record(snapshot(3))  # as recorded before snapshots were counted
+
+    assert ports.snapshot_metadata.list("t1") == [counted, snapshot(3)]
+    latest = ports.snapshot_metadata.latest("t1")
+    assert latest is not None and (latest.references, latest.partitions) == (None, None)
+
+
+@pytest.mark.parametrize("damage", [{"N": "lots"}, {"S": "10000"}, {"N": "-1"}])
+def test_a_damaged_count_in_a_snapshot_record_reads_as_not_known(
+    request: pytest.FixtureRequest, damage: dict[str, str]
+) -> None:
+    with open_ports("moto", request) as ports:
+        assert ports.backend is not None
+        ports.snapshot_metadata.record(dataclasses.replace(snapshot(2), references=10_000, partitions=199))
+        for key in ("snapshot#", "latest"):
+            ports.backend.dynamodb.update_item(
+                TableName=ports.backend.resources.snapshots_table,
+                Key={"table_id": {"S": "t1"}, "snapshot_key": {"S": _item_key(ports, key)}},
+                UpdateExpression="SET reference_count = :d",
+                ExpressionAttributeValues={":d": damage},
+            )
+
+        for read in (ports.snapshot_metadata.latest("t1"), *ports.snapshot_metadata.list("t1")):
+            assert read is not None and (read.references, read.partitions) == (None, 199)
+            assert read.files_key == snapshot(2).files_key  # the rest of the record reads as it was
+
+
+def _item_key(ports: Ports, prefix: str) -> str:
+    """The sort key of the table's only snapshot item (``snapshot#...``) or of its pointer."""
+    assert ports.backend is not None
+    items = ports.backend.dynamodb.scan(TableName=ports.backend.resources.snapshots_table)["Items"]
+    return next(i["snapshot_key"]["S"] for i in items if i["snapshot_key"]["S"].startswith(prefix))
 
 
 @pytest.mark.parametrize("number", [5, 10])

@@ -12,7 +12,7 @@ import pytest
 from statestore.codec.parquet import freeze_loaded_states
 from statestore.model.schema import Schema
 from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
-from statestore.sizing import warm_state_bytes
+from statestore.sizing import WarmBudget, warm_state_bytes
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry, SnapshotInfo
@@ -45,7 +45,7 @@ def tables_with_files(h: Harness, count: int, files: int, prefix: str = "t") -> 
 
 def assert_within_budget(committer: BatchCommitter) -> None:
     kept = committer.warm_tables
-    assert sum(kept.values()) <= committer.warm_budget_bytes, kept
+    assert sum(kept.values()) <= committer.warm_budget.bytes, kept
     # The accounting is of real, loaded states: each kept table is counted at its state's size.
     assert all(size >= TABLE_BYTES for size in kept.values()), kept
 
@@ -54,7 +54,7 @@ def test_a_committer_over_more_tables_than_its_budget_stays_within_it_and_commit
     h: Harness,
 ) -> None:
     table_ids = tables_with_files(h, TABLES, FILES_PER_TABLE)
-    committer = h.committer(warm_budget_bytes=BUDGET)
+    committer = h.committer(warm_budget=WarmBudget(BUDGET))
     rng = random.Random(7)
     sent: list[tuple[ReceivedMessage, MessageResult]] = []
     expected: dict[str, set[str]] = {t: set() for t in table_ids}
@@ -96,7 +96,7 @@ def test_a_committer_over_more_tables_than_its_budget_stays_within_it_and_commit
 
 def test_a_batch_counts_the_tables_it_evicted_and_what_the_cache_keeps(h: Harness) -> None:
     first, second = tables_with_files(h, 2, FILES_PER_TABLE)
-    committer = h.committer(warm_budget_bytes=TABLE_BYTES + TABLE_BYTES // 2)  # one table at a time
+    committer = h.committer(warm_budget=WarmBudget(TABLE_BYTES + TABLE_BYTES // 2))  # one table at a time
 
     committer.process([message(add_files(first, "a"))])
     assert (committer.last_batch.evictions, committer.last_batch.warm_tables) == (0, 1)
@@ -111,7 +111,7 @@ def test_a_batch_counts_the_tables_it_evicted_and_what_the_cache_keeps(h: Harnes
 
 def test_an_evicted_table_is_loaded_again_with_what_others_committed_meanwhile(h: Harness) -> None:
     table, other = tables_with_files(h, 2, FILES_PER_TABLE)
-    committer = h.committer(warm_budget_bytes=TABLE_BYTES + TABLE_BYTES // 2)
+    committer = h.committer(warm_budget=WarmBudget(TABLE_BYTES + TABLE_BYTES // 2))
     committer.process([message(add_files(table, "a"))])
     committer.process([message(add_files(other, "x"))])  # evicts the first table
     assert table not in committer.warm_tables
@@ -130,7 +130,7 @@ def test_a_table_larger_than_the_whole_budget_is_loaded_used_and_dropped(h: Harn
     small, huge = tables_with_files(h, 1, FILES_PER_TABLE) + tables_with_files(
         h, 1, 4 * FILES_PER_TABLE, "huge"
     )
-    committer = h.committer(warm_budget_bytes=2 * TABLE_BYTES)
+    committer = h.committer(warm_budget=WarmBudget(2 * TABLE_BYTES))
     committer.process([message(add_files(small, "a"))])
 
     for name in ("b", "c"):
@@ -146,7 +146,7 @@ def test_a_table_larger_than_the_whole_budget_is_loaded_used_and_dropped(h: Harn
 
 def test_a_zero_budget_keeps_no_table_warm_and_commits_all_the_same(h: Harness) -> None:
     [table] = tables_with_files(h, 1, 2)
-    committer = h.committer(warm_budget_bytes=0)
+    committer = h.committer(warm_budget=WarmBudget(0))
     first = message(add_files(table, "a"))
     results = [committer.process([first]), committer.process([message(add_files(table, "b"))])]
 
@@ -157,6 +157,67 @@ def test_a_zero_budget_keeps_no_table_warm_and_commits_all_the_same(h: Harness) 
         MessageOutcome.DUPLICATE,
         results[0][0].transaction_number,
     )
+
+
+def kept_when_loaded(committer: BatchCommitter) -> dict[str, int]:
+    """Watch the committer's snapshot reads: each table's estimated bytes kept warm when its snapshot was
+    read (after the room for its load was made)."""
+    assert committer.snapshots is not None
+    snapshots, read = committer.snapshots, committer.snapshots.read
+    kept: dict[str, int] = {}
+
+    def read_and_watch(info: SnapshotInfo, schema: Schema) -> TableState:
+        kept[info.table_id] = sum(committer.warm_tables.values())
+        return read(info, schema)
+
+    snapshots.read = read_and_watch  # type: ignore[method-assign]
+    return kept
+
+
+def test_a_never_seen_table_whose_snapshot_counts_its_state_has_room_made_for_its_loads_peak(
+    h: Harness,
+) -> None:
+    small = tables_with_files(h, 5, FILES_PER_TABLE)
+    [big] = tables_with_files(h, 1, 10 * FILES_PER_TABLE, "big")
+    h.store(big).create_snapshot()  # its record counts its references and partitions
+    big_bytes = warm_state_bytes(10 * FILES_PER_TABLE, PARTITIONS)
+    budget = WarmBudget(
+        3 * big_bytes + 3 * TABLE_BYTES + TABLE_BYTES // 2, 3.0
+    )  # three small ones beside its peak
+    committer = h.committer(warm_budget=budget)
+    kept = kept_when_loaded(committer)
+    for table_id in small:
+        committer.process([message(add_files(table_id, "a"))])
+    assert len(committer.warm_tables) == 5
+
+    [result] = committer.process([message(add_files(big, "b"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED
+    assert kept[big] + 3 * big_bytes <= budget.bytes  # the room was made before its snapshot was read
+    assert committer.last_batch.evictions == 2
+    assert list(committer.warm_tables) == [*small[2:], big]
+
+
+def test_a_never_seen_table_of_unknown_size_has_a_load_factor_th_of_the_budget_kept_beside_its_load(
+    h: Harness,
+) -> None:
+    table_ids = tables_with_files(h, 7, FILES_PER_TABLE)
+    unknown = table_ids.pop()  # no snapshot: its size is known only once loaded
+    budget = WarmBudget(9 * TABLE_BYTES + TABLE_BYTES // 2, 3.0)  # six beside the peak of one more
+    committer = h.committer(warm_budget=budget)
+    for table_id in table_ids:
+        h.store(table_id).create_snapshot()
+        committer.process([message(add_files(table_id, "a"))])
+    assert len(committer.warm_tables) == 6
+    kept = kept_when_loaded(committer)
+
+    [result] = committer.process([message(add_files(unknown, "b"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED
+    assert committer.last_batch.evictions == 3
+    assert unknown not in kept  # no snapshot read: its log is its whole state
+    assert list(committer.warm_tables) == [*table_ids[3:], unknown]
+    assert sum(size for t, size in committer.warm_tables.items() if t != unknown) <= budget.bytes / 3
 
 
 @pytest.fixture
@@ -175,7 +236,7 @@ def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
     table_ids = tables_with_files(h, 4, FILES_PER_TABLE)
     for table_id in table_ids:
         h.store(table_id).create_snapshot()  # loads come from snapshots, which freeze what they load
-    committer = h.committer(warm_budget_bytes=BUDGET)
+    committer = h.committer(warm_budget=WarmBudget(BUDGET))
     assert committer.snapshots is not None
     snapshots, read = committer.snapshots, committer.snapshots.read
     seen: dict[str, weakref.ref[TableState]] = {}

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from lambdas._runtime import Runtime, warm_budget_bytes
+from lambdas._runtime import Runtime, committer_warm_budget, warm_budget
 from statestore.engine.log_store import TransactionLogStateStore
-from statestore.services.committer.batch import DEFAULT_WARM_BUDGET_BYTES
+from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
 from statestore.services.upkeep import UpkeepKind, UpkeepWork, run_snapshot_work
-from statestore.sizing import warm_budget_bytes as budget_for_memory
-from statestore.sizing import warm_state_bytes
+from statestore.sizing import (
+    LOAD_PEAK_BYTES_PER_REFERENCE,
+    MEASURED_BYTES_PER_REFERENCE,
+    WARM_BYTES_PER_REFERENCE,
+    WarmBudget,
+    warm_state_bytes,
+)
+from statestore.sizing import warm_budget as budget_for_memory
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import INT_SCHEMA, data_key, ref, tree
@@ -17,21 +23,27 @@ from tests.builders import INT_SCHEMA, data_key, ref, tree
 MIB = 1 << 20
 
 
-def test_the_budget_is_the_variable_set_in_megabytes() -> None:
-    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "512"}) == 512 * MIB
-    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "0.5"}) == MIB // 2
-    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": "0"}) == 0  # keep no table warm
+def test_the_budget_is_the_variable_set_in_megabytes_of_state_kept_with_each_loads_room_outside_it() -> None:
+    assert warm_budget({"STATESTORE_WARM_CACHE_MB": "512"}) == WarmBudget(512 * MIB, 1.0)
+    assert warm_budget({"STATESTORE_WARM_CACHE_MB": "0.5"}) == WarmBudget(MIB // 2, 1.0)
+    assert warm_budget({"STATESTORE_WARM_CACHE_MB": "0"}) == WarmBudget(0, 1.0)  # keep no table warm
     # The variable wins over the function's memory.
-    assert warm_budget_bytes(
+    assert warm_budget(
         {"STATESTORE_WARM_CACHE_MB": "64", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "4096"}
-    ) == (64 * MIB)
+    ) == WarmBudget(64 * MIB, 1.0)
 
 
 def test_without_it_the_budget_follows_the_functions_memory_and_else_the_default_committers() -> None:
-    assert warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}) == budget_for_memory(2048)
-    assert warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}) > budget_for_memory(1024)
-    assert warm_budget_bytes({}) == DEFAULT_WARM_BUDGET_BYTES == budget_for_memory(1024)
-    assert warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": " "}) == DEFAULT_WARM_BUDGET_BYTES
+    assert warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}) == budget_for_memory(2048)
+    assert warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}).bytes > budget_for_memory(1024).bytes
+    assert warm_budget({}) == budget_for_memory(1024)
+    assert warm_budget({"STATESTORE_WARM_CACHE_MB": " "}) == budget_for_memory(1024)
+    # Each load makes room for its peak within it: a snapshot worker's loads write again, a committer's not.
+    assert warm_budget({}).load_factor == MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
+    committers = committer_warm_budget({})
+    assert committers == DEFAULT_WARM_BUDGET
+    assert committers == warm_budget({}, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE)
+    assert committers.load_factor == LOAD_PEAK_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf", "1e999", "512MB"])
@@ -39,13 +51,13 @@ def test_a_budget_that_is_not_a_number_of_megabytes_is_refused_naming_the_variab
     with pytest.raises(
         ValueError, match=rf"STATESTORE_WARM_CACHE_MB='{value}' must be a number of megabytes"
     ):
-        warm_budget_bytes({"STATESTORE_WARM_CACHE_MB": value})
+        warm_budget({"STATESTORE_WARM_CACHE_MB": value})
 
 
 @pytest.mark.parametrize("value", ["big", "0", "-128", "1.5"])
 def test_a_function_memory_that_is_not_a_size_is_refused_naming_it(value: str) -> None:
     with pytest.raises(ValueError, match="AWS_LAMBDA_FUNCTION_MEMORY_SIZE"):
-        warm_budget_bytes({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": value})
+        warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": value})
 
 
 def test_the_committer_and_the_snapshot_stores_get_the_budget_from_the_environment(
@@ -53,8 +65,19 @@ def test_the_committer_and_the_snapshot_stores_get_the_budget_from_the_environme
 ) -> None:
     monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", "3")
     rt = Runtime.in_memory()
-    assert rt.committer().warm_budget_bytes == 3 * MIB
-    assert rt.snapshot_stores.budget_bytes == 3 * MIB
+    assert rt.committer().warm_budget == WarmBudget(3 * MIB, 1.0)
+    assert (rt.snapshot_stores.budget_bytes, rt.snapshot_stores.load_factor) == (3 * MIB, 1.0)
+    monkeypatch.delenv("STATESTORE_WARM_CACHE_MB")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+    rt = Runtime.in_memory()
+    from_memory = budget_for_memory(2048)
+    assert rt.committer().warm_budget == budget_for_memory(
+        2048, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE
+    )
+    assert (rt.snapshot_stores.budget_bytes, rt.snapshot_stores.load_factor) == (
+        from_memory.bytes,
+        from_memory.load_factor,
+    )
 
 
 def test_the_snapshot_worker_keeps_its_tables_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:

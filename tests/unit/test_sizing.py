@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from statestore.sizing import (
     DEFAULT_TABLE_REFERENCES,
     DEFAULT_WORKER_MEMORY_MB,
+    LOAD_PEAK_BYTES_PER_REFERENCE,
     MEASURED_BYTES_PER_REFERENCE,
     RUNTIME_BASELINE_MB,
     USABLE_SHARE,
     WARM_BYTES_PER_PARTITION,
     WARM_BYTES_PER_REFERENCE,
+    WarmBudget,
     largest_table_references,
     memory_mb_for,
-    warm_budget_bytes,
+    warm_budget,
     warm_state_bytes,
 )
 
@@ -52,23 +56,34 @@ def test_a_table_beyond_lambdas_largest_size_is_refused_with_the_figures() -> No
         largest_table_references(1024, 0)
 
 
-def test_a_full_warm_cache_and_the_load_of_a_table_as_large_leave_the_usable_memory_unexceeded() -> None:
+def test_the_warm_budget_is_the_usable_memory_and_a_load_of_unknown_size_gets_the_room_it_had() -> None:
     for memory_mb in (512, 1024, 3008, 10_240):
-        budget = warm_budget_bytes(memory_mb)
+        budget = warm_budget(memory_mb)
         usable = (memory_mb * USABLE_SHARE - RUNTIME_BASELINE_MB) * (1 << 20)
-        # Room made for the table (the budget less its own warm bytes), plus its load's peak.
-        references = budget // WARM_BYTES_PER_REFERENCE
-        load_peak = references * MEASURED_BYTES_PER_REFERENCE
-        assert (budget - references * WARM_BYTES_PER_REFERENCE) + load_peak <= usable
-        assert budget > 0
-    assert warm_budget_bytes(128) == 0  # the runtime alone fills it
+        assert budget.bytes == math.floor(usable)
+        assert budget.load_factor == MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
+        committers = warm_budget(memory_mb, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE)
+        assert committers.bytes == budget.bytes and 1 < committers.load_factor < budget.load_factor
+        # Unknown size: what is kept is evicted down to a load-factor-th of the budget, what the rule kept
+        # before counts were known; a table as large as that, its size then known, loads beside the others
+        # evicted to leave room for its peak.
+        kept = math.floor(budget.bytes / budget.load_factor)
+        assert kept == math.floor(usable * WARM_BYTES_PER_REFERENCE / MEASURED_BYTES_PER_REFERENCE)
+        references = kept // WARM_BYTES_PER_REFERENCE
+        room = budget.bytes - math.ceil(references * WARM_BYTES_PER_REFERENCE * budget.load_factor)
+        assert room >= 0 and room + references * MEASURED_BYTES_PER_REFERENCE <= usable
+    assert warm_budget(128).bytes == 0  # the runtime alone fills it
+    with pytest.raises(ValueError, match="negative"):
+        WarmBudget(-1)
+    with pytest.raises(ValueError, match="load factor"):
+        WarmBudget(1, 0.9)
 
 
 def test_a_warm_states_estimate_counts_its_references_and_partitions() -> None:
     assert warm_state_bytes(0, 0) == 0
     assert warm_state_bytes(1_000, 10) == 1_000 * WARM_BYTES_PER_REFERENCE + 10 * WARM_BYTES_PER_PARTITION
-    # A 1,024 MB committer keeps over a million references warm.
-    assert warm_budget_bytes(1024) // WARM_BYTES_PER_REFERENCE > 1_000_000
+    # A 1,024 MB committer keeps over three million references warm.
+    assert warm_budget(1024).bytes // WARM_BYTES_PER_REFERENCE > 3_000_000
 
 
 def test_the_orphan_sweeps_share_covers_a_slice_of_listed_keys() -> None:

@@ -14,9 +14,12 @@ class Sized:
         self.size = size
 
 
-def cache(budget: int) -> tuple[WarmCache[Sized], list[int]]:
+def cache(budget: int, load_factor: float = 1.0) -> tuple[WarmCache[Sized], list[int]]:
     released: list[int] = []
-    return WarmCache(budget, lambda v: v.size, release=lambda: released.append(1)), released
+    return (
+        WarmCache(budget, lambda v: v.size, load_factor=load_factor, release=lambda: released.append(1)),
+        released,
+    )
 
 
 def fill(into: WarmCache[Sized], **sizes: int) -> None:
@@ -80,6 +83,29 @@ def test_a_table_known_to_be_over_the_budget_empties_the_cache_before_its_load()
 
     assert c.make_room("huge") == ["a", "b"]
     assert len(c) == 0
+
+
+def test_with_a_load_factor_room_is_made_for_the_loads_peak_from_its_measured_or_expected_size() -> None:
+    c, _ = cache(900, load_factor=3)
+    fill(c, seen=100, a=100, b=100, c=100, d=100, e=100, f=100, g=100, h=100)
+    del c["seen"]  # measured at 100: its load peaks at 300
+
+    assert c.make_room("seen") == ["a", "b"]  # 900 - 300 = 600 left for the others
+    assert c.make_room("counted", expected=50) == []  # 150 of peak fits beside the 600 kept
+    assert c.make_room("counted", expected=250) == ["c", "d", "e", "f", "g"]  # 750 of peak: 150 left
+    assert list(c) == ["h"]
+    assert c.make_room("seen", expected=300) == []  # the size measured here wins over an expected one
+
+
+def test_with_a_load_factor_a_table_of_unknown_size_gets_the_room_of_one_as_large_as_what_is_kept() -> None:
+    c, _ = cache(900, load_factor=3)
+    fill(c, a=100, b=100, c=100, d=100, e=100)
+
+    assert c.make_room("never-seen") == ["a", "b"]  # down to 900 / 3
+    assert list(c) == ["c", "d", "e"]
+    assert c.make_room("its-size-known-here", expected=10) == []  # an expected size is used when given
+    with pytest.raises(ValueError, match="load factor"):
+        WarmCache(100, lambda v: 0, load_factor=0.5)
 
 
 def test_a_zero_budget_keeps_nothing_and_a_negative_one_is_refused() -> None:

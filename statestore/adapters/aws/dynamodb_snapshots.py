@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,8 @@ from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cance
 from statestore.errors import StaleSnapshotError, StateStoreError
 from statestore.store.ports import SnapshotInfo, SnapshotMetadataStore
 
+logger = logging.getLogger(__name__)
+
 _TABLE_ID = instance.SNAPSHOTS_KEYS.hash_key[0]
 _SNAPSHOT_KEY = instance.SNAPSHOTS_KEYS.range_key[0]  # type: ignore[index]
 _NUMBER = "transaction_number"
@@ -19,6 +22,9 @@ _CREATED = "created_time"
 _PARTITIONS_KEY = "partitions_key"
 _FILES_KEY = "files_key"
 _CHECKSUMS = "checksums"  # list of S: the objects' CRC-32, in the order partitions, files
+# N: the state's counts (a hint to make room before a load; absent from records made before they were kept)
+_REFERENCES = "reference_count"
+_PARTITION_COUNT = "partition_count"
 
 LATEST = "latest"
 _SNAPSHOT_PREFIX = "snapshot#"
@@ -177,6 +183,9 @@ def _item(snapshot: SnapshotInfo, key: str) -> dict[str, Any]:
     }
     if snapshot.checksums:
         item[_CHECKSUMS] = {"L": [{"S": checksum} for checksum in snapshot.checksums]}
+    for name, count in ((_REFERENCES, snapshot.references), (_PARTITION_COUNT, snapshot.partitions)):
+        if count is not None:
+            item[name] = {"N": str(count)}
     return item
 
 
@@ -188,4 +197,21 @@ def _info(item: dict[str, Any]) -> SnapshotInfo:
         partitions_key=item[_PARTITIONS_KEY]["S"],
         files_key=item[_FILES_KEY]["S"],
         checksums=tuple(value["S"] for value in item.get(_CHECKSUMS, {}).get("L", [])),
+        references=_count(item, _REFERENCES),
+        partitions=_count(item, _PARTITION_COUNT),
     )
+
+
+def _count(item: dict[str, Any], name: str) -> int | None:
+    """A count the record holds, or None where it holds none or one that does not read as a count (a hint
+    only: the load it sizes reads the snapshot itself, and checks that)."""
+    value = item.get(name)
+    if value is None:
+        return None
+    try:
+        count = int(value["N"])
+    except (KeyError, TypeError, ValueError):
+        table = item.get(_TABLE_ID)
+        logger.warning("snapshot record of table %r: %s %r is not a count; ignored", table, name, value)
+        return None
+    return count if count >= 0 else None

@@ -12,6 +12,7 @@ from functools import partial
 from statestore import instance, sizing
 from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.overlap import Outcome
 from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableNotFoundError
@@ -54,14 +55,16 @@ from statestore.store.ports import (
     FileReferenceStore,
     QueueMessage,
     RequestKey,
+    SnapshotInfo,
     TableIndex,
     TransactionLogStore,
 )
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
-# The warm budget of a committer given none: that of the stack's default committer (1,024 MB).
-DEFAULT_WARM_BUDGET_BYTES = sizing.warm_budget_bytes(1024)
+# The warm budget of a committer given none: that of the stack's default committer (1,024 MB), whose loads
+# only read (no snapshot written).
+DEFAULT_WARM_BUDGET = sizing.warm_budget(1024, peak_bytes_per_reference=sizing.LOAD_PEAK_BYTES_PER_REFERENCE)
 
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
@@ -84,8 +87,10 @@ class BatchCommitter:
     requests are fine, and they commit once it is given one; the queue's redrive policy dead-letters them
     if that never happens.
 
-    Tables are kept warm within ``warm_budget_bytes`` of estimated state (:mod:`statestore.services.
+    Tables are kept warm within ``warm_budget`` of estimated state (:mod:`statestore.services.
     warm_cache`): the least recently used is evicted, and loaded again (snapshot + log) when next needed.
+    Before a load, room is made for its peak (the budget's load factor times its state's estimate: measured
+    at an earlier load, else counted in its snapshot's record).
     """
 
     tables: TableIndex
@@ -106,8 +111,9 @@ class BatchCommitter:
     # What the latest call of :meth:`process` did (for metrics).
     last_batch: BatchStats = field(default_factory=BatchStats, init=False)
     _batch: BatchStatsBuilder = field(default_factory=BatchStatsBuilder, init=False, repr=False)
-    # Estimated bytes of table state kept warm between batches (see statestore.sizing.warm_budget_bytes).
-    warm_budget_bytes: int = DEFAULT_WARM_BUDGET_BYTES
+    # Estimated bytes of table state kept warm between batches, and a load's peak over the state it keeps
+    # (see statestore.sizing.WarmBudget).
+    warm_budget: sizing.WarmBudget = DEFAULT_WARM_BUDGET
     # Gives freed memory back to the system after a load and an eviction (a no-op where it cannot).
     release_heap: Callable[[], object] = release_freed_heap
     _tables: WarmCache[WarmTable] = field(init=False, repr=False)
@@ -120,7 +126,11 @@ class BatchCommitter:
                 "(build the log with its commit status store)"
             )
         self._tables = WarmCache(
-            self.warm_budget_bytes, _warm_table_bytes, release=self.release_heap, name="committer"
+            self.warm_budget.bytes,
+            _warm_table_bytes,
+            load_factor=self.warm_budget.load_factor,
+            release=self.release_heap,
+            name="committer",
         )
 
     @property
@@ -264,7 +274,7 @@ class BatchCommitter:
         if table.store.loaded_state is not None:
             self._batch.warm_loads += 1
             return
-        self._tables.make_room(table.info.table_id)  # its size is known if it was loaded before
+        self._tables.make_room(table.info.table_id, table.expected_bytes)
         started = self.timer()
         table.store.cached_state()
         self.release_heap()  # the load's temporaries, freed: give them back
@@ -315,9 +325,11 @@ class BatchCommitter:
             sleep=self.sleep,
             rng=self.rng,
         )
+        expected = None
         if first is not None and first.snapshot is not None and isinstance(store, TransactionLogStateStore):
             store.use_latest_snapshot_read(first.snapshot)
-        table = self._tables[table_id] = WarmTable(info, store, now)
+            expected = _snapshot_bytes(first.snapshot)
+        table = self._tables[table_id] = WarmTable(info, store, now, expected)
         return table
 
     def forget(self, table_id: str) -> None:
@@ -405,6 +417,17 @@ def _warm_table_bytes(table: WarmTable) -> int:
     if state is None:
         return 0
     return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
+
+
+def _snapshot_bytes(read: Outcome[SnapshotInfo | None]) -> int | None:
+    """The estimated bytes of the state a snapshot's record counts (None: no snapshot, not counted, or the
+    read failed, which the load will meet)."""
+    if read.error is not None or read.value is None:
+        return None
+    snapshot = read.value
+    if snapshot.references is None or snapshot.partitions is None:
+        return None
+    return sizing.warm_state_bytes(snapshot.references, snapshot.partitions)
 
 
 def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:

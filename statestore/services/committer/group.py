@@ -30,11 +30,13 @@ logger = logging.getLogger("statestore.committer")  # one logger for the whole c
 
 @dataclass
 class WarmTable:
-    """A table the committer keeps loaded between batches."""
+    """A table the committer keeps loaded between batches; ``expected_bytes``: its state's estimate from its
+    snapshot's record, for the room its first load makes (None: not known)."""
 
     info: TableInfo
     store: TableStateStore
     checked_time: int
+    expected_bytes: int | None = None
 
 
 def commit_fresh(
