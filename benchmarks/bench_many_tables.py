@@ -5,7 +5,7 @@ exponent 1.1, the 5 large tables at evenly spread ranks), each commit one reques
 files) in its own batch, as traffic spread over many tables arrives. All of it goes through ONE committer in
 ONE process (spawned fresh: its peak resident set is its own), whose warm budget is what the stack's
 1,024 MB committer gets (``AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024`` through
-``lambdas._runtime.committer_warm_budget``). In the same process and run: one table of 10,000 references alone
+``lambdas._runtime.warm_budget``). In the same process and run: one table of 10,000 references alone
 (and one of 1,000,000 alone), for the commit rate and warm latency the spread is judged against, and the
 time to load a table of each size from its snapshot.
 
@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_model import SCHEMA, big_state, current_rss_mb, peak_rss_of_this_program_mb  # noqa: E402
 from results import Figure, record  # noqa: E402
 
-from lambdas._runtime import committer_warm_budget  # noqa: E402
+from lambdas._runtime import warm_budget  # noqa: E402
 from statestore.codec.parquet import freeze_loaded_states, state_to_parquet  # noqa: E402
 from statestore.engine import overlap  # noqa: E402
 from statestore.engine.log_store import TransactionLogStateStore  # noqa: E402
@@ -281,14 +281,17 @@ class Timings:
     """Each commit's latency (ms), split by table size and by whether its table was cold."""
 
     latencies: list[float] = field(default_factory=list)
-    by_class: dict[tuple[str, bool], list[float]] = field(default_factory=dict)
+    by_class: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     warm: int = 0
     cold: int = 0
     seconds: float = 0.0
 
-    def add(self, shape: str, cold: bool, millis: float) -> None:
+    def add(self, shape: str, kind: str, millis: float) -> None:
+        """One commit to a table of ``shape``, its state ``kind``: warm (kept), guarded (appended from what
+        an evicted table keeps, without its state) or cold (loaded)."""
+        cold = kind == "cold"
         self.latencies.append(millis)
-        self.by_class.setdefault((shape, cold), []).append(millis)
+        self.by_class.setdefault((shape, kind), []).append(millis)
         self.cold += cold
         self.warm += not cold
 
@@ -323,7 +326,9 @@ def commit_all(
         if result.outcome is not MessageOutcome.COMMITTED:
             raise RuntimeError(f"a commit to {table_id} was {result.outcome.value}: {result.reason}")
         if timings is not None:
-            timings.add(shape.name, committer.last_batch.cold_loads > 0, seconds * 1000)
+            batch = committer.last_batch
+            kind = "cold" if batch.cold_loads else "guarded" if batch.guarded else "warm"
+            timings.add(shape.name, kind, seconds * 1000)
             timings.seconds += seconds
 
 
@@ -361,7 +366,7 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     shapes: list[Shape] = config["shapes"]
     small, big = shapes
     scale: float = config["scale"]
-    full = committer_warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB)})
+    full = warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB)})
     budget = WarmBudget(round(full.bytes * scale), full.load_factor)
     stores = Stores.latent(config["rtt_ms"] / 1000, config["s3_mb_per_s"] * 1e6)
     clock = Stopwatch(stores.waits)
@@ -422,10 +427,12 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
             "p50": percentile(timings.latencies, 0.5),
             "p99": percentile(timings.latencies, 0.99),
             "classes": {
-                f"{name} {'cold' if cold else 'warm'}": (len(v), percentile(v, 0.5), percentile(v, 0.99))
-                for (name, cold), v in sorted(timings.by_class.items())
+                f"{name} {kind}": (len(v), percentile(v, 0.5), percentile(v, 0.99))
+                for (name, kind), v in sorted(timings.by_class.items())
             },
             "evictions": after.evictions - before.evictions,
+            "demotions": after.demotions - before.demotions,
+            "guarded_tables": len(c.guarded_tables),
             "oversized": after.oversized - before.oversized,
             "kept_tables": len(c.warm_tables),
             "kept_mb": sum(c.warm_tables.values()) / (1 << 20),
@@ -471,8 +478,9 @@ def report(f: dict[str, Any], args: argparse.Namespace, shapes: list[Shape]) -> 
         print(f"\n  {spread} over the tables:")
         print(
             f"    {s['rate']:>7.1f} commits/s overall ({s['rate'] / f['tables']:.3f} per table), warm-cache "
-            f"hit rate {s['hit_rate']:.0%}, p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms; {s['evictions']:,} "
-            f"evictions, {s['oversized']} over-budget tables dropped; kept {s['kept_tables']} tables, "
+            f"hit rate {s['hit_rate']:.0%}, p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms; {s['demotions']:,} "
+            f"states dropped for their guards, {s['evictions']:,} evictions, {s['oversized']} over-budget "
+            f"tables dropped; kept {s['kept_tables']} tables ({s['guarded_tables']} as guards), "
             f"~{s['kept_mb']:.0f} MB estimated, RSS {s['rss_mb']:.0f} MB"
         )
         for label, (n, p50, p99) in s["classes"].items():

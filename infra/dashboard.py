@@ -112,8 +112,12 @@ class Dashboard(Construct):
                 right=[function_metric(committer, "LogAppendConflicts")],
             ),
             _graph(
-                "Table loads (warm: from the cache; cold: read in full)",
-                [function_metric(committer, "TableLoadsWarm"), function_metric(committer, "TableLoadsCold")],
+                "Table loads (warm: from the cache; cold: read in full; guarded: committed without a state)",
+                [
+                    function_metric(committer, "TableLoadsWarm"),
+                    function_metric(committer, "TableLoadsCold"),
+                    function_metric(committer, "TableCommitsGuarded"),
+                ],
                 right=[
                     function_metric(committer, "TableLoadTime", "Average"),
                     function_metric(committer, "TableLoadTime", "Maximum"),
@@ -124,6 +128,7 @@ class Dashboard(Construct):
                 "Warm cache: tables evicted to stay within the budget, and what it keeps",
                 [
                     function_metric(committer, "WarmCacheEvictions"),
+                    function_metric(committer, "WarmCacheDemotions"),
                     function_metric(committer, "WarmCacheOversized"),
                     function_metric(committer, "WarmCacheTables", "Maximum"),
                 ],

@@ -195,7 +195,7 @@ class Runtime:
                 self.blobs,
                 self.dead_letters,
                 file_store=self.file_store,
-                warm_budget=committer_warm_budget(),
+                warm_budget=warm_budget(),
             )
         return self._committer
 
@@ -270,18 +270,14 @@ LAMBDA_MEMORY_ENV = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 DEFAULT_MEMORY_MB = 1024  # the stack's committer and snapshot function, for a budget outside Lambda
 
 
-def warm_budget(
-    environ: Mapping[str, str] | None = None,
-    *,
-    peak_bytes_per_reference: int = sizing.MEASURED_BYTES_PER_REFERENCE,
-) -> WarmBudget:
+def warm_budget(environ: Mapping[str, str] | None = None) -> WarmBudget:
     """How many bytes of table state (estimated) a function keeps warm between invocations.
 
     ``STATESTORE_WARM_CACHE_MB`` when set (0 keeps no table warm: the state kept, a load's room being outside
     it); else the sizing rule's budget for the function's memory, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` (which
-    Lambda sets), or 1,024 MB (the stack's default) outside Lambda, each load making room for its peak at
-    ``peak_bytes_per_reference`` within it (:func:`statestore.sizing.warm_budget`). Raises ValueError naming
-    the variable whose value is not a number of MB.
+    Lambda sets), or 1,024 MB (the stack's default) outside Lambda, each load making room for its peak
+    within it (:func:`statestore.sizing.warm_budget`). Raises ValueError naming the variable whose value is
+    not a number of MB.
     """
     env = os.environ if environ is None else environ
     raw = env.get(WARM_CACHE_MB_ENV, "").strip()
@@ -306,12 +302,7 @@ def warm_budget(
             raise ValueError(f"{LAMBDA_MEMORY_ENV}={memory!r} must be the function's memory size in MB")
     else:
         memory_mb = DEFAULT_MEMORY_MB
-    return sizing.warm_budget(memory_mb, peak_bytes_per_reference=peak_bytes_per_reference)
-
-
-def committer_warm_budget(environ: Mapping[str, str] | None = None) -> WarmBudget:
-    """:func:`warm_budget` for the committer, whose loads only read a table (no snapshot written)."""
-    return warm_budget(environ, peak_bytes_per_reference=sizing.LOAD_PEAK_BYTES_PER_REFERENCE)
+    return sizing.warm_budget(memory_mb)
 
 
 def snapshot_min_transactions(environ: Mapping[str, str] | None = None) -> int:

@@ -83,10 +83,12 @@ def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> No
     metrics.add_metric(name="LogAppendConflicts", unit=MetricUnit.Count, value=batch.log_append_conflicts)
     metrics.add_metric(name="TableLoadsWarm", unit=MetricUnit.Count, value=batch.warm_loads)
     metrics.add_metric(name="TableLoadsCold", unit=MetricUnit.Count, value=batch.cold_loads)
+    metrics.add_metric(name="TableCommitsGuarded", unit=MetricUnit.Count, value=batch.guarded)
     for millis in batch.cold_load_ms:
         metrics.add_metric(name="TableLoadTime", unit=MetricUnit.Milliseconds, value=millis)
     # The warm cache (hits and misses are the warm and cold loads above).
     metrics.add_metric(name="WarmCacheEvictions", unit=MetricUnit.Count, value=batch.evictions)
+    metrics.add_metric(name="WarmCacheDemotions", unit=MetricUnit.Count, value=batch.demotions)
     metrics.add_metric(name="WarmCacheOversized", unit=MetricUnit.Count, value=batch.oversized)
     metrics.add_metric(name="WarmCacheTables", unit=MetricUnit.Count, value=batch.warm_tables)
     metrics.add_metric(name="WarmCacheBytes", unit=MetricUnit.Bytes, value=batch.warm_bytes)

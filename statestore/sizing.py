@@ -31,12 +31,12 @@ between calls, within a budget (:mod:`statestore.services.warm_cache`). The budg
   and the partitions' shares told apart by states of few and of many partitions, rounded up so that the
   retained memory ``benchmarks/bench_model.py`` measures for its million-reference table is covered too.
   :func:`warm_state_bytes` estimates a state's bytes from its counts.
-- **the load's room**: a load's transient peak is its state's warm bytes times a *load factor*: the peak per
-  reference over :data:`WARM_BYTES_PER_REFERENCE`. The snapshot worker loads and writes a table again, so
-  its peak is :data:`MEASURED_BYTES_PER_REFERENCE` (factor 3); the committer only loads, so its peak is
-  :data:`LOAD_PEAK_BYTES_PER_REFERENCE`, the peak a fresh process reaches loading a snapshot of 1,000,000
-  references over 100,000 leaves (bytes read, then decoded) above what it held before, rounded up
-  (``benchmarks/bench_model.py`` measures it against this constant). Before a table of known size
+- **the load's room**: a load's transient peak is its state's warm bytes times a *load factor*,
+  :data:`MEASURED_BYTES_PER_REFERENCE` over :data:`WARM_BYTES_PER_REFERENCE` (3). The committer only loads:
+  in a fresh process that peaks lower (``benchmarks/bench_model.py`` prints it, ~410 B a reference), but a
+  process that has loaded and dropped many tables holds more for the same load (its heap is fragmented:
+  ``benchmarks/bench_many_tables.py`` measured a committer at 989 MB of 1,024 with a factor of 2.25), so
+  the committer makes the snapshot worker's room. Before a table of known size
   is loaded (measured at an earlier load, or counted in its snapshot's record), the tables kept are evicted
   until they and that peak fit in the budget; a table larger than that loads with the cache emptied, so it
   is bounded by the per-table rule above. Before a table of unknown size is loaded (no snapshot, or one
@@ -52,8 +52,6 @@ import math
 from dataclasses import dataclass
 
 MEASURED_BYTES_PER_REFERENCE = 600
-# The peak of loading a snapshot alone (what the committer does), per reference: see the module's docstring.
-LOAD_PEAK_BYTES_PER_REFERENCE = 450
 RUNTIME_BASELINE_MB = 128
 USABLE_SHARE = 0.9
 # The orphan sweep lists and judges keys a slice at a time: 100 LIST pages. A listed key is a (key, time) pair
@@ -133,19 +131,17 @@ class WarmBudget:
             raise ValueError(f"a load's peak is at least the state it keeps: load factor {self.load_factor}")
 
 
+# A load's transient peak over the warm bytes of the state it leaves (see the module's docstring).
+LOAD_FACTOR = MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
+
+
 def warm_budget(
-    memory_mb: int,
-    *,
-    peak_bytes_per_reference: int = MEASURED_BYTES_PER_REFERENCE,
-    baseline_mb: int = RUNTIME_BASELINE_MB,
-    usable_share: float = USABLE_SHARE,
+    memory_mb: int, *, baseline_mb: int = RUNTIME_BASELINE_MB, usable_share: float = USABLE_SHARE
 ) -> WarmBudget:
     """The warm budget of a function of ``memory_mb``: its usable memory less the runtime's (0 if the runtime
-    alone fills it), each load making room for its peak at ``peak_bytes_per_reference`` (the snapshot
-    worker's by default; :data:`LOAD_PEAK_BYTES_PER_REFERENCE` for the committer, which only loads)."""
+    alone fills it), each load making room for its peak (see the module's docstring)."""
     usable_bytes = (memory_mb * usable_share - baseline_mb) * _MIB
-    load_factor = max(1.0, peak_bytes_per_reference / WARM_BYTES_PER_REFERENCE)
-    return WarmBudget(max(0, math.floor(usable_bytes)), load_factor)
+    return WarmBudget(max(0, math.floor(usable_bytes)), LOAD_FACTOR)
 
 
 # The default memory of the snapshot and cleanup workers: each loads one table.

@@ -183,6 +183,12 @@ class LogStateLoading:
             return state
         raise AssertionError("the last candidate, no snapshot, always loads or raises")
 
+    def unload(self) -> tuple[TableState, int] | None:
+        """Drop the state kept (the next read loads it afresh): it, and when it was last known current (its
+        read to the log's end began), or None when none was kept."""
+        state, self._state = self._state, None
+        return None if state is None else (state, self._read_to_end_at)
+
     def use_latest_snapshot_read(self, latest: Outcome[SnapshotInfo | None]) -> None:
         """The next load of the latest state starts from ``latest``, the outcome of a read of the table's
         latest snapshot record the caller made (at once with other reads), instead of reading it. Any

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from statestore.codec.transaction_json import encode_transaction
+from statestore.engine.guarded_commit import GuardedCommits
 from statestore.engine.log_loading import LogStateLoading
 from statestore.engine.log_loading import entries_after as entries_after
 from statestore.engine.results import (
@@ -86,7 +87,7 @@ class _Draft:
     outcomes: tuple[CommitStatus, ...] = ()
 
 
-class TransactionLogStateStore(LogStateLoading):
+class TransactionLogStateStore(LogStateLoading, GuardedCommits):
     """A table's state, kept up to date from its log; commits go through :meth:`commit`.
 
     Not thread-safe: give each thread its own instance (they coordinate through the log). ``index_leaves``:

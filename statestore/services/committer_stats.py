@@ -34,7 +34,9 @@ class BatchStats:
     unexpected error), and ``cold_load_ms`` holds how long each took. Warm loads are the warm cache's hits,
     cold loads its misses. ``evictions`` counts the tables evicted to stay within the warm budget and
     ``oversized`` those dropped after use because their state alone was over it; ``warm_tables`` and
-    ``warm_bytes`` are what the cache kept after the batch (its estimate, in bytes).
+    ``warm_bytes`` are what the cache kept after the batch (its estimate, in bytes). ``guarded`` counts the
+    tables committed to from what an evicted table keeps (:mod:`statestore.state.file_guard`), neither
+    loading nor holding its state, and ``demotions`` the tables whose state was dropped for that guard.
     """
 
     messages: int = 0
@@ -46,6 +48,8 @@ class BatchStats:
     oversized: int = 0
     warm_tables: int = 0
     warm_bytes: int = 0
+    guarded: int = 0
+    demotions: int = 0
 
     @property
     def cold_loads(self) -> int:
@@ -65,6 +69,8 @@ class BatchStatsBuilder:
     oversized: int = 0
     warm_tables: int = 0
     warm_bytes: int = 0
+    guarded: int = 0
+    demotions: int = 0
 
     def build(self) -> BatchStats:
         return BatchStats(
@@ -77,4 +83,6 @@ class BatchStatsBuilder:
             self.oversized,
             self.warm_tables,
             self.warm_bytes,
+            self.guarded,
+            self.demotions,
         )

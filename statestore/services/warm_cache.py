@@ -33,7 +33,7 @@ import logging
 import math
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -85,12 +85,14 @@ def release_freed_heap() -> bool:
 @dataclass(frozen=True)
 class CacheCounts:
     """What a cache did since it was made (cumulative): lookups that found a table or not, tables evicted
-    to stay within the budget, and tables dropped after use because their state alone was over it."""
+    to stay within the budget, tables dropped after use because their state alone was over it, and tables
+    demoted (kept smaller) to stay within the budget."""
 
     hits: int = 0
     misses: int = 0
     evictions: int = 0
     oversized: int = 0
+    demotions: int = 0
 
 
 class WarmCache(MutableMapping[str, V]):
@@ -106,6 +108,7 @@ class WarmCache(MutableMapping[str, V]):
         size_of: Callable[[V], int],
         *,
         load_factor: float = 1.0,
+        demote: Callable[[V], bool] | None = None,
         release: Callable[[], object] = release_freed_heap,
         name: str = "warm cache",
     ) -> None:
@@ -115,13 +118,14 @@ class WarmCache(MutableMapping[str, V]):
             raise ValueError(f"a load's peak is at least the state it keeps: load factor {load_factor}")
         self.budget_bytes = budget_bytes
         self.load_factor = load_factor
+        self._demote = demote
         self._size_of = size_of
         self._release = release
         self._name = name
         self._values: OrderedDict[str, V] = OrderedDict()
         self._sizes: dict[str, int] = {}  # estimated bytes of each kept value, as last measured
         self._known: dict[str, int] = {}  # the last measured size of every table seen (a few bytes each)
-        self._hits = self._misses = self._evictions = self._oversized = 0
+        self._hits = self._misses = self._evictions = self._oversized = self._demotions = 0
 
     # --- what it holds --------------------------------------------------------------------------
 
@@ -132,7 +136,7 @@ class WarmCache(MutableMapping[str, V]):
 
     @property
     def counts(self) -> CacheCounts:
-        return CacheCounts(self._hits, self._misses, self._evictions, self._oversized)
+        return CacheCounts(self._hits, self._misses, self._evictions, self._oversized, self._demotions)
 
     def known_size(self, key: str) -> int | None:
         """The table's estimated bytes when it was last measured here (kept or not), or None."""
@@ -156,24 +160,32 @@ class WarmCache(MutableMapping[str, V]):
 
     def make_room(self, key: str, expected: int | None = None) -> list[str]:
         """Before ``key`` is loaded: evict the least recently used others until its load's peak fits beside
-        them (all of them when it is over the budget), its size being the last measured here, else
-        ``expected`` (its snapshot's counts); down to a load-factor-th of the budget when neither is known.
-        Returns the keys evicted, oldest first."""
-        size = self._known.get(key, expected)
+        them (all of them when it is over the budget), its size being the larger of the last measured here
+        and ``expected`` (its snapshot's counts, or what its demoted value knows); down to a load-factor-th
+        of the budget when neither is known. Returns the keys evicted, oldest first."""
+        known = self._known.get(key)
+        size = expected if known is None else known if expected is None else max(known, expected)
         if size is None:
             room = math.floor(self.budget_bytes / self.load_factor)
         else:
             room = self.budget_bytes - math.ceil(size * self.load_factor)
+        demotions = self._demotions
         evicted = self._evict_until(room, keep=key)
-        if evicted:
+        if evicted or self._demotions != demotions:  # a state dropped for its guard frees memory too
             self._release()
         return evicted
 
-    def settle(self) -> list[str]:
-        """After use: measure every kept value, drop one whose estimate alone is over the budget, and evict
-        the least recently used until the rest fit. Returns the keys dropped or evicted, oldest first."""
+    def settle(self, used: Iterable[str] | None = None) -> list[str]:
+        """After use: measure the kept values ``used`` (every one when None; a value only changes while it is
+        used), drop one whose estimate alone is over the budget, and evict the least recently used until the
+        rest fit. Returns the keys dropped or evicted, oldest first."""
         dropped: list[str] = []
-        for key, value in list(self._values.items()):
+        measured = (
+            list(self._values.items())
+            if used is None
+            else [(key, self._values[key]) for key in used if key in self._values]
+        )
+        for key, value in measured:
             size = self._sizes[key] = self._size_of(value)
             self._known[key] = size
             if size > self.budget_bytes:
@@ -184,23 +196,45 @@ class WarmCache(MutableMapping[str, V]):
                     "%s: table %r's state (~%d MB) is over the budget (%d MB): used, then dropped",
                     self._name, key, size >> 20, self.budget_bytes >> 20,
                 )  # fmt: skip
+        demotions = self._demotions
         dropped += self._evict_until(self.budget_bytes)
-        if dropped:
+        if dropped or self._demotions != demotions:
             self._release()
         return dropped
 
     def _evict_until(self, limit: int, keep: str | None = None) -> list[str]:
+        """Until the kept values' bytes are within ``limit``, least recently used first: values are demoted
+        where ``demote`` can (it makes a value smaller in place: kept, at its new size), the most recent one
+        last; then what is left is evicted, the most recent one last. Returns the keys evicted."""
         evicted: list[str] = []
         used = self.used_bytes
-        for key in list(self._values):
-            if used <= limit:
-                break
-            if key == keep:
-                continue
-            used -= self._sizes.pop(key)
-            del self._values[key]
-            self._evictions += 1
-            evicted.append(key)
+        if used <= limit:
+            return evicted
+        newest = next(reversed(self._values), None)
+        passes: list[tuple[bool, bool]] = []  # (demote, include the newest)
+        if self._demote is not None:
+            passes.append((True, False))
+        passes.append((False, False))
+        if self._demote is not None:
+            passes.append((True, True))
+        passes.append((False, True))
+        for demoting, newest_too in passes:
+            for key in list(self._values):
+                if used <= limit:
+                    break
+                if key == keep or (key == newest and not newest_too):
+                    continue
+                size = self._sizes[key]
+                if demoting:
+                    if self._demote is not None and self._demote(self._values[key]):
+                        smaller = self._sizes[key] = self._size_of(self._values[key])
+                        used -= size - smaller
+                        self._demotions += 1
+                    continue
+                used -= self._sizes.pop(key)
+                del self._values[key]
+                self._evictions += 1
+                evicted.append(key)
         if evicted:
             logger.debug("%s: evicted %d table(s) to stay within %d bytes", self._name, len(evicted), limit)
         return evicted

@@ -33,6 +33,7 @@ from statestore.model.partitions import Partition
 from statestore.model.schema import Schema
 from statestore.state.cycle_collector import collector_paused
 from statestore.state.file_columns import FileColumns
+from statestore.state.file_guard import FileGuard, GuardCannotTell
 from statestore.state.partition_columns import PartitionColumns
 from statestore.state.table_queries import ABSENT as _ABSENT
 from statestore.state.table_queries import TableQueries, _FilesView, _PartitionsView
@@ -382,6 +383,32 @@ class TableState(TableQueries):
             self._maybe_fold()
 
     # --- whole-state ----------------------------------------------------------------------------
+
+    def file_guard(self, read_to_end_at: int, state_bytes: int) -> FileGuard | None:
+        """What this state keeps when evicted, to take new files without it (:mod:`statestore.state.
+        file_guard`): its name index's hashes (shared), the names changed since, its partitions' ids. None
+        while an undo journal is open, or when a name it holds cannot be hashed (the state then is
+        simply dropped)."""
+        if self._undo is not None:
+            return None
+        added = [name for name, entry in self._overlay.items() if entry is not None]
+        ids = list(self.partitions_by_id)
+        try:
+            return FileGuard(
+                self._base._sorted_hashes,  # removed names stay in: held "maybe", which loads the state
+                self._base._hash_mask,
+                added,
+                data_prefix=self.data_prefix,
+                partition_ids=frozenset(ids),
+                leaf_ids=frozenset(self.leaf_ids()),
+                transaction_number=self.transaction_number,
+                last_update_time=self.last_update_time,
+                references=self._reference_count,
+                read_to_end_at=read_to_end_at,
+                state_bytes=state_bytes,
+            )
+        except GuardCannotTell:
+            return None
 
     def copy(self) -> TableState:
         """An independent copy (the base is immutable and shared; the overlay is copied)."""

@@ -8,7 +8,7 @@ when following a log whose entries were validated before they were written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import cast
 
 from statestore.model.partitions import Partition
@@ -58,11 +58,14 @@ LISTED_PARTITIONS_AT_MOST = 100
 LISTED_BYTES_AT_MOST = 16 * 1024
 
 
-def leaves_added_to(transaction: Transaction, partitions: Mapping[str, Partition]) -> frozenset[str] | None:
+def leaves_added_to(
+    transaction: Transaction, partitions: Mapping[str, Partition] | Collection[str]
+) -> frozenset[str] | None:
     """For a transaction that only adds files (an ``AddFiles``, or a batch of nothing else): the ids of the
     partitions it adds references to when every one is a leaf of ``partitions`` (the tree it is written
-    on), at most ``LISTED_PARTITIONS_AT_MOST`` taking at most ``LISTED_BYTES_AT_MOST`` bytes; else empty (the
-    entry is not listed). None for every other transaction: it may change anything."""
+    on, or the ids of its leaves), at most ``LISTED_PARTITIONS_AT_MOST`` taking at most
+    ``LISTED_BYTES_AT_MOST`` bytes; else empty (the entry is not listed). None for every other transaction:
+    it may change anything."""
     if isinstance(transaction, AddFiles):
         adds = [transaction]
     elif isinstance(transaction, TransactionBatch) and all(
@@ -78,7 +81,11 @@ def leaves_added_to(transaction: Transaction, partitions: Mapping[str, Partition
             return frozenset()
     if sum(len(i.encode()) for i in listed) > LISTED_BYTES_AT_MOST:
         return frozenset()
-    if not all(i in partitions and partitions[i].leaf for i in listed):
+    if isinstance(partitions, Mapping):
+        leaves: Collection[str] = [i for i in listed if i in partitions and partitions[i].leaf]
+    else:
+        leaves = [i for i in listed if i in partitions]
+    if len(leaves) != len(listed):
         return frozenset()
     return frozenset(listed)
 

@@ -16,6 +16,7 @@ from statestore.errors import (
 from statestore.model.files import FileReference
 from statestore.model.names import MAX_NAME_BYTES, key_problem, name_problem
 from statestore.model.schema import INT64_MAX, INT64_MIN, integer_problem
+from statestore.state.file_guard import NewFileChecks
 from statestore.state.table_state import TableState
 
 
@@ -52,7 +53,7 @@ def check_name(value: str, what: str) -> None:
         raise InvalidTransactionError(f"{what} {shown!r} {problem}")
 
 
-def check_new_reference(state: TableState, ref: FileReference) -> None:
+def check_new_reference(state: NewFileChecks, ref: FileReference) -> None:
     """Check a reference a transaction adds: a filename, storable fields, no job, a partition that exists."""
     # Fast path for the shape every well-formed new reference has (exact types: a subclass, such as a bool
     # for an int, takes the precise checks below); a big AddFiles checks a hundred thousand of these.
@@ -81,7 +82,7 @@ def check_new_reference(state: TableState, ref: FileReference) -> None:
     check_reference_fields(ref)
     if ref.job_id is not None:
         raise InvalidTransactionError(f"a new reference to {ref.filename!r} cannot already belong to a job")
-    if ref.partition_id not in state.partitions_by_id:
+    if not (isinstance(ref.partition_id, str) and state.has_partition(ref.partition_id)):
         raise PartitionNotFoundError(ref.partition_id)
 
 

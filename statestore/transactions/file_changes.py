@@ -24,6 +24,7 @@ from statestore.model.names import MAX_NAME_BYTES, key_problem, name_problem
 from statestore.model.schema import INT64_MAX, INT64_MIN
 from statestore.state.cycle_collector import collector_paused
 from statestore.state.file_columns import FileColumns, forget_split_filenames
+from statestore.state.file_guard import NewFileChecks
 from statestore.state.table_state import TableState
 from statestore.transactions.base import Transaction
 from statestore.transactions.checks import (
@@ -41,7 +42,9 @@ _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tup
 _MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
 
 
-def _well_formed_names(state: TableState, transaction: AddFiles) -> tuple[tuple[str, ...], set[str]] | None:
+def _well_formed_names(
+    state: NewFileChecks, transaction: AddFiles
+) -> tuple[tuple[str, ...], set[str]] | None:
     """The filenames of ``transaction``'s references, in order and as a set, if every reference would pass
     :func:`check_new_reference` and no (filename, partition) is repeated, checked column by column with
     each pass in C: what a bulk AddFiles of good references costs. None says only that the references
@@ -76,7 +79,7 @@ def _well_formed_names(state: TableState, transaction: AddFiles) -> tuple[tuple[
         and set(map(type, approximate)) <= {bool}
         and set(map(type, whole_file)) <= {bool}
         and set(map(type, partition_ids)) == {str}
-        and all(map(state.partitions_by_id.__contains__, set(partition_ids)))
+        and all(map(state.has_partition, set(partition_ids)))
     )
     return (filenames, names) if well_formed else None
 
@@ -106,7 +109,7 @@ class AddFiles(Transaction):
             columns = self.__dict__["_columns"] = transposed
         return cast(tuple[tuple[Any, ...], ...], columns)
 
-    def validate(self, state: TableState) -> None:
+    def validate(self, state: NewFileChecks) -> None:  # a TableState, or what a FileGuard keeps of one
         if not self.references and not self.unreferenced_files:
             raise InvalidTransactionError("AddFiles needs at least one file reference or unreferenced file")
         if len(self.references) < _MANY_REFERENCES:
@@ -115,7 +118,7 @@ class AddFiles(Transaction):
         with collector_paused():  # as in apply: many short-lived objects
             self._validate(state)
 
-    def _validate(self, state: TableState) -> None:
+    def _validate(self, state: NewFileChecks) -> None:
         bulk = len(self.references) >= _MANY_REFERENCES
         checked = _well_formed_names(state, self) if bulk else None
         if checked is None:
@@ -138,7 +141,7 @@ class AddFiles(Transaction):
                 )
             unreferenced.add(filename)
 
-    def _check_each_reference(self, state: TableState, present: list[bool]) -> set[str]:
+    def _check_each_reference(self, state: NewFileChecks, present: list[bool]) -> set[str]:
         """Check the references one by one, raising on the first wrong one; returns their filenames."""
         seen: set[tuple[str, str]] = set()
         for ref, exists in zip(self.references, present, strict=True):

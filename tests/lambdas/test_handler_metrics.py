@@ -167,7 +167,9 @@ def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
         "LogAppendConflicts": 0,
         "TableLoadsWarm": 0,
         "TableLoadsCold": 1,
+        "TableCommitsGuarded": 0,
         "WarmCacheEvictions": 0,
+        "WarmCacheDemotions": 0,
         "WarmCacheOversized": 0,
     }
     load_time = invocation["TableLoadTime"]
@@ -223,7 +225,9 @@ def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
         "LogAppendConflicts": 0,
         "TableLoadsWarm": 1,
         "TableLoadsCold": 0,
+        "TableCommitsGuarded": 0,
         "WarmCacheEvictions": 0,
+        "WarmCacheDemotions": 0,
         "WarmCacheOversized": 0,
     }
     assert "TableLoadTime" not in invocation

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from lambdas._runtime import Runtime, committer_warm_budget, warm_budget
+from lambdas._runtime import Runtime, warm_budget
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
 from statestore.services.upkeep import UpkeepKind, UpkeepWork, run_snapshot_work
 from statestore.sizing import (
-    LOAD_PEAK_BYTES_PER_REFERENCE,
     MEASURED_BYTES_PER_REFERENCE,
     WARM_BYTES_PER_REFERENCE,
     WarmBudget,
@@ -38,12 +37,9 @@ def test_without_it_the_budget_follows_the_functions_memory_and_else_the_default
     assert warm_budget({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}).bytes > budget_for_memory(1024).bytes
     assert warm_budget({}) == budget_for_memory(1024)
     assert warm_budget({"STATESTORE_WARM_CACHE_MB": " "}) == budget_for_memory(1024)
-    # Each load makes room for its peak within it: a snapshot worker's loads write again, a committer's not.
+    # Each load makes room for its peak within it.
     assert warm_budget({}).load_factor == MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
-    committers = committer_warm_budget({})
-    assert committers == DEFAULT_WARM_BUDGET
-    assert committers == warm_budget({}, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE)
-    assert committers.load_factor == LOAD_PEAK_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
+    assert warm_budget({}) == DEFAULT_WARM_BUDGET
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf", "1e999", "512MB"])
@@ -71,9 +67,7 @@ def test_the_committer_and_the_snapshot_stores_get_the_budget_from_the_environme
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
     rt = Runtime.in_memory()
     from_memory = budget_for_memory(2048)
-    assert rt.committer().warm_budget == budget_for_memory(
-        2048, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE
-    )
+    assert rt.committer().warm_budget == from_memory
     assert (rt.snapshot_stores.budget_bytes, rt.snapshot_stores.load_factor) == (
         from_memory.bytes,
         from_memory.load_factor,

@@ -45,6 +45,7 @@ def test_the_simulation_exercises_every_kind_of_fault_and_commits_through_every_
     assert faults == kinds
     assert sum(w.summary()["entries"] for w in worlds) > 10 * STEPS // 4
     assert any(w.queue.redriven or w.dead_letters.letters for w in worlds)
+    assert sum(w.summary()["guarded_commits"] for w in worlds) > 0  # appended from an evicted table's guard
 
 
 def test_a_seed_replays_exactly() -> None:

@@ -70,6 +70,9 @@ from statestore.model.schema import Schema
 from statestore.services.cleanup import cleanup_tables, snapshot_tables
 from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
+from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
+from statestore.sizing import WarmBudget
+from statestore.state import file_guard
 from statestore.state.table_state import TableState
 from statestore.store.memory import (
     InMemoryBlobStore,
@@ -105,6 +108,10 @@ from statestore.transactions import (
     TransactionBatch,
     request_ids_of,
 )
+
+# A warm budget that keeps one table's state (~2-3 KB here) and the others' guards, counted without their
+# fixed overhead (tests/simulation/conftest.py, run_for_summary).
+GUARD_BUDGET_BYTES = 3_000
 
 T = TypeVar("T")
 
@@ -499,6 +506,8 @@ class CommitterActor(Actor):
 
     def _committer(self, world: World) -> BatchCommitter:
         if self.committer is None:
+            # Half the committers keep little more than guards: evicted tables take new files from them.
+            budget = WarmBudget(GUARD_BUDGET_BYTES) if world.rng.random() < 0.5 else DEFAULT_WARM_BUDGET
             self.committer = BatchCommitter(
                 world.tables,
                 world.log,
@@ -509,6 +518,7 @@ class CommitterActor(Actor):
                 clock=self.clock(world),
                 sleep=lambda _: None,
                 rng=random.Random(world.rng.random()),
+                warm_budget=budget,
             )
         return self.committer
 
@@ -517,7 +527,9 @@ class CommitterActor(Actor):
         if not batch:
             return
         received = [ReceivedMessage(m.message_id, m.body, m.group_id, m.receives, m.sent) for m in batch]
-        results = self._committer(world).process(received)
+        committer = self._committer(world)
+        results = committer.process(received)
+        world.guarded_commits += committer.last_batch.guarded
         for m, result in zip(batch, results, strict=True):
             if result.retry:
                 world.queue.give_back(m)
@@ -719,6 +731,7 @@ class World:
         self, seed: int, *, tables: int = 2, committers: int = 2, rates: FaultRates | None = None
     ) -> None:
         self.seed = seed
+        self.guarded_commits = 0  # batches a committer appended from an evicted table's guard
         self.rng = random.Random(seed)
         self.now = 1_700_000_000_000
         self.acting: Actor | None = None
@@ -913,6 +926,7 @@ class World:
             "resends_after_redrive": self.resends_after_redrive,
             "redrives": self.redrives,
             "violations": len(self.violations),
+            "guarded_commits": self.guarded_commits,
         }
 
 
@@ -938,6 +952,7 @@ def run_for_summary(job: tuple[int, int, int]) -> dict[str, Any]:
     seed, steps, committers = job
     logging.disable(logging.CRITICAL)  # every injected failure is logged by the code under test
     overlap.both = overlap.in_turn  # one actor at a time, as tests/simulation/conftest.py sets it
+    file_guard.GUARD_OVERHEAD_BYTES = 0  # likewise
     try:
         return run_seed(seed, steps, committers=committers).summary()
     except InvariantViolation as e:

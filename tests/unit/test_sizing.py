@@ -9,7 +9,7 @@ import pytest
 from statestore.sizing import (
     DEFAULT_TABLE_REFERENCES,
     DEFAULT_WORKER_MEMORY_MB,
-    LOAD_PEAK_BYTES_PER_REFERENCE,
+    LOAD_FACTOR,
     MEASURED_BYTES_PER_REFERENCE,
     RUNTIME_BASELINE_MB,
     USABLE_SHARE,
@@ -61,9 +61,7 @@ def test_the_warm_budget_is_the_usable_memory_and_a_load_of_unknown_size_gets_th
         budget = warm_budget(memory_mb)
         usable = (memory_mb * USABLE_SHARE - RUNTIME_BASELINE_MB) * (1 << 20)
         assert budget.bytes == math.floor(usable)
-        assert budget.load_factor == MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
-        committers = warm_budget(memory_mb, peak_bytes_per_reference=LOAD_PEAK_BYTES_PER_REFERENCE)
-        assert committers.bytes == budget.bytes and 1 < committers.load_factor < budget.load_factor
+        assert budget.load_factor == LOAD_FACTOR == MEASURED_BYTES_PER_REFERENCE / WARM_BYTES_PER_REFERENCE
         # Unknown size: what is kept is evicted down to a load-factor-th of the budget, what the rule kept
         # before counts were known; a table as large as that, its size then known, loads beside the others
         # evicted to leave room for its peak.

@@ -51,6 +51,17 @@ def test_sizes_are_measured_after_use_so_a_grown_table_evicts_others() -> None:
     assert {k: v.size for k, v in c.items()} == {"c": 250}
 
 
+def test_settling_after_one_tables_use_measures_that_table_alone() -> None:
+    c, _ = cache(300)
+    fill(c, a=100, b=100)
+    c["a"].size, c["b"].size = 150, 250  # b's growth is not seen until b is used
+
+    assert c.settle(["a"]) == []
+    assert c.used_bytes == 250
+    assert c.settle(["b"]) == ["a"]  # now measured: over the budget with a
+    assert list(c) == ["b"]
+
+
 def test_a_table_over_the_whole_budget_is_dropped_after_use_and_the_others_stay() -> None:
     c, released = cache(300)
     fill(c, a=100, b=100)
@@ -94,7 +105,8 @@ def test_with_a_load_factor_room_is_made_for_the_loads_peak_from_its_measured_or
     assert c.make_room("counted", expected=50) == []  # 150 of peak fits beside the 600 kept
     assert c.make_room("counted", expected=250) == ["c", "d", "e", "f", "g"]  # 750 of peak: 150 left
     assert list(c) == ["h"]
-    assert c.make_room("seen", expected=300) == []  # the size measured here wins over an expected one
+    assert c.make_room("seen", expected=1) == []  # the larger of the size measured here and an expected one
+    assert c.make_room("seen", expected=300) == ["h"]
 
 
 def test_with_a_load_factor_a_table_of_unknown_size_gets_the_room_of_one_as_large_as_what_is_kept() -> None:
@@ -106,6 +118,38 @@ def test_with_a_load_factor_a_table_of_unknown_size_gets_the_room_of_one_as_larg
     assert c.make_room("its-size-known-here", expected=10) == []  # an expected size is used when given
     with pytest.raises(ValueError, match="load factor"):
         WarmCache(100, lambda v: 0, load_factor=0.5)
+
+
+class Demotable(Sized):
+    """A value that can be made smaller once (as a table's state is dropped for its guard)."""
+
+    def __init__(self, size: int, demoted: int) -> None:
+        super().__init__(size)
+        self.demoted = demoted
+
+    def demote(self) -> bool:
+        if self.size == self.demoted:
+            return False
+        self.size = self.demoted
+        return True
+
+
+def test_values_are_demoted_least_recent_first_the_newest_last_before_any_is_evicted() -> None:
+    c = WarmCache(300, lambda v: v.size, demote=Demotable.demote, release=lambda: None)
+    for key in ("a", "b", "c"):
+        c[key] = Demotable(100, 20)
+        c.settle()
+    c["d"] = Demotable(100, 20)  # the newest: 400 in all
+
+    assert c.settle() == []
+    assert {k: v.size for k, v in c.items()} == {"a": 20, "b": 20, "c": 100, "d": 100}
+    assert c.counts.demotions == 2 and c.counts.evictions == 0
+
+    c["e"] = Demotable(250, 20)  # 490: c and d demoted (330), then the oldest demoted ones evicted
+    assert c.settle() == ["a", "b"]
+    assert {k: v.size for k, v in c.items()} == {"c": 20, "d": 20, "e": 250}
+    assert c.make_room("f", expected=280) == ["c", "d"]  # e demoted last, only once the others are gone
+    assert {k: v.size for k, v in c.items()} == {"e": 20}
 
 
 def test_a_zero_budget_keeps_nothing_and_a_negative_one_is_refused() -> None:

@@ -44,6 +44,7 @@ from statestore.services.committer.sorting import (
 )
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.services.warm_cache import CacheCounts, WarmCache, release_freed_heap
+from statestore.state.table_state import TableState
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -62,9 +63,8 @@ from statestore.store.ports import (
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
-# The warm budget of a committer given none: that of the stack's default committer (1,024 MB), whose loads
-# only read (no snapshot written).
-DEFAULT_WARM_BUDGET = sizing.warm_budget(1024, peak_bytes_per_reference=sizing.LOAD_PEAK_BYTES_PER_REFERENCE)
+# The warm budget of a committer given none: that of the stack's default committer (1,024 MB).
+DEFAULT_WARM_BUDGET = sizing.warm_budget(1024)
 
 # Message attributes of a dead letter (defined beside the ports, which read them back).
 REASON_ATTRIBUTE = DEAD_LETTER_REASON_ATTRIBUTE
@@ -129,6 +129,7 @@ class BatchCommitter:
             self.warm_budget.bytes,
             _warm_table_bytes,
             load_factor=self.warm_budget.load_factor,
+            demote=_demote,
             release=self.release_heap,
             name="committer",
         )
@@ -157,6 +158,7 @@ class BatchCommitter:
             after = self._tables.counts
             self._batch.evictions = after.evictions - before.evictions
             self._batch.oversized = after.oversized - before.oversized
+            self._batch.demotions = after.demotions - before.demotions
             self._batch.warm_tables = len(self._tables)
             self._batch.warm_bytes = self._tables.used_bytes
             self.last_batch = self._batch.build()
@@ -165,6 +167,11 @@ class BatchCommitter:
     def warm_counts(self) -> CacheCounts:
         """What the warm cache did since this committer was made (evictions, oversized tables dropped)."""
         return self._tables.counts
+
+    @property
+    def guarded_tables(self) -> set[str]:
+        """The tables kept only as their guard (their state dropped), among :attr:`warm_tables`."""
+        return {t for t, table in self._tables.items() if table.store.loaded_state is None and table.guard}
 
     @property
     def warm_tables(self) -> dict[str, int]:
@@ -212,7 +219,7 @@ class BatchCommitter:
                 continue
             try:
                 decisions.update(self._decide_table(group_id, fresh))
-                self._tables.settle()  # measure what it holds now; evict to stay within the budget
+                self._tables.settle([group_id])  # measure it now; evict to stay within the budget
             except Exception as e:
                 if not isinstance(e, StateStoreError):
                     # A bug, or a state we cannot trust: start the table afresh next time.
@@ -255,15 +262,21 @@ class BatchCommitter:
         fresh = [r for r in fresh if r.position not in refused]
         if not fresh:
             return refused
-        self._load(table)
+        if table.guard is None:
+            self._load(table)  # else loaded only if the guard cannot decide (commit_fresh)
 
         firsts, copies = split_copies(fresh)
         by_request = commit_fresh(
-            table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch
-        )
-        state = table.store.loaded_state
+            table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch,
+            partial(self._load, table),
+        )  # fmt: skip
+        state, guard = table.store.loaded_state, table.guard
         if state is not None:
             self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
+        elif guard is not None:
+            self._batch.table_sizes[table_id] = TableSize(
+                table_id, guard.references, len(guard.partition_ids)
+            )
         decisions = {request.position: by_request[request.request_id] for request in firsts}
         for copy, first in copies:
             decisions[copy.position] = decision_for_copy(by_request[first.request_id])
@@ -274,7 +287,11 @@ class BatchCommitter:
         if table.store.loaded_state is not None:
             self._batch.warm_loads += 1
             return
-        self._tables.make_room(table.info.table_id, table.expected_bytes)
+        guard, table.guard = table.guard, None  # the state, loaded, supersedes what its guard kept
+        expected = table.expected_bytes
+        if guard is not None:
+            expected = sizing.warm_state_bytes(guard.references, len(guard.partition_ids))
+        self._tables.make_room(table.info.table_id, expected)
         started = self.timer()
         table.store.cached_state()
         self.release_heap()  # the load's temporaries, freed: give them back
@@ -412,11 +429,28 @@ class BatchCommitter:
 
 
 def _warm_table_bytes(table: WarmTable) -> int:
-    """A warm table's estimated bytes: its loaded state's (0 before it is loaded)."""
+    """A warm table's estimated bytes: its loaded state's, else its guard's (0 before it is loaded)."""
     state = table.store.loaded_state
     if state is None:
-        return 0
+        return 0 if table.guard is None else table.guard.estimated_bytes
+    return _state_bytes(state)
+
+
+def _state_bytes(state: TableState) -> int:
     return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
+
+
+def _demote(table: WarmTable) -> bool:
+    """Evicting ``table``: drop its state, keeping its guard (what takes new files without the state) if it
+    is loaded from a log; False when nothing is left to keep (then it is evicted whole)."""
+    store = table.store
+    if not isinstance(store, TransactionLogStateStore) or store.loaded_state is None:
+        return False
+    unloaded = store.unload()
+    assert unloaded is not None
+    state, read_to_end_at = unloaded
+    table.guard = state.file_guard(read_to_end_at, _state_bytes(state))
+    return table.guard is not None
 
 
 def _snapshot_bytes(read: Outcome[SnapshotInfo | None]) -> int | None:

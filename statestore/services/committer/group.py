@@ -6,8 +6,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from statestore.engine.log_store import GroupMember, TableStateStore
-from statestore.engine.results import skipped_note
+from statestore.engine.log_store import TableStateStore, TransactionLogStateStore
+from statestore.engine.results import GroupCommitResult, GroupMember, skipped_note
 from statestore.errors import BlobNotFoundError, CodecError, StateStoreError
 from statestore.model import layout
 from statestore.services.committer.decisions import (
@@ -22,6 +22,7 @@ from statestore.services.committer.decisions import (
 from statestore.services.committer.messages import CommitterStats
 from statestore.services.committer.sorting import FreshRequest
 from statestore.services.committer_stats import BatchStatsBuilder
+from statestore.state.file_guard import FileGuard
 from statestore.store.ports import BlobStore, CommitStatusStore
 from statestore.store.tables import TableInfo
 
@@ -30,13 +31,15 @@ logger = logging.getLogger("statestore.committer")  # one logger for the whole c
 
 @dataclass
 class WarmTable:
-    """A table the committer keeps loaded between batches; ``expected_bytes``: its state's estimate from its
+    """A table the committer keeps between batches: loaded, or demoted to ``guard`` (what it keeps of its
+    state once evicted, :mod:`statestore.state.file_guard`). ``expected_bytes``: its state's estimate from its
     snapshot's record, for the room its first load makes (None: not known)."""
 
     info: TableInfo
     store: TableStateStore
     checked_time: int
     expected_bytes: int | None = None
+    guard: FileGuard | None = None
 
 
 def commit_fresh(
@@ -47,12 +50,16 @@ def commit_fresh(
     clock: Callable[[], int],
     stats: CommitterStats,
     batch: BatchStatsBuilder,
+    load: Callable[[], object],
 ) -> dict[str, Decision]:
     """Commit ``requests`` (one per request id, none with a final status when the batch was read) as one
     group through the engine, which validates each against the state as changed by the ones before it,
     redoes the group on a lost race, and writes each committed request's status with the entry. A request
     the log finds decided meanwhile (its status final) is a duplicate of that decision; one a table whose
     files are rows finds in its file store was committed before. Returns each request's decision by id.
+
+    A table demoted to its guard is committed to from the guard when it can decide the group (only new
+    files); else ``load()`` loads its state first, as it does for any table not loaded.
 
     Raises StateStoreError when a store fails: nothing is decided then.
     """
@@ -76,7 +83,13 @@ def commit_fresh(
     members = _attach_stored_bodies(blobs, table_id, members, bodies)
     conflicts_before = table.store.retries
     try:
-        outcome = table.store.commit_group(members)
+        outcome = None
+        if table.guard is not None:
+            outcome = _commit_on_guard(table, members, batch)
+            if outcome is None:
+                load()
+        if outcome is None:
+            outcome = table.store.commit_group(members)
     finally:
         conflicts = table.store.retries - conflicts_before
         stats.log_append_conflicts += conflicts
@@ -120,6 +133,22 @@ def commit_fresh(
             status_written=records_statuses and request_id in in_log,
         )
     return decisions
+
+
+def _commit_on_guard(
+    table: WarmTable, members: Sequence[GroupMember], batch: BatchStatsBuilder
+) -> GroupCommitResult | None:
+    """The group committed from the table's guard, or None (nothing written; the guard, if any, dropped:
+    it could not decide, so the state will be loaded)."""
+    guard, store = table.guard, table.store
+    if guard is None or not isinstance(store, TransactionLogStateStore) or store.loaded_state is not None:
+        return None
+    outcome = store.commit_on_guard(guard, members)
+    if outcome is None:
+        table.guard = None
+        return None
+    batch.guarded += 1
+    return outcome
 
 
 def _attach_stored_bodies(

@@ -1,0 +1,115 @@
+"""A group of requests that only add files, appended from a table's :class:`FileGuard` instead of its state.
+
+:meth:`GuardedCommits.commit_on_guard` validates each member with the very checks an ``AddFiles`` makes
+against a state (the guard answers them), writes the group as one entry at the guard's number + 1 with its
+members' ``committed`` statuses, exactly as :meth:`~statestore.engine.log_store.TransactionLogStateStore.
+commit_group` would, and moves the guard on. Whenever the guard cannot decide, it writes nothing and
+returns None, and the caller loads the state and commits through ``commit_group``, which decides exactly:
+
+- a member that is not an ``AddFiles``, one the checks reject (a rejection must be made against a state
+  read to the log's end), or one naming a file the guard may hold;
+- another writer's entry at the number (the conditional put fails: the guard is behind the log), or a
+  member whose request has a final status already (the log refuses the entry);
+- a guard not known current for longer than the store's ``max_unread_ms`` whose log has moved since (the
+  log's latest number is read first: cleanup deletes only entries older than that, so an append from the
+  guard can never reuse a deleted number, as for a cached state).
+
+A put whose outcome is unknown is resolved as every append's is (``_put``: the entry's writer token read
+back); if it stays unknown, CommitOutcomeUnknownError is raised, as ``commit_group`` raises it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+
+from statestore.codec.transaction_json import encode_transaction
+from statestore.engine.results import GroupCommitResult, GroupMember, skipped_note
+from statestore.errors import RequestsAlreadyDecidedError, TransactionValidationError
+from statestore.state.file_guard import FileGuard, GuardCannotTell
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, TransactionLogStore
+from statestore.transactions import AddFiles, BatchItem, TransactionBatch, leaves_added_to
+
+logger = logging.getLogger(__name__)
+
+
+class GuardedCommits:
+    """The guard's half of :class:`~statestore.engine.log_store.TransactionLogStateStore` (a mixin)."""
+
+    # Set by TransactionLogStateStore.__init__.
+    table_id: str
+    log: TransactionLogStore
+    index_leaves: bool
+    max_unread_ms: int
+    _clock: Callable[[], int]
+    _put: Callable[[LogEntry, Sequence[CommitStatus]], bool]
+
+    def commit_on_guard(self, guard: FileGuard, members: Sequence[GroupMember]) -> GroupCommitResult | None:
+        """Commit ``members`` as one entry from ``guard`` (see the module's docstring), or None: nothing
+        was written, and the guard cannot decide them. Raises a store's StateStoreError as
+        ``commit_group`` does."""
+        adds = [m.transaction for m in members if type(m.transaction) is AddFiles]
+        if len(adds) != len(members) or len({m.key for m in members}) != len(members):
+            return None
+        if guard.transaction_number and not guard.last_update_time:
+            return None  # its entry's time unknown (read by the state's load): times never run backwards
+        if not self._guard_current(guard):
+            return None
+        names: list[str] = []
+        try:
+            for add in adds:
+                add.validate(guard)
+                added = [ref.filename for ref in add.references] + list(add.unreferenced_files)
+                guard.hold_pending(added)  # the next member is checked as if this one were in
+                names += added
+        except (TransactionValidationError, GuardCannotTell):
+            guard.drop_pending()
+            return None
+        guard.drop_pending()
+        number = guard.transaction_number + 1
+        update_time = max(self._clock(), guard.last_update_time)
+        batch = TransactionBatch(
+            tuple(
+                BatchItem(m.key, m.transaction, None if m.stored_body is None else m.stored_body[0])
+                for m in members
+            )
+        )
+        outcomes = [
+            CommitStatus(m.key, self.table_id, CommitOutcome.COMMITTED, update_time, number, skipped_note(()))
+            for m in members
+            if self.log.request_statuses is not None
+        ]
+        body, compressed = encode_transaction(batch)
+        entry = LogEntry(
+            number,
+            update_time,
+            batch.TYPE,
+            body,
+            compressed,
+            uuid.uuid4().hex,
+            tuple(m.stored_body for m in members if m.stored_body is not None),
+            leaves_added_to(batch, guard.leaf_ids),
+            self.index_leaves,
+        )
+        try:
+            appended = self._put(entry, outcomes)
+        except RequestsAlreadyDecidedError:
+            return None  # nothing written: the state's commit leaves those members out
+        if not appended:
+            logger.debug("table %r: entry %d was taken; the guard is behind the log", self.table_id, number)
+            return None
+        guard.add(names, sum(len(add.references) for add in adds), number, update_time)
+        keys = tuple(m.key for m in members)
+        return GroupCommitResult(number, update_time, 1, keys, {}, {}, dict.fromkeys(keys, ()))
+
+    def _guard_current(self, guard: FileGuard) -> bool:
+        """Whether the guard may append: read to the log's end within ``max_unread_ms``, or found at the
+        log's latest number now (then current from when that read began)."""
+        started = self._clock()
+        if started - guard.read_to_end_at <= self.max_unread_ms:
+            return True
+        if self.log.latest_number(self.table_id) != guard.transaction_number:
+            return False
+        guard.read_to_end_at = started
+        return True

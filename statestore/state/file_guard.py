@@ -1,0 +1,159 @@
+"""What a table evicted from a committer's warm cache keeps: enough to take new files without its state.
+
+Most commits to most tables only add files (an ingest's ``AddFiles``). Checking one needs three facts of
+the state: the table's data prefix, whether each named partition exists (and which are leaves, for the
+entry's leaf list), and whether a file of each name is held already. A :class:`FileGuard` keeps exactly
+those: the partitions' ids, and the 64-bit hash of every file name the state held (the hashes the state's
+own name index was built on, shared, not copied) plus those of the names added since. ~8 bytes a file
+where the whole state keeps ~200.
+
+A guard answers "held?" only when it can be sure: a name whose hash it does not hold is certainly not
+held; one whose hash it holds may be (or may collide), so it raises :class:`GuardCannotTell` and the
+caller loads the state, which answers exactly. A guard is only as current as the log entry it was made at
+(``transaction_number``): an append from it is conditional on the next number, so any entry another writer
+appended meanwhile makes the append fail, and the caller loads the state then too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from statestore.state.hash_search import HashSearch
+from statestore.state.string_column import _hash_of, split_filename
+
+
+class NewFileChecks(Protocol):
+    """The facts of a state that checking new files reads (what ``AddFiles`` validates against)."""
+
+    @property
+    def data_prefix(self) -> str | None: ...
+
+    def has_partition(self, partition_id: str) -> bool: ...
+
+    def files_present(self, filenames: Sequence[object]) -> list[bool]: ...
+
+
+class GuardCannotTell(Exception):
+    """A guard cannot decide what it was asked (a name whose hash it holds): load the state."""
+
+
+# Bytes a guard costs beyond its hashes: the partitions' ids in two sets, the names added since, and the
+# guard itself (its objects and arrays; the fault simulation, whose tables are tiny, counts none).
+_BYTES_PER_PARTITION = 150
+_BYTES_PER_ADDED_NAME = 100
+GUARD_OVERHEAD_BYTES = 2_000
+
+
+class FileGuard:
+    """A table's file-name hashes and partition ids as of ``transaction_number`` (see the module's docstring).
+
+    Made by :meth:`statestore.state.table_state.TableState.file_guard`; changed only by :meth:`add`, after an
+    append made from it landed.
+    """
+
+    __slots__ = (
+        "_search",
+        "_mask",
+        "_added",
+        "_pending",
+        "data_prefix",
+        "partition_ids",
+        "leaf_ids",
+        "transaction_number",
+        "last_update_time",
+        "references",
+        "read_to_end_at",
+        "state_bytes",
+    )
+
+    def __init__(
+        self,
+        sorted_hashes: np.ndarray,
+        mask: int,
+        added_names: Iterable[str],
+        *,
+        data_prefix: str | None,
+        partition_ids: frozenset[str],
+        leaf_ids: frozenset[str],
+        transaction_number: int,
+        last_update_time: int,
+        references: int,
+        read_to_end_at: int,
+        state_bytes: int,
+    ) -> None:
+        self._search = HashSearch(sorted_hashes)
+        self._mask = mask
+        self._added: set[int] = set()
+        self._pending: set[int] = set()  # names of a group's earlier members, until it is appended
+        self.data_prefix = data_prefix
+        self.partition_ids = partition_ids
+        self.leaf_ids = leaf_ids
+        self.transaction_number = transaction_number
+        self.last_update_time = last_update_time
+        self.references = references
+        self.read_to_end_at = read_to_end_at  # when the state was last known current (see LogStateLoading)
+        self.state_bytes = state_bytes  # the whole state's estimated bytes: the room its load needs
+        for name in added_names:
+            self._added.add(self._hash(name))
+
+    # --- NewFileChecks -------------------------------------------------------------------------------
+
+    def has_partition(self, partition_id: str) -> bool:
+        return partition_id in self.partition_ids
+
+    def files_present(self, filenames: Sequence[object]) -> list[bool]:
+        """False for each name (a name that is not a string is held by no state), or raises
+        GuardCannotTell when one may be held."""
+        for name in filenames:
+            if type(name) is str and self._may_hold(name):
+                raise GuardCannotTell(f"file {name!r} may be held")
+        return [False] * len(filenames)
+
+    # --- changes ---------------------------------------------------------------------------------
+
+    def hold_pending(self, filenames: Iterable[str]) -> None:
+        """Count ``filenames`` as held until :meth:`drop_pending` (a group's member, seen by the next)."""
+        self._pending.update(self._hash(name) for name in filenames)
+
+    def drop_pending(self) -> None:
+        self._pending.clear()
+
+    def add(self, filenames: Iterable[str], references: int, number: int, update_time: int) -> None:
+        """An entry appended from this guard at ``number`` added ``filenames`` (``references`` of them)."""
+        self._added.update(self._hash(name) for name in filenames)
+        self._pending.clear()
+        self.references += references
+        self.transaction_number = number
+        self.last_update_time = update_time
+
+    # --- size ------------------------------------------------------------------------------------
+
+    @property
+    def estimated_bytes(self) -> int:
+        """What the guard keeps in memory, estimated as the warm cache counts a state."""
+        return (
+            8 * len(self._search)
+            + _BYTES_PER_PARTITION * len(self.partition_ids)
+            + _BYTES_PER_ADDED_NAME * len(self._added)
+            + GUARD_OVERHEAD_BYTES
+        )
+
+    # --- hashing ---------------------------------------------------------------------------------
+
+    def _hash(self, name: str) -> int:
+        directory, base_name = split_filename(name)
+        try:
+            return _hash_of(directory, base_name.encode(), self._mask)
+        except UnicodeEncodeError:  # not UTF-8: no state holds it, and the checks refuse it
+            raise GuardCannotTell(f"file name {name!r} is not UTF-8") from None
+
+    def _may_hold(self, name: str) -> bool:
+        h = self._hash(name)
+        if h in self._added or h in self._pending:
+            return True
+        search = self._search
+        position = search.position(h)
+        return position < len(search) and search.at(position) == h

@@ -1,0 +1,105 @@
+"""What an evicted table keeps (``statestore.state.file_guard``): it answers "held?" only when sure, and the
+checks an ``AddFiles`` makes run against it as against the state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.errors import FileAlreadyExistsError, PartitionNotFoundError
+from statestore.state.file_guard import FileGuard, GuardCannotTell
+from statestore.state.table_state import TableState
+from statestore.transactions import AddFiles, InitialisePartitions
+from tests.builders import INT_SCHEMA, ref, tree
+
+PREFIX = "tables/t/data/"
+
+
+def state_with(*names: str, from_snapshot: bool = True) -> TableState:
+    state = TableState(INT_SCHEMA)
+    InitialisePartitions(tuple(tree(INT_SCHEMA, [0]))).apply(state, 1)
+    AddFiles(tuple(ref(f"{PREFIX}{n}", "root") for n in names)).apply(state, 2)
+    state.transaction_number, state.last_update_time = 2, 2
+    if from_snapshot:
+        state = state_from_parquet(INT_SCHEMA, *state_to_parquet(state), 2)
+        state.last_update_time = 2
+    state.data_prefix = PREFIX
+    return state
+
+
+def guard_of(state: TableState) -> FileGuard:
+    guard = state.file_guard(read_to_end_at=5, state_bytes=1234)
+    assert guard is not None
+    return guard
+
+
+@pytest.mark.parametrize("from_snapshot", [True, False])
+def test_a_name_the_state_holds_cannot_be_told_and_one_it_does_not_is_not_held(from_snapshot: bool) -> None:
+    state = state_with("a", "b", from_snapshot=from_snapshot)
+    AddFiles((ref(f"{PREFIX}c", "root"),)).apply(state, 3)  # changed since the snapshot: the overlay
+    guard = guard_of(state)
+
+    assert guard.files_present([f"{PREFIX}new", 7]) == [False, False]
+    for held in ("a", "b", "c"):
+        with pytest.raises(GuardCannotTell):
+            guard.files_present([f"{PREFIX}new", f"{PREFIX}{held}"])
+    assert (guard.transaction_number, guard.last_update_time, guard.references) == (2, 2, 3)
+    assert (guard.read_to_end_at, guard.state_bytes) == (5, 1234)
+    assert guard.has_partition("root") and not guard.has_partition("nope")
+    assert guard.leaf_ids == frozenset(p.id for p in state.leaf_partitions())
+
+
+def test_the_checks_of_an_add_run_against_the_guard_as_against_the_state() -> None:
+    state = state_with("a")
+    guard = guard_of(state)
+    new = AddFiles((ref(f"{PREFIX}new", "root"),))
+    new.validate(state)
+    new.validate(guard)
+    for wrong, error in (
+        (AddFiles((ref(f"{PREFIX}x", "nope"),)), PartitionNotFoundError),
+        (AddFiles((ref("elsewhere/x", "root"),)), Exception),  # outside the data prefix
+    ):
+        with pytest.raises(error):
+            wrong.validate(state)
+        with pytest.raises(error):
+            wrong.validate(guard)
+    with pytest.raises(FileAlreadyExistsError):
+        AddFiles((ref(f"{PREFIX}a", "root"),)).validate(state)
+    with pytest.raises(GuardCannotTell):
+        AddFiles((ref(f"{PREFIX}a", "root"),)).validate(guard)
+
+
+def test_names_held_pending_and_added_count_as_maybe_held() -> None:
+    guard = guard_of(state_with("a"))
+    guard.hold_pending([f"{PREFIX}p"])
+    with pytest.raises(GuardCannotTell):
+        guard.files_present([f"{PREFIX}p"])
+    guard.drop_pending()
+    assert guard.files_present([f"{PREFIX}p"]) == [False]
+
+    size = guard.estimated_bytes
+    guard.add([f"{PREFIX}p", f"{PREFIX}q"], 2, 3, 9)
+    with pytest.raises(GuardCannotTell):
+        guard.files_present([f"{PREFIX}q"])
+    assert (guard.transaction_number, guard.last_update_time, guard.references) == (3, 9, 3)
+    assert guard.estimated_bytes > size
+
+
+def test_a_hash_collision_is_maybe_held_never_a_wrong_answer() -> None:
+    every_hash = np.arange(4, dtype=np.uint64)  # of a two-bit hash: every name collides with one held
+    guard = FileGuard(
+        every_hash, 0b11, (), data_prefix=PREFIX, partition_ids=frozenset({"root"}), leaf_ids=frozenset(),
+        transaction_number=1, last_update_time=1, references=4, read_to_end_at=0, state_bytes=0,
+    )  # fmt: skip
+
+    with pytest.raises(GuardCannotTell):
+        guard.files_present([f"{PREFIX}other"])
+
+
+def test_a_state_with_an_undo_journal_open_keeps_no_guard() -> None:
+    state = state_with("a")
+    mark = state.begin_changes()
+    assert state.file_guard(0, 0) is None
+    state.undo_changes(mark)
+    assert state.file_guard(0, 0) is not None
