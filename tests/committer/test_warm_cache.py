@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from statestore.codec.parquet import freeze_loaded_states
+from statestore.errors import StoreUnavailableError
 from statestore.model.schema import Schema
 from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
 from statestore.sizing import WarmBudget, warm_state_bytes
@@ -221,6 +222,31 @@ def test_a_never_seen_table_of_unknown_size_has_a_load_factor_th_of_the_budget_k
     assert list(committer.warm_tables) == [*table_ids, unknown]
     assert set(committer.warm_tables) - committer.guarded_tables == {table_ids[-1], unknown}
     assert sum(size for t, size in committer.warm_tables.items() if t != unknown) <= budget.bytes / 3
+
+
+class _RefusingLog(InMemoryTransactionLog):
+    """A log whose appends fail (a store that is down) while ``refusing``."""
+
+    refusing = False
+
+    def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
+        if self.refusing:
+            raise StoreUnavailableError("the log is unavailable")
+        super().append(table_id, entry, outcomes)
+
+
+def test_a_table_loaded_for_a_commit_that_failed_is_counted_in_the_budget() -> None:
+    log = _RefusingLog(None, InMemoryCommitStatusStore())
+    h = Harness(log=log)
+    [table_id] = tables_with_files(h, 1, FILES_PER_TABLE)
+    committer = h.committer(warm_budget=WarmBudget(BUDGET))
+    log.refusing = True
+
+    [result] = committer.process([message(add_files(table_id, "a"))])
+
+    assert result.retry
+    # Loaded, so counted (as the budget counts: measured after use), though nothing was committed.
+    assert committer.last_batch.warm_bytes == TABLE_BYTES
 
 
 @pytest.fixture

@@ -219,7 +219,6 @@ class BatchCommitter:
                 continue
             try:
                 decisions.update(self._decide_table(group_id, fresh))
-                self._tables.settle([group_id])  # measure it now; evict to stay within the budget
             except Exception as e:
                 if not isinstance(e, StateStoreError):
                     # A bug, or a state we cannot trust: start the table afresh next time.
@@ -230,6 +229,8 @@ class BatchCommitter:
                         "committing to table %r failed; its messages will be retried: %s", group_id, e
                     )
                 decisions.update(_retry(indexes, f"could not commit to table {group_id!r}: {e}"))
+            # Measure it now (loaded even if its commit failed), and evict to stay within the budget.
+            self._tables.settle([group_id])
 
         decisions.update(_strays_decided_here(batch.messages, decisions))
         decisions.update(self._record_statuses(batch, decisions))
