@@ -18,8 +18,12 @@ and evicts the least recently used first.
   size times the budget's *load factor*) fit in the budget; a table larger than that empties the cache
   first, so its load has the function's memory to itself. For a table of unknown size they are evicted down
   to a load-factor-th of the budget, the rest being room for its peak (:mod:`statestore.sizing`).
-- **Freed heap is given back** (:func:`release_freed_heap`) after an eviction and after a load: freed
-  memory otherwise stays in the process (glibc keeps it for reuse), and Lambda counts the resident set.
+- **A value may be demoted instead of evicted** (``demote``: the committer drops a table's state and keeps
+  its guard, :mod:`statestore.state.file_guard`): the least recently used are demoted first, the newest
+  last, and only then are values evicted, the demoted ones first.
+- **Freed heap is given back** (:func:`release_freed_heap`) after an eviction or a demotion and after a
+  load: freed memory otherwise stays in the process (glibc keeps it for reuse), and Lambda counts the
+  resident set.
 
 It is also a ``MutableMapping`` (reads and writes settle the earlier use first), so code that keeps warm
 stores in a plain mapping (:func:`statestore.services.cleanup.snapshot_table`) takes one unchanged.
@@ -98,8 +102,9 @@ class CacheCounts:
 class WarmCache(MutableMapping[str, V]):
     """Values by table id, least recently used first, whose estimated bytes stay within ``budget_bytes``.
 
-    ``size_of`` estimates a value's bytes now (0 for one not loaded yet). Not thread-safe: one per process,
-    used by one caller at a time, as the committer and the workers are.
+    ``size_of`` estimates a value's bytes now (0 for one not loaded yet); ``demote``, where given, makes a
+    value smaller in place and says whether it did. Not thread-safe: one per process, used by one caller at
+    a time, as the committer and the workers are.
     """
 
     def __init__(
