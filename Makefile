@@ -83,10 +83,10 @@ test: venv node
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 # The inner loop while developing (under 3 minutes): the model, state, codecs, engine and committer on
-# the in-memory twins and moto, and the CLI against one runtime on the session's DynamoDB Local, in two
-# processes. No Spark, CDK, property or end-to-end runs, nor tests that start runtimes of their own:
-# `make test` is the gate.
-FAST_TESTS := tests/unit tests/committer tests/cli
+# the in-memory twins and moto, the CLI against one runtime on the session's DynamoDB Local, and the
+# layout rules (module sizes) and the benchmarks page, in two processes. No Spark, CDK, property or
+# end-to-end runs, nor tests that start runtimes of their own: `make test` is the gate.
+FAST_TESTS := tests/unit tests/committer tests/cli tests/docs
 test-fast: venv
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider -m "not spark and not dynamodb_local and not infra and not e2e" $(FAST_TESTS)
 

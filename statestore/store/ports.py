@@ -58,12 +58,10 @@ class LogEntry:
 class SnapshotInfo:
     """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms).
 
-    ``checksums`` are the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
-    every read; empty for snapshots recorded before they were kept.
-
-    ``references`` and ``partitions`` count the state's file references and partitions: what a process
-    about to load the snapshot makes room for (:mod:`statestore.services.warm_cache`). None where not known
-    (snapshots recorded before they were counted): a hint, never part of what is loaded.
+    ``checksums``: the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
+    every read (empty for snapshots recorded before they were kept). ``references`` and ``partitions``
+    count the state's, a hint for the room a load makes first (:mod:`statestore.services.warm_cache`);
+    None where not known (snapshots recorded before they were counted).
     """
 
     table_id: str
@@ -266,11 +264,9 @@ RequestKey = tuple[str, str]  # (table_id, request_id)
 
 @dataclass(frozen=True, slots=True)
 class CommitStatus:
-    """What became of a commit request.
-
-    ``transaction_number`` is the log entry holding it (when committed); ``reason`` says why it was rejected
-    or dead-lettered, or, for a committed request, which of its parts were skipped and why.
-    """
+    """What became of a commit request: ``transaction_number`` is the log entry holding it (when committed);
+    ``reason`` says why it was rejected or dead-lettered, or, for a committed request, which of its parts
+    were skipped and why."""
 
     request_id: str
     table_id: str
@@ -301,11 +297,9 @@ def one_status_per_request(statuses: Iterable[CommitStatus]) -> list[CommitStatu
 
 class CommitStatusStore(ABC):
     """Outcomes of commit requests by (table id, request id), kept for
-    ``resources.COMMIT_STATUS_RETENTION_SECONDS``.
-
-    A committed request's status is written by the log together with its entry
-    (:meth:`TransactionLogStore.append`); the others (rejected, dead-lettered) with :meth:`record`.
-    """
+    ``resources.COMMIT_STATUS_RETENTION_SECONDS``. A committed request's status is written by the log
+    together with its entry (:meth:`TransactionLogStore.append`); the others (rejected, dead-lettered) with
+    :meth:`record`."""
 
     @abstractmethod
     def record(self, statuses: Sequence[CommitStatus]) -> dict[RequestKey, CommitStatus]:
@@ -377,12 +371,10 @@ class FileCommitMember:
 
 @dataclass(frozen=True)
 class FileCommitOutcome:
-    """What a :meth:`FileReferenceStore.commit` did with each member, by position.
-
-    ``commit_number`` numbers the commit that wrote the ``committed`` members (None when nothing was
-    written); ``found`` maps members whose request id an earlier commit recorded to that commit's number;
-    ``rejected`` holds each invalid member's error; ``skipped_parts`` the skipped parts of committed members.
-    """
+    """What a :meth:`FileReferenceStore.commit` did with each member, by position: ``commit_number``
+    numbers the commit that wrote the ``committed`` members (None when nothing was written); ``found`` maps
+    members whose request id an earlier commit recorded to that commit's number; ``rejected`` holds each
+    invalid member's error; ``skipped_parts`` the skipped parts of committed members."""
 
     commit_number: int | None
     update_time: int

@@ -42,16 +42,13 @@ _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tup
 _MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
 
 
-def _well_formed_names(
-    state: NewFileChecks, transaction: AddFiles
-) -> tuple[tuple[str, ...], set[str]] | None:
-    """The filenames of ``transaction``'s references, in order and as a set, if every reference would pass
-    :func:`check_new_reference` and no (filename, partition) is repeated, checked column by column with
-    each pass in C: what a bulk AddFiles of good references costs. None says only that the references
-    must be checked one by one, which finds and names what is wrong."""
-    if set(map(type, transaction.references)) != {FileReference}:
+def _well_formed_names(state: NewFileChecks, add: AddFiles) -> tuple[tuple[str, ...], set[str]] | None:
+    """The filenames of ``add``'s references, in order and as a set, if each would pass
+    :func:`check_new_reference` and no (filename, partition) repeats, checked column by column in C (what a
+    bulk AddFiles of good references costs); None: check them one by one, which names what is wrong."""
+    if set(map(type, add.references)) != {FileReference}:
         return None
-    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = transaction._reference_columns()
+    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = add._reference_columns()
     if set(map(type, filenames)) != {str}:
         return None
     names = set(filenames)
