@@ -16,6 +16,22 @@ import base64
 import json
 from typing import Any
 
+
+def whole_number(item: dict[str, Any], attribute: str) -> int | None:
+    """The non-negative whole number ``item``'s ``attribute`` holds (an ``N``), None when it has none;
+    raises ValueError naming the attribute and its value when it holds something else."""
+    value = item.get(attribute)
+    if value is None:
+        return None
+    try:
+        number = int(value["N"])
+    except (KeyError, TypeError, ValueError):
+        number = -1
+    if number < 0:
+        raise ValueError(f"its attribute {attribute!r} is not a whole number: {value!r}")
+    return number
+
+
 # The operations whose responses carry many items, and the member that holds them.
 ITEM_MEMBERS = {"Query": "Items", "Scan": "Items", "GetItem": "Item", "BatchGetItem": "Responses"}
 

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 
 from statestore import instance
 from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
+from statestore.adapters.aws.dynamodb_items import whole_number
 from statestore.errors import StaleSnapshotError, StateStoreError
 from statestore.store.ports import SnapshotInfo, SnapshotMetadataStore
 
@@ -205,13 +206,8 @@ def _info(item: dict[str, Any]) -> SnapshotInfo:
 def _count(item: dict[str, Any], name: str) -> int | None:
     """A count the record holds, or None where it holds none or one that does not read as a count (a hint
     only: the load it sizes reads the snapshot itself, and checks that)."""
-    value = item.get(name)
-    if value is None:
-        return None
     try:
-        count = int(value["N"])
-    except (KeyError, TypeError, ValueError):
-        table = item.get(_TABLE_ID)
-        logger.warning("snapshot record of table %r: %s %r is not a count; ignored", table, name, value)
+        return whole_number(item, name)
+    except ValueError as e:
+        logger.warning("snapshot record of table %r: %s; ignored", item.get(_TABLE_ID), e)
         return None
-    return count if count >= 0 else None

@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 
 from statestore import instance
 from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items
+from statestore.adapters.aws.dynamodb_items import whole_number
 from statestore.codec.view_items import view_value_from_json, view_value_to_json
 from statestore.errors import (
     CodecError,
@@ -312,18 +313,10 @@ def _meta(table_id: str, item: dict[str, Any]) -> ViewMeta:
     """The meta an item holds; raises DamagedViewItemError naming the attribute that does not read."""
 
     def number(attribute: str) -> int | None:
-        value = item.get(attribute)
-        if value is None:
-            return None
         try:
-            read = int(value["N"])
-        except (KeyError, TypeError, ValueError):
-            read = -1
-        if read < 0:
-            raise DamagedViewItemError(
-                table_id, META_KEY, f"its attribute {attribute!r} is not a whole number: {value!r}"
-            )
-        return read
+            return whole_number(item, attribute)
+        except ValueError as e:
+            raise DamagedViewItemError(table_id, META_KEY, str(e)) from None
 
     transaction_number, written_format = number(_NUMBER), number(_FORMAT)
     if transaction_number is None:
