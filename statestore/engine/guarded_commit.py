@@ -56,17 +56,21 @@ class GuardedCommits:
             return None  # its entry's time unknown (read by the state's load): times never run backwards
         if not self._guard_current(guard):
             return None
-        names: list[str] = []
+        try:
+            return self._append_on_guard(guard, members, adds)
+        finally:
+            guard.drop_pending()  # names held for a group that was not appended (a no-op after one)
+
+    def _append_on_guard(
+        self, guard: FileGuard, members: Sequence[GroupMember], adds: Sequence[AddFiles]
+    ) -> GroupCommitResult | None:
         try:
             for add in adds:
                 add.validate(guard)
-                added = [ref.filename for ref in add.references] + list(add.unreferenced_files)
-                guard.hold_pending(added)  # the next member is checked as if this one were in
-                names += added
+                # The next member is checked as if this one were in.
+                guard.hold_pending([ref.filename for ref in add.references] + list(add.unreferenced_files))
         except (TransactionValidationError, GuardCannotTell):
-            guard.drop_pending()
             return None
-        guard.drop_pending()
         number = guard.transaction_number + 1
         update_time = max(self._clock(), guard.last_update_time)
         batch = TransactionBatch(
@@ -99,7 +103,7 @@ class GuardedCommits:
         if not appended:
             logger.debug("table %r: entry %d was taken; the guard is behind the log", self.table_id, number)
             return None
-        guard.add(names, sum(len(add.references) for add in adds), number, update_time)
+        guard.keep_pending(sum(len(add.references) for add in adds), number, update_time)
         keys = tuple(m.key for m in members)
         return GroupCommitResult(number, update_time, 1, keys, {}, {}, dict.fromkeys(keys, ()))
 

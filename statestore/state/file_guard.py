@@ -50,8 +50,8 @@ GUARD_OVERHEAD_BYTES = 2_000
 class FileGuard:
     """A table's file-name hashes and partition ids as of ``transaction_number`` (see the module's docstring).
 
-    Made by :meth:`statestore.state.table_state.TableState.file_guard`; changed only by :meth:`add`, after an
-    append made from it landed.
+    Made by :meth:`statestore.state.table_state.TableState.file_guard`; changed only by
+    :meth:`keep_pending`, after an append made from it landed.
     """
 
     __slots__ = (
@@ -121,9 +121,10 @@ class FileGuard:
     def drop_pending(self) -> None:
         self._pending.clear()
 
-    def add(self, filenames: Iterable[str], references: int, number: int, update_time: int) -> None:
-        """An entry appended from this guard at ``number`` added ``filenames`` (``references`` of them)."""
-        self._added.update(self._hash(name) for name in filenames)
+    def keep_pending(self, references: int, number: int, update_time: int) -> None:
+        """An entry appended from this guard at ``number`` added the names held pending (``references`` of
+        them): they are held from now on."""
+        self._added |= self._pending
         self._pending.clear()
         self.references += references
         self.transaction_number = number

@@ -79,7 +79,9 @@ def test_names_held_pending_and_added_count_as_maybe_held() -> None:
     assert guard.files_present([f"{PREFIX}p"]) == [False]
 
     size = guard.estimated_bytes
-    guard.add([f"{PREFIX}p", f"{PREFIX}q"], 2, 3, 9)
+    guard.hold_pending([f"{PREFIX}p", f"{PREFIX}q"])
+    guard.keep_pending(2, 3, 9)  # appended: held from now on
+    guard.drop_pending()
     with pytest.raises(GuardCannotTell):
         guard.files_present([f"{PREFIX}q"])
     assert (guard.transaction_number, guard.last_update_time, guard.references) == (3, 9, 3)
