@@ -270,6 +270,9 @@ def big_state(seed: int, leaves: int, references: int) -> TableState:
         name = data_filename(rng, table_id, rng.choice(leaf_ids))
         files[name] = TableFile(name, (), update_time)
     state.files_by_name = files
+    # The time of the entry the state is at, as a state read from the log has it and its snapshot keeps
+    # (without it, whoever appends next reads that entry to learn it: a round trip a real table never costs).
+    state.last_update_time = update_time
     return state
 
 

@@ -97,3 +97,23 @@ def test_a_log_longer_than_the_read_ahead_is_read_to_its_end(monkeypatch: pytest
 
     assert loaded == writer.load() and loaded.transaction_number == 9
     assert data_key(TABLE, "after-6") in loaded.files_by_name
+
+
+def test_a_commit_after_a_load_from_the_latest_entrys_snapshot_reads_the_log_once() -> None:
+    """The snapshot keeps the time of the entry it is at, so the append after a load from it needs no read of
+    that entry to keep the log's times in order: one read of the log (the load's, after the snapshot)."""
+    writer, _, log = a_table(0)
+    reads: list[tuple[int, int | None]] = []
+    read = log.read
+
+    def counted(table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        reads.append((from_number, to_number))
+        return read(table_id, from_number, to_number)
+
+    log.read = counted  # type: ignore[method-assign]
+    cold = TransactionLogStateStore(TABLE, STRING_SCHEMA, log, writer.snapshots)
+
+    cold.commit(AddFiles((ref(data_key(TABLE, "cold")),)))
+
+    assert reads == [(3, None)]  # the log after snapshot 2, and nothing more
+    assert log.latest_number(TABLE) == 3
