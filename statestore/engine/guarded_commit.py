@@ -8,11 +8,19 @@ returns None, and the caller loads the state and commits through ``commit_group`
 
 - a member that is not an ``AddFiles``, one the checks reject (a rejection must be made against a state
   read to the log's end), or one naming a file the guard may hold;
-- another writer's entry at the number (the conditional put fails: the guard is behind the log), or a
-  member whose request has a final status already (the log refuses the entry);
-- a guard not known current for longer than the store's ``max_unread_ms`` whose log has moved since (the
-  log's latest number is read first: cleanup deletes only entries older than that, so an append from the
-  guard can never reuse a deleted number, as for a cached state).
+- a member whose request has a final status already (the log refuses the entry);
+- a guard behind the log that cannot catch up (below).
+
+**Catching up.** A guard is behind the log when another writer (another committer container, a client
+committing directly) appended since: its conditional put fails, or, for a guard not known current for
+longer than the store's ``max_unread_ms``, the log is read before the append (cleanup deletes only entries
+older than that, so an append from the guard can never reuse a deleted number, as for a cached state). The
+entries after the guard are read, once, to the log's end; where each of them only adds files (an
+``AddFiles``, or a batch of them) the guard takes their names and number and the group is validated and
+appended again (once: a second lost race loads the state). An entry of any other kind, more than
+:data:`CATCH_UP_ENTRIES` of them, or entries cleanup deleted load the state instead. One read of the log's
+tail instead of a snapshot's load: with several committer containers, one table's messages reach different
+ones over time, and each container's guard is behind by the others' entries.
 
 A put whose outcome is unknown is resolved as every append's is (``_put``: the entry's writer token read
 back); if it stays unknown, CommitOutcomeUnknownError is raised, as ``commit_group`` raises it.
@@ -20,18 +28,36 @@ back); if it stays unknown, CommitOutcomeUnknownError is raised, as ``commit_gro
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from statestore.codec.transaction_json import encode_transaction
+from statestore.codec.transaction_json import decode_entry, encode_transaction
+from statestore.engine.log_loading import entries_after
 from statestore.engine.results import GroupCommitResult, GroupMember, skipped_note
-from statestore.errors import RequestsAlreadyDecidedError, TransactionValidationError
+from statestore.errors import (
+    RequestsAlreadyDecidedError,
+    TransactionNotRetainedError,
+    TransactionValidationError,
+    UnreadableLogEntryError,
+)
 from statestore.state.file_guard import FileGuard, GuardCannotTell
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, TransactionLogStore
-from statestore.transactions import AddFiles, BatchItem, TransactionBatch, leaves_added_to
+from statestore.transactions import AddFiles, BatchItem, Transaction, TransactionBatch, leaves_added_to
 
 logger = logging.getLogger(__name__)
+
+# A guard further behind the log than this many entries loads the state instead of catching up: the
+# entries would cost more to read than the snapshot.
+CATCH_UP_ENTRIES = 100
+
+
+class _Taken:
+    """The guard's append lost its number to another writer's entry."""
+
+
+_TAKEN = _Taken()
 
 
 class GuardedCommits:
@@ -57,18 +83,26 @@ class GuardedCommits:
         if not self._guard_current(guard):
             return None
         try:
-            return self._append_on_guard(guard, members, adds)
+            for caught_up in (False, True):
+                appended = self._append_on_guard(guard, members, adds)
+                if not isinstance(appended, _Taken):
+                    return appended
+                logger.debug("table %r: the guard's entry was taken; catching up", self.table_id)
+                guard.drop_pending()
+                if caught_up or not self._catch_up_guard(guard):
+                    return None
+            return None
         finally:
             guard.drop_pending()  # names held for a group that was not appended (a no-op after one)
 
     def _append_on_guard(
         self, guard: FileGuard, members: Sequence[GroupMember], adds: Sequence[AddFiles]
-    ) -> GroupCommitResult | None:
+    ) -> GroupCommitResult | _Taken | None:
         try:
             for add in adds:
                 add.validate(guard)
                 # The next member is checked as if this one were in.
-                guard.hold_pending([ref.filename for ref in add.references] + list(add.unreferenced_files))
+                guard.hold_pending(_names_added(add))
         except (TransactionValidationError, GuardCannotTell):
             return None
         number = guard.transaction_number + 1
@@ -101,19 +135,54 @@ class GuardedCommits:
         except RequestsAlreadyDecidedError:
             return None  # nothing written: the state's commit leaves those members out
         if not appended:
-            logger.debug("table %r: entry %d was taken; the guard is behind the log", self.table_id, number)
-            return None
+            return _TAKEN
         guard.keep_pending(sum(len(add.references) for add in adds), number, update_time)
         keys = tuple(m.key for m in members)
         return GroupCommitResult(number, update_time, 1, keys, {}, {}, dict.fromkeys(keys, ()))
 
     def _guard_current(self, guard: FileGuard) -> bool:
-        """Whether the guard may append: read to the log's end within ``max_unread_ms``, or found at the
-        log's latest number now (then current from when that read began)."""
-        started = self._clock()
-        if started - guard.read_to_end_at <= self.max_unread_ms:
+        """Whether the guard may append: read to the log's end within ``max_unread_ms``, or caught up
+        with it now."""
+        if self._clock() - guard.read_to_end_at <= self.max_unread_ms:
             return True
-        if self.log.latest_number(self.table_id) != guard.transaction_number:
-            return False
+        return self._catch_up_guard(guard)
+
+    def _catch_up_guard(self, guard: FileGuard) -> bool:
+        """Have ``guard`` take the entries after it, to the log's end; whether it could (each only adds
+        files, there are at most :data:`CATCH_UP_ENTRIES`, none was deleted). Current from when the read
+        began. Where it could not, it may have taken some: the caller loads the state, which supersedes it."""
+        started = self._clock()
+        after = entries_after(self.log, self.table_id, guard.transaction_number, None, "guard")
+        try:
+            entries = list(itertools.islice(after, CATCH_UP_ENTRIES + 1))
+            if len(entries) > CATCH_UP_ENTRIES:
+                return False
+            for entry in entries:
+                adds = _only_adds(decode_entry(entry, self.table_id))
+                if adds is None:
+                    return False
+                guard.take_entry(
+                    [name for add in adds for name in _names_added(add)],
+                    sum(len(add.references) for add in adds),
+                    entry.transaction_number,
+                    entry.update_time,
+                )
+        except (TransactionNotRetainedError, UnreadableLogEntryError, GuardCannotTell):
+            return False  # the state's load decides (and reports what is wrong, where something is)
         guard.read_to_end_at = started
         return True
+
+
+def _only_adds(transaction: Transaction) -> list[AddFiles] | None:
+    """The ``AddFiles`` a transaction is made of, or None when it does anything else."""
+    if type(transaction) is AddFiles:
+        return [transaction]
+    if type(transaction) is TransactionBatch:
+        adds = [item.transaction for item in transaction.items]
+        if all(type(add) is AddFiles for add in adds):
+            return [add for add in adds if isinstance(add, AddFiles)]
+    return None
+
+
+def _names_added(add: AddFiles) -> list[str]:
+    return [ref.filename for ref in add.references] + list(add.unreferenced_files)

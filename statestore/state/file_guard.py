@@ -11,7 +11,8 @@ A guard answers "held?" only when it can be sure: a name whose hash it does not 
 held; one whose hash it holds may be (or may collide), so it raises :class:`GuardCannotTell` and the
 caller loads the state, which answers exactly. A guard is only as current as the log entry it was made at
 (``transaction_number``): an append from it is conditional on the next number, so any entry another writer
-appended meanwhile makes the append fail, and the caller loads the state then too.
+appended meanwhile makes the append fail. The caller then reads the entries after the guard and, where they
+only add files, has the guard take them (:meth:`FileGuard.take_entry`); any other entry loads the state.
 """
 
 from __future__ import annotations
@@ -126,6 +127,18 @@ class FileGuard:
         them): they are held from now on."""
         self._added |= self._pending
         self._pending.clear()
+        self.references += references
+        self.transaction_number = number
+        self.last_update_time = update_time
+
+    def take_entry(self, filenames: Iterable[str], references: int, number: int, update_time: int) -> None:
+        """Another writer's entry at ``number`` (the next one), which only added ``filenames`` with
+        ``references`` references between them: held from now on. Raises GuardCannotTell, changing
+        nothing, when a name cannot be hashed."""
+        if number != self.transaction_number + 1:
+            raise ValueError(f"a guard at {self.transaction_number} cannot take entry {number}")
+        hashes = [self._hash(name) for name in filenames]
+        self._added.update(hashes)
         self.references += references
         self.transaction_number = number
         self.last_update_time = update_time

@@ -42,16 +42,20 @@ def test_a_guarded_commit_lands_once_with_its_status_and_a_resend_is_a_duplicate
     assert "new" in names(h, table_id)
 
 
-def test_another_writers_entry_refuses_the_guards_append_and_the_commit_lands_after_it(
+def test_another_writers_entry_refuses_the_guards_append_which_catches_up_and_lands_after_it(
     aws: AwsBackend,
 ) -> None:
     h = harness(aws)
     committer, (table_id, _) = demoted(h)
     h.store(table_id).commit(AddFiles((ref(data_key(table_id, "elsewhere"), "root"),)))
+    taken = h.log_length(table_id)
 
     results = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
 
     assert outcomes(results) == ["committed"]
-    assert (committer.last_batch.guarded, committer.last_batch.cold_loads) == (0, 1)
-    assert results[0].transaction_number == h.log_length(table_id)
+    assert (committer.last_batch.guarded, committer.last_batch.cold_loads) == (1, 0)
+    assert results[0].transaction_number == taken + 1 == h.log_length(table_id)
     assert {"elsewhere", "mine"} <= names(h, table_id)
+    # The other writer's entry, now the guard's: its file is held, and adding it again loads the state.
+    [again] = committer.process([message(add_files(table_id, "elsewhere", partition_id="root"))])
+    assert again.outcome is MessageOutcome.REJECTED and committer.last_batch.cold_loads == 1

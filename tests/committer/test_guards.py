@@ -4,11 +4,16 @@ guard cannot decide loads the state and is decided there."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
+from statestore.codec.transaction_json import encode_transaction
+from statestore.engine import guarded_commit
 from statestore.engine.requests import CommitRequest
 from statestore.services.committer import BatchCommitter, MessageOutcome
 from statestore.sizing import WarmBudget, warm_state_bytes
+from statestore.store.ports import CommitStatus, LogEntry
 from statestore.transactions import AddFiles, DeleteFiles
 from tests.builders import data_key, ref
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
@@ -113,7 +118,26 @@ def test_a_partition_the_table_lacks_is_rejected_against_the_loaded_state(h: Har
     assert committer.last_batch.cold_loads == 1  # a rejection is made against a state read to the end
 
 
-def test_another_writers_entry_since_the_eviction_makes_the_guard_load_the_state_and_commit_after_it(
+def test_another_writers_entry_refuses_the_guards_append_which_catches_up_and_lands_after_it(
+    h: Harness,
+) -> None:
+    committer, (table_id, _) = demoted(h)
+    h.store(table_id).commit(AddFiles((ref(data_key(table_id, "elsewhere"), "root"),)))
+    taken = h.log_length(table_id)
+
+    [result] = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED, result.reason
+    assert result.transaction_number == taken + 1 == h.log_length(table_id)
+    assert (committer.last_batch.guarded, committer.last_batch.cold_loads) == (1, 0)
+    assert {"elsewhere", "mine"} <= names(h, table_id)
+    # The guard took the other writer's file: a request adding it again is decided on the state.
+    [again] = committer.process([message(add_files(table_id, "elsewhere", partition_id="root"))])
+    assert again.outcome is MessageOutcome.REJECTED and committer.last_batch.cold_loads == 1
+    assert h.log_length(table_id) == taken + 1
+
+
+def test_a_group_naming_a_file_another_writer_added_since_the_eviction_is_decided_on_the_state(
     h: Harness,
 ) -> None:
     committer, (table_id, _) = demoted(h)
@@ -160,7 +184,7 @@ def test_a_request_that_does_more_than_add_files_loads_the_state(h: Harness) -> 
     assert again.outcome is MessageOutcome.COMMITTED and committer.last_batch.warm_loads == 1
 
 
-def test_a_guard_past_the_unread_time_reads_the_logs_latest_number_first(h: Harness) -> None:
+def test_a_guard_past_the_unread_time_reads_the_log_after_it_first(h: Harness) -> None:
     committer, (table_id, _) = demoted(h)
     h.clock.advance(6 * 60_000)  # past the store's max_unread_ms (5 minutes)
 
@@ -172,6 +196,80 @@ def test_a_guard_past_the_unread_time_reads_the_logs_latest_number_first(h: Harn
     h.clock.advance(6 * 60_000)
     h.store(table_id).commit(AddFiles((ref(data_key(table_id, "meanwhile"), "root"),)))
     [result] = committer.process([message(add_files(table_id, "later", partition_id="root"))])
-    assert result.outcome is MessageOutcome.COMMITTED and committer.last_batch.cold_loads == 1
+    assert result.outcome is MessageOutcome.COMMITTED and committer.last_batch.guarded == 1  # caught up
     assert result.transaction_number == h.log_length(table_id)
     assert {"late", "meanwhile", "later"} <= names(h, table_id)
+
+
+def test_a_guard_behind_an_entry_that_does_more_than_add_files_loads_the_state(h: Harness) -> None:
+    committer, (table_id, _) = demoted(h)
+    other = h.store(table_id)
+    other.commit(AddFiles((), unreferenced_files=(data_key(table_id, "loose"),)))  # taken by the guard
+    other.commit(DeleteFiles((data_key(table_id, "loose"),)))  # not: a guard cannot drop a name
+    taken = h.log_length(table_id)
+
+    [result] = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED, result.reason
+    assert (committer.last_batch.guarded, committer.last_batch.cold_loads) == (0, 1)
+    assert result.transaction_number == taken + 1
+    assert "loose" not in names(h, table_id) and "mine" in names(h, table_id)
+
+
+def test_a_guard_further_behind_than_it_catches_up_loads_the_state(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guarded_commit, "CATCH_UP_ENTRIES", 2)
+    committer, (table_id, _) = demoted(h)
+    for i in range(3):
+        h.store(table_id).commit(AddFiles((ref(data_key(table_id, f"other-{i}"), "root"),)))
+
+    [result] = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED and committer.last_batch.cold_loads == 1
+    assert result.transaction_number == h.log_length(table_id)
+
+
+def test_a_guard_whose_next_entries_cleanup_deleted_loads_the_state(h: Harness) -> None:
+    committer, (table_id, _) = demoted(h)
+    other = h.store(table_id)
+    for i in range(3):
+        other.commit(AddFiles((ref(data_key(table_id, f"other-{i}"), "root"),)))
+    other.create_snapshot()
+    # Cleanup deletes only entries older than the store's max_unread_ms: the guard is older than that too.
+    h.clock.advance(6 * 60_000)
+    h.log.delete_up_to(table_id, h.log_length(table_id) - 1)  # the entries after the guard, but the latest
+
+    [result] = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED and committer.last_batch.cold_loads == 1
+    assert {"other-0", "other-2", "mine"} <= names(h, table_id)
+
+
+def test_a_guard_that_loses_its_number_twice_loads_the_state(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's entry takes the number of each of the guard's puts: it catches up once, then the
+    state is loaded and the commit lands after both."""
+    committer, (table_id, _) = demoted(h)
+    append, raced = h.log.append, list[int]()
+
+    def racing(table: str, entry: LogEntry, statuses: Sequence[CommitStatus] = ()) -> None:
+        if statuses and len(raced) < 2:  # the committer's puts (they carry statuses): the first two lose
+            name = data_key(table, f"racer-{len(raced)}")
+            body, compressed = encode_transaction(AddFiles((ref(name, "root"),)))
+            raced.append(entry.transaction_number)
+            append(
+                table, LogEntry(entry.transaction_number, entry.update_time, AddFiles.TYPE, body, compressed)
+            )
+        append(table, entry, statuses)
+
+    monkeypatch.setattr(h.log, "append", racing)
+
+    [result] = committer.process([message(add_files(table_id, "mine", partition_id="root"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED, result.reason
+    assert (committer.last_batch.guarded, committer.last_batch.cold_loads) == (0, 1)
+    assert raced == [raced[0], raced[0] + 1]  # the second put was from the caught-up guard
+    assert result.transaction_number == raced[1] + 1 == h.log_length(table_id)
+    assert {"racer-0", "racer-1", "mine"} <= names(h, table_id)

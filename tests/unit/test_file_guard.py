@@ -88,6 +88,23 @@ def test_names_held_pending_and_added_count_as_maybe_held() -> None:
     assert guard.estimated_bytes > size
 
 
+def test_another_writers_entry_is_taken_whole_or_not_at_all() -> None:
+    guard = guard_of(state_with("a"))
+
+    guard.take_entry([f"{PREFIX}x", f"{PREFIX}y"], 2, 3, 9)
+
+    for held in ("x", "y"):
+        with pytest.raises(GuardCannotTell):
+            guard.files_present([f"{PREFIX}{held}"])
+    assert (guard.transaction_number, guard.last_update_time, guard.references) == (3, 9, 3)
+    with pytest.raises(ValueError, match="cannot take entry 5"):
+        guard.take_entry([f"{PREFIX}z"], 1, 5, 10)  # not the next entry: one was skipped
+    with pytest.raises(GuardCannotTell, match="not UTF-8"):
+        guard.take_entry([f"{PREFIX}z", f"{PREFIX}\udc80"], 2, 4, 10)
+    assert guard.files_present([f"{PREFIX}z"]) == [False]  # nothing of either was taken
+    assert (guard.transaction_number, guard.references) == (3, 3)
+
+
 def test_a_hash_collision_is_maybe_held_never_a_wrong_answer() -> None:
     every_hash = np.arange(4, dtype=np.uint64)  # of a two-bit hash: every name collides with one held
     guard = FileGuard(
