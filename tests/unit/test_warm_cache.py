@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statestore.services.warm_cache import CacheCounts, WarmCache, release_freed_heap
+from statestore.services.warm_cache import CacheCounts, HeapRelease, WarmCache, release_freed_heap
 
 
 class Sized:
@@ -15,11 +15,13 @@ class Sized:
 
 
 def cache(budget: int, load_factor: float = 1.0) -> tuple[WarmCache[Sized], list[int]]:
-    released: list[int] = []
-    return (
-        WarmCache(budget, lambda v: v.size, load_factor=load_factor, release=lambda: released.append(1)),
-        released,
-    )
+    released: list[int] = []  # the bytes freed, each time the cache says
+
+    def release(freed: int | None) -> None:
+        assert freed is not None
+        released.append(freed)
+
+    return WarmCache(budget, lambda v: v.size, load_factor=load_factor, release=release), released
 
 
 def fill(into: WarmCache[Sized], **sizes: int) -> None:
@@ -39,7 +41,7 @@ def test_the_least_recently_used_table_is_evicted_first_and_a_lookup_makes_a_tab
     assert list(c) == ["c", "a", "d"]
     assert c.used_bytes == 300
     assert c.counts == CacheCounts(hits=1, misses=0, evictions=1, oversized=0)
-    assert released == [1]  # the evicted state's memory is given back
+    assert released == [100]  # the evicted state's memory is given back
 
 
 def test_sizes_are_measured_after_use_so_a_grown_table_evicts_others() -> None:
@@ -71,7 +73,7 @@ def test_a_table_over_the_whole_budget_is_dropped_after_use_and_the_others_stay(
 
     assert list(c) == ["a", "b"]
     assert c.counts.oversized == 1 and c.counts.evictions == 0
-    assert released == [1]
+    assert released == [301]
 
 
 def test_room_is_made_for_a_table_of_known_size_before_it_is_loaded_again() -> None:
@@ -135,7 +137,7 @@ class Demotable(Sized):
 
 
 def test_values_are_demoted_least_recent_first_the_newest_last_before_any_is_evicted() -> None:
-    c = WarmCache(300, lambda v: v.size, demote=Demotable.demote, release=lambda: None)
+    c = WarmCache(300, lambda v: v.size, demote=Demotable.demote, release=lambda _: None)
     for key in ("a", "b", "c"):
         c[key] = Demotable(100, 20)
         c.settle()
@@ -179,3 +181,21 @@ def test_as_a_mapping_each_read_settles_the_earlier_use_and_counts_hits_and_miss
 
 def test_giving_freed_heap_back_never_fails() -> None:
     assert release_freed_heap() in (True, False)
+
+
+def test_freed_heap_is_given_back_once_enough_was_freed_and_at_once_when_how_much_is_unknown() -> None:
+    trims: list[int] = []
+    release = HeapRelease(100, lambda: trims.append(1))
+
+    release(40)
+    release(59)
+    assert trims == []  # 99 bytes freed: kept for the next load to reuse
+    release(1)
+    assert trims == [1]
+    release(99)
+    assert trims == [1]  # counted from the last trim
+    release(None)
+    assert trims == [1, 1]
+    release(-5)  # nothing freed
+    release(99)
+    assert trims == [1, 1]

@@ -43,7 +43,7 @@ from statestore.services.committer.sorting import (
     split_copies,
 )
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
-from statestore.services.warm_cache import CacheCounts, WarmCache, release_freed_heap
+from statestore.services.warm_cache import CacheCounts, HeapRelease, WarmCache
 from statestore.state.table_state import TableState
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
@@ -114,8 +114,9 @@ class BatchCommitter:
     # Estimated bytes of table state kept warm between batches, and a load's peak over the state it keeps
     # (see statestore.sizing.WarmBudget).
     warm_budget: sizing.WarmBudget = DEFAULT_WARM_BUDGET
-    # Gives freed memory back to the system after a load and an eviction (a no-op where it cannot).
-    release_heap: Callable[[], object] = release_freed_heap
+    # Told the (estimated) bytes a load or an eviction freed, gives freed memory back to the system once
+    # enough was (a no-op where it cannot); None: unknown, given back at once.
+    release_heap: Callable[[int | None], object] = field(default_factory=HeapRelease)
     _tables: WarmCache[WarmTable] = field(init=False, repr=False)
     _first_reads: dict[str, FirstReads] = field(default_factory=dict, init=False, repr=False)
 
@@ -295,7 +296,8 @@ class BatchCommitter:
         self._tables.make_room(table.info.table_id, expected)
         started = self.timer()
         table.store.cached_state()
-        self.release_heap()  # the load's temporaries, freed: give them back
+        # The load's temporaries, freed: its peak over the state it keeps.
+        self.release_heap(None if expected is None else round(expected * (sizing.LOAD_FACTOR - 1)))
         self._batch.cold_load_ms.append((self.timer() - started) * 1000)
 
     def _first_reads_needed(
