@@ -53,13 +53,8 @@ from statestore.store.memory import (
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.store.ports import (
-    CommitQueue,
-    CommitStatusStore,
-    SnapshotMetadataStore,
-    TableIndex,
-    TransactionLogStore,
-)
+from statestore.store.ports import CommitQueue, CommitStatusStore, TableIndex, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotMetadataStore
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
 

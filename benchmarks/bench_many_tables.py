@@ -78,14 +78,8 @@ from statestore.store.memory import (  # noqa: E402
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.store.ports import (  # noqa: E402
-    CommitQueue,
-    CommitStatusStore,
-    SnapshotInfo,
-    SnapshotMetadataStore,
-    TableIndex,
-    TransactionLogStore,
-)
+from statestore.store.ports import CommitQueue, CommitStatusStore, TableIndex, TransactionLogStore  # noqa: E402
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore  # noqa: E402
 from statestore.store.tables import TableInfo  # noqa: E402
 from statestore.transactions import AddFiles  # noqa: E402
 

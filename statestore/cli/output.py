@@ -15,7 +15,8 @@ from typing import Any, TextIO
 from statestore.model.files import FileReference, TableFile
 from statestore.model.partitions import Partition
 from statestore.model.schema import Key, KeyType, Schema
-from statestore.store.ports import CommitStatus, SnapshotInfo
+from statestore.store.ports import CommitStatus
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,

@@ -26,11 +26,8 @@ from statestore.errors import (
 from statestore.model import layout
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import (
-    LogEntry,
-    SnapshotInfo,
-    TransactionLogStore,
-)
+from statestore.store.ports import LogEntry, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotInfo
 
 logger = logging.getLogger(__name__)
 

@@ -49,9 +49,9 @@ from statestore.store.ports import (
     CommitStatus,
     CommitStatusStore,
     LogEntry,
-    SnapshotInfo,
     TransactionLogStore,
 )
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.transactions import BatchItem, Transaction, TransactionBatch, leaves_added_to
 
 logger = logging.getLogger(__name__)

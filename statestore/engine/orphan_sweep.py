@@ -72,7 +72,8 @@ from statestore.engine.orphans import known_data_files
 from statestore.errors import BlobNotFoundError
 from statestore.model import layout
 from statestore.sizing import ORPHAN_SWEEP_SLICE_KEYS
-from statestore.store.ports import BlobStore, SnapshotMetadataStore
+from statestore.store.ports import BlobStore
+from statestore.store.snapshot_ports import SnapshotMetadataStore
 
 logger = logging.getLogger(__name__)
 

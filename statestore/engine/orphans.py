@@ -22,7 +22,8 @@ from typing import Any
 from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.engine.log_store import TableStateStore
 from statestore.model import layout
-from statestore.store.ports import BlobStore, SnapshotMetadataStore
+from statestore.store.ports import BlobStore
+from statestore.store.snapshot_ports import SnapshotMetadataStore
 
 
 @dataclass(frozen=True)

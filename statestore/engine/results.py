@@ -14,7 +14,8 @@ from typing import Protocol
 from statestore.errors import RequestRejectedBeforeError, StateStoreError, TransactionValidationError
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import CommitOutcome, CommitStatus, SnapshotInfo, TransactionLogStore
+from statestore.store.ports import CommitOutcome, CommitStatus, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.transactions import Transaction
 
 

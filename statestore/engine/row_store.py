@@ -47,9 +47,9 @@ from statestore.store.ports import (
     FileCommitMember,
     FileCommitOutcome,
     FileReferenceStore,
-    SnapshotInfo,
     TransactionLogStore,
 )
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from statestore.transactions import (
     ClearFiles,

@@ -21,7 +21,8 @@ from statestore.errors import (
 from statestore.model import layout
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import BlobStore, SnapshotInfo, SnapshotMetadataStore
+from statestore.store.ports import BlobStore
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
 
 
 def checksum(data: bytes) -> str:

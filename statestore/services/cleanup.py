@@ -67,13 +67,8 @@ from statestore.services.cleanup_policy import (
     gc_delay_ms,
 )
 from statestore.services.view_upkeep import ViewOutcome
-from statestore.store.ports import (
-    BlobStore,
-    FileReferenceStore,
-    SnapshotInfo,
-    TableIndex,
-    TransactionLogStore,
-)
+from statestore.store.ports import BlobStore, FileReferenceStore, TableIndex, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from statestore.transactions import DeleteFiles, ReleaseClaims
 

@@ -34,14 +34,8 @@ from statestore.store.memory import (
     InMemoryTransactionLog,
 )
 from statestore.store.memory_view import InMemoryQueryableViewStore
-from statestore.store.ports import (
-    BlobStore,
-    FileReferenceStore,
-    SnapshotInfo,
-    SnapshotMetadataStore,
-    TableIndex,
-    TransactionLogStore,
-)
+from statestore.store.ports import BlobStore, FileReferenceStore, TableIndex, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
 from statestore.store.tables import FILE_STORE_LOG, TableInfo, parse_schema
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import InitialisePartitions, Transaction

@@ -35,12 +35,11 @@ from statestore.store.ports import (
     LogEntry,
     QueueMessage,
     RequestKey,
-    SnapshotInfo,
-    SnapshotMetadataStore,
     TableIndex,
     TransactionLogStore,
     one_status_per_request,
 )
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
 from statestore.store.switch_ports import CommitterState, CommitterSwitch, QueueDepth
 from statestore.store.tables import TableInfo, check_table_name, with_property
 

@@ -2,7 +2,8 @@
 (``memory_files.py`` for the file reference store). The adapters (``statestore.adapters``) implement the
 same interfaces; one behaviour suite runs against all. Implementations raise only :mod:`statestore.errors`
 exceptions, never a backend's own. :class:`TableIndex`'s values are in ``tables.py``. The queryable
-view's port is in ``view_ports.py``, the committer switch's in ``switch_ports.py``.
+view's port is in ``view_ports.py``, the committer switch's in ``switch_ports.py``, the snapshot records' in
+``snapshot_ports.py``.
 """
 
 from __future__ import annotations
@@ -52,26 +53,6 @@ class LogEntry:
     attachments: tuple[tuple[str, bytes], ...] = ()
     adds_to_leaves: frozenset[str] | None = None
     index_leaves: bool = field(default=False, compare=False)  # how to write it, not what it holds
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    """Where a table's snapshot at ``transaction_number`` lives, and when it was made (epoch ms).
-
-    ``checksums``: the CRC-32 (8 hex digits) of the partitions and the files object as written, checked on
-    every read (empty for snapshots recorded before they were kept). ``references`` and ``partitions``
-    count the state's, a hint for the room a load makes first (:mod:`statestore.services.warm_cache`);
-    None where not known (snapshots recorded before they were counted).
-    """
-
-    table_id: str
-    transaction_number: int
-    created_time: int
-    partitions_key: str
-    files_key: str
-    checksums: tuple[str, ...] = ()
-    references: int | None = None
-    partitions: int | None = None
 
 
 class TransactionLogStore(ABC):
@@ -137,33 +118,6 @@ class TransactionLogStore(ABC):
     def stored_body_keys(self, table_id: str) -> set[str]:
         """The blob keys the table's entries hold (bodies stored aside and attachments), without reading
         them: what the orphan sweep of the log prefix must keep."""
-
-
-class SnapshotMetadataStore(ABC):
-    """Records of snapshots and each table's "latest" pointer."""
-
-    @abstractmethod
-    def record(self, snapshot: SnapshotInfo) -> None:
-        """Record ``snapshot`` and move the latest pointer to it, atomically.
-
-        Raises StaleSnapshotError (and records nothing) if the latest is already at or past its number.
-        """
-
-    @abstractmethod
-    def latest(self, table_id: str) -> SnapshotInfo | None:
-        """The table's latest snapshot, or None."""
-
-    @abstractmethod
-    def list(self, table_id: str) -> list[SnapshotInfo]:
-        """Every recorded snapshot of the table, oldest first."""
-
-    @abstractmethod
-    def delete(self, table_id: str, transaction_number: int) -> None:
-        """Delete one snapshot's record. Raises StateStoreError if it is the latest."""
-
-    @abstractmethod
-    def delete_table(self, table_id: str) -> None:
-        """Delete every record and the pointer of a table."""
 
 
 LIST_PAGE_SIZE = 1000  # S3's most keys per LIST call

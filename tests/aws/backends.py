@@ -16,7 +16,8 @@ from statestore.store.memory import (
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.store.ports import BlobStore, SnapshotMetadataStore, TableIndex, TransactionLogStore
+from statestore.store.ports import BlobStore, TableIndex, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotMetadataStore
 from tests.fixtures.aws_servers import unique_resources
 
 

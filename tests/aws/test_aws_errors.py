@@ -34,7 +34,8 @@ from statestore.errors import (
 from statestore.instance import ResourceNames
 from statestore.model.backoff import full_jitter_delay
 from statestore.store.memory import InMemoryBlobStore
-from statestore.store.ports import LogEntry, SnapshotInfo
+from statestore.store.ports import LogEntry
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.transactions import InitialisePartitions
 from tests.builders import LONG_SCHEMA, tree
 from tests.fixtures.aws_servers import free_port

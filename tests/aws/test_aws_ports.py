@@ -24,7 +24,8 @@ from statestore.model.clock import now_millis
 from statestore.model.layout import REQUEST_BODY_TAGS
 from statestore.model.schema import Schema
 from statestore.store.memory import InMemoryBlobStore
-from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, SnapshotInfo
+from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from tests.aws.backends import Ports, open_ports
 

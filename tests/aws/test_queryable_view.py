@@ -31,7 +31,8 @@ from statestore.model.files import FileReference
 from statestore.model.partitions import Partition, Range, Region
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
 from statestore.store.memory_view import InMemoryQueryableViewStore
-from statestore.store.ports import CommitStatus, LogEntry, SnapshotInfo, TransactionLogStore
+from statestore.store.ports import CommitStatus, LogEntry, TransactionLogStore
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import (
     AddFiles,

@@ -16,7 +16,8 @@ from statestore.store.memory import (
     InMemorySnapshotMetadataStore,
     InMemoryTableIndex,
 )
-from statestore.store.ports import CommitStatus, RequestKey, SnapshotInfo
+from statestore.store.ports import CommitStatus, RequestKey
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from tests.committer.harness import Harness, add_files, message, outcomes
 

@@ -16,7 +16,8 @@ from statestore.services.committer import BatchCommitter, MessageOutcome, Messag
 from statestore.sizing import WarmBudget, warm_state_bytes
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
-from statestore.store.ports import CommitStatus, LogEntry, SnapshotInfo
+from statestore.store.ports import CommitStatus, LogEntry
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import QUERYABLE_VIEW_PROPERTY
 from statestore.transactions import AddFiles
 from tests.builders import data_key, ref

@@ -90,10 +90,9 @@ from statestore.store.ports import (
     LogEntry,
     QueueMessage,
     RequestKey,
-    SnapshotInfo,
-    SnapshotMetadataStore,
     TransactionLogStore,
 )
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
 from statestore.store.tables import TableInfo
 from statestore.transactions import (
     AddFiles,

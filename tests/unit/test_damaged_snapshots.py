@@ -21,7 +21,8 @@ from statestore.errors import (
 from statestore.services.cleanup import cleanup_table
 from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.store.ports import LogEntry, SnapshotInfo
+from statestore.store.ports import LogEntry
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, ClearFiles, InitialisePartitions
 from tests.builders import STRING_SCHEMA, data_key, data_keys, ref, tree

@@ -14,7 +14,7 @@ from statestore.errors import (
 from statestore.model import layout
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore
-from statestore.store.ports import SnapshotInfo
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,

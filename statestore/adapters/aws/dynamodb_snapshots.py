@@ -12,7 +12,7 @@ from statestore import instance
 from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
 from statestore.adapters.aws.dynamodb_items import whole_number
 from statestore.errors import StaleSnapshotError, StateStoreError
-from statestore.store.ports import SnapshotInfo, SnapshotMetadataStore
+from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
 
 logger = logging.getLogger(__name__)
 

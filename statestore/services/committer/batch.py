@@ -56,10 +56,10 @@ from statestore.store.ports import (
     FileReferenceStore,
     QueueMessage,
     RequestKey,
-    SnapshotInfo,
     TableIndex,
     TransactionLogStore,
 )
+from statestore.store.snapshot_ports import SnapshotInfo
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 

@@ -21,7 +21,8 @@ from functools import partial
 from statestore.engine import overlap
 from statestore.engine.overlap import Outcome
 from statestore.engine.snapshots import SnapshotStore
-from statestore.store.ports import SnapshotInfo, TableIndex
+from statestore.store.ports import TableIndex
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 
 
