@@ -1,10 +1,12 @@
 """The README's code runs as written: each marked Python block in a new process whose environment holds the
 ``export`` lines ``statestore local`` prints, from a directory outside the checkout, against a runtime
-started as ``statestore local`` starts it. Its links lead to pages that exist."""
+started as ``statestore local`` starts it, and then its CLI lines, each as a shell would run it. Its links
+lead to pages that exist."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +28,14 @@ def block(marker: str) -> str:
     found = re.search(re.escape(f"<!-- example: {marker} -->") + r"\s*```python\n(.*?)```", text, re.DOTALL)
     assert found is not None, f"README.md has no ```python block after the {marker!r} marker"
     return found.group(1)
+
+
+def cli_lines() -> list[list[str]]:
+    """The commands of the shell block right after ``<!-- example: cli -->``, split as a shell splits them."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"<!-- example: cli -->\s*```bash\n(.*?)```", text, re.DOTALL)
+    assert found is not None, "README.md has no ```bash block after the 'cli' marker"
+    return [shlex.split(line) for line in found.group(1).splitlines() if line.strip()]
 
 
 def run_block(marker: str, runtime: LocalRuntime, cwd: Path) -> str:
@@ -86,12 +96,36 @@ def test_the_readmes_library_example_runs_as_written(statestore_local: LocalRunt
 @pytest.mark.e2e
 @pytest.mark.spark
 @pytest.mark.dynamodb_local
-def test_the_readmes_spark_example_runs_as_written(statestore_local: LocalRuntime, tmp_path: Path) -> None:
-    code = block("spark")
-    assert len(code.strip().splitlines()) <= 10
+def test_the_readmes_spark_example_then_its_cli_lines_run_as_written(
+    statestore_local: LocalRuntime, tmp_path: Path
+) -> None:
+    """As a user reads it: the library example, the Spark one, then each CLI line, on the same instance."""
+    assert len(block("spark").strip().splitlines()) <= 10
+    run_block("library", statestore_local, tmp_path)
 
     out = run_block("spark", statestore_local, tmp_path)
 
     assert "rows with 100 <= id < 200: 100" in out
     files = statestore_local.client().files("events")
     assert files and sum(r.number_of_rows for f in files for r in f.references) == 1_000
+    cli = Path(sys.executable).with_name("statestore")  # the console script the package installs
+    outputs = []
+    for command in cli_lines():
+        assert command[0] == "statestore", command
+        run = subprocess.run(
+            [str(cli), *command[1:]],
+            env=shell_environment(statestore_local),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, f"{' '.join(command)}: {run.stderr[-4_000:]}"
+        outputs.append(run.stdout)
+
+    tables, clicks_files, events_log, report = outputs
+    assert "clicks" in tables and "events" in tables
+    client = statestore_local.client()
+    assert all(f.filename in clicks_files for f in client.files("clicks"))
+    assert "InitialisePartitions" in events_log and "1000 rows" in events_log  # the Spark write's commit
+    assert "over the split threshold of 1000000 rows" in report and "1000" in report
