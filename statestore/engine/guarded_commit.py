@@ -44,7 +44,7 @@ from statestore.errors import (
 )
 from statestore.state.file_guard import FileGuard, GuardCannotTell
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry, TransactionLogStore
-from statestore.transactions import AddFiles, BatchItem, Transaction, TransactionBatch, leaves_added_to
+from statestore.transactions import AddFiles, BatchItem, TransactionBatch, leaves_added_to, only_adds
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class GuardedCommits:
             if len(entries) > CATCH_UP_ENTRIES:
                 return False
             for entry in entries:
-                adds = _only_adds(decode_entry(entry, self.table_id))
+                adds = only_adds(decode_entry(entry, self.table_id))
                 if adds is None:
                     return False
                 guard.take_entry(
@@ -171,17 +171,6 @@ class GuardedCommits:
             return False  # the state's load decides (and reports what is wrong, where something is)
         guard.read_to_end_at = started
         return True
-
-
-def _only_adds(transaction: Transaction) -> list[AddFiles] | None:
-    """The ``AddFiles`` a transaction is made of, or None when it does anything else."""
-    if type(transaction) is AddFiles:
-        return [transaction]
-    if type(transaction) is TransactionBatch:
-        adds = [item.transaction for item in transaction.items]
-        if all(type(add) is AddFiles for add in adds):
-            return [add for add in adds if isinstance(add, AddFiles)]
-    return None
 
 
 def _names_added(add: AddFiles) -> list[str]:

@@ -58,6 +58,18 @@ LISTED_PARTITIONS_AT_MOST = 100
 LISTED_BYTES_AT_MOST = 16 * 1024
 
 
+def only_adds(transaction: Transaction) -> list[AddFiles] | None:
+    """The ``AddFiles`` a transaction that only adds files is made of (itself, or a batch's items), or None
+    when it does anything else."""
+    if isinstance(transaction, AddFiles):
+        return [transaction]
+    if isinstance(transaction, TransactionBatch) and all(
+        isinstance(item.transaction, AddFiles) for item in transaction.items
+    ):
+        return [cast(AddFiles, item.transaction) for item in transaction.items]
+    return None
+
+
 def leaves_added_to(
     transaction: Transaction, partitions: Mapping[str, Partition] | Collection[str]
 ) -> frozenset[str] | None:
@@ -66,13 +78,8 @@ def leaves_added_to(
     on, or the ids of its leaves), at most ``LISTED_PARTITIONS_AT_MOST`` taking at most
     ``LISTED_BYTES_AT_MOST`` bytes; else empty (the entry is not listed). None for every other transaction:
     it may change anything."""
-    if isinstance(transaction, AddFiles):
-        adds = [transaction]
-    elif isinstance(transaction, TransactionBatch) and all(
-        isinstance(item.transaction, AddFiles) for item in transaction.items
-    ):
-        adds = [cast(AddFiles, item.transaction) for item in transaction.items]
-    else:
+    adds = only_adds(transaction)
+    if adds is None:
         return None
     listed: set[str] = set()
     for add in adds:
@@ -112,5 +119,6 @@ __all__ = [
     "Transaction",
     "TransactionBatch",
     "leaves_added_to",
+    "only_adds",
     "request_ids_of",
 ]
