@@ -67,7 +67,6 @@ class FileGuard:
         "last_update_time",
         "references",
         "read_to_end_at",
-        "state_bytes",
     )
 
     def __init__(
@@ -83,7 +82,6 @@ class FileGuard:
         last_update_time: int,
         references: int,
         read_to_end_at: int,
-        state_bytes: int,
     ) -> None:
         self._search = HashSearch(sorted_hashes)
         self._mask = mask
@@ -96,7 +94,6 @@ class FileGuard:
         self.last_update_time = last_update_time
         self.references = references
         self.read_to_end_at = read_to_end_at  # when the state was last known current (see LogStateLoading)
-        self.state_bytes = state_bytes  # the whole state's estimated bytes: the room its load needs
         for name in added_names:
             self._added.add(self._hash(name))
 

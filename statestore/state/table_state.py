@@ -384,7 +384,7 @@ class TableState(TableQueries):
 
     # --- whole-state ----------------------------------------------------------------------------
 
-    def file_guard(self, read_to_end_at: int, state_bytes: int) -> FileGuard | None:
+    def file_guard(self, read_to_end_at: int) -> FileGuard | None:
         """What this state keeps when evicted, to take new files without it (:mod:`statestore.state.
         file_guard`): its name index's hashes (shared), the names changed since, its partitions' ids. None
         while an undo journal is open, or when a name it holds cannot be hashed (the state then is
@@ -405,7 +405,6 @@ class TableState(TableQueries):
                 last_update_time=self.last_update_time,
                 references=self._reference_count,
                 read_to_end_at=read_to_end_at,
-                state_bytes=state_bytes,
             )
         except GuardCannotTell:
             return None

@@ -29,7 +29,7 @@ def state_with(*names: str, from_snapshot: bool = True) -> TableState:
 
 
 def guard_of(state: TableState) -> FileGuard:
-    guard = state.file_guard(read_to_end_at=5, state_bytes=1234)
+    guard = state.file_guard(read_to_end_at=5)
     assert guard is not None
     return guard
 
@@ -45,7 +45,7 @@ def test_a_name_the_state_holds_cannot_be_told_and_one_it_does_not_is_not_held(f
         with pytest.raises(GuardCannotTell):
             guard.files_present([f"{PREFIX}new", f"{PREFIX}{held}"])
     assert (guard.transaction_number, guard.last_update_time, guard.references) == (2, 2, 3)
-    assert (guard.read_to_end_at, guard.state_bytes) == (5, 1234)
+    assert guard.read_to_end_at == 5
     assert guard.has_partition("root") and not guard.has_partition("nope")
     assert guard.leaf_ids == frozenset(p.id for p in state.leaf_partitions())
 
@@ -109,7 +109,7 @@ def test_a_hash_collision_is_maybe_held_never_a_wrong_answer() -> None:
     every_hash = np.arange(4, dtype=np.uint64)  # of a two-bit hash: every name collides with one held
     guard = FileGuard(
         every_hash, 0b11, (), data_prefix=PREFIX, partition_ids=frozenset({"root"}), leaf_ids=frozenset(),
-        transaction_number=1, last_update_time=1, references=4, read_to_end_at=0, state_bytes=0,
+        transaction_number=1, last_update_time=1, references=4, read_to_end_at=0,
     )  # fmt: skip
 
     with pytest.raises(GuardCannotTell):
@@ -119,6 +119,6 @@ def test_a_hash_collision_is_maybe_held_never_a_wrong_answer() -> None:
 def test_a_state_with_an_undo_journal_open_keeps_no_guard() -> None:
     state = state_with("a")
     mark = state.begin_changes()
-    assert state.file_guard(0, 0) is None
+    assert state.file_guard(0) is None
     state.undo_changes(mark)
-    assert state.file_guard(0, 0) is not None
+    assert state.file_guard(0) is not None

@@ -44,7 +44,6 @@ from statestore.services.committer.sorting import (
 )
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.services.warm_cache import CacheCounts, HeapRelease, WarmCache
-from statestore.state.table_state import TableState
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
@@ -436,10 +435,6 @@ def _warm_table_bytes(table: WarmTable) -> int:
     state = table.store.loaded_state
     if state is None:
         return 0 if table.guard is None else table.guard.estimated_bytes
-    return _state_bytes(state)
-
-
-def _state_bytes(state: TableState) -> int:
     return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
 
 
@@ -452,7 +447,7 @@ def _demote(table: WarmTable) -> bool:
     unloaded = store.unload()
     assert unloaded is not None
     state, read_to_end_at = unloaded
-    table.guard = state.file_guard(read_to_end_at, _state_bytes(state))
+    table.guard = state.file_guard(read_to_end_at)
     return table.guard is not None
 
 
