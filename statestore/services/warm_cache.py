@@ -155,6 +155,10 @@ class WarmCache(MutableMapping[str, V]):
         self._values: OrderedDict[str, V] = OrderedDict()
         self._sizes: dict[str, int] = {}  # estimated bytes of each kept value, as last measured
         self._known: dict[str, int] = {}  # the last measured size of every table seen (a few bytes each)
+        # Kept values ``demote`` was tried on since they were last used: a demoted value cannot be made
+        # smaller again until it is used (a table's state is loaded only then), so making room passes over
+        # them without a call, rather than trying every value kept each time (~1,000 tables).
+        self._tried: set[str] = set()
         self._hits = self._misses = self._evictions = self._oversized = self._demotions = 0
 
     # --- what it holds --------------------------------------------------------------------------
@@ -184,6 +188,7 @@ class WarmCache(MutableMapping[str, V]):
             return None
         self._hits += 1
         self._values.move_to_end(key)
+        self._tried.discard(key)
         return value
 
     # --- the policy -----------------------------------------------------------------------------
@@ -216,10 +221,12 @@ class WarmCache(MutableMapping[str, V]):
             else [(key, self._values[key]) for key in used if key in self._values]
         )
         for key, value in measured:
+            self._tried.discard(key)
             size = self._sizes[key] = self._size_of(value)
             self._known[key] = size
             if size > self.budget_bytes:
                 del self._values[key], self._sizes[key]
+                self._tried.discard(key)
                 self._oversized += 1
                 dropped.append(key)
                 freed += size
@@ -258,13 +265,16 @@ class WarmCache(MutableMapping[str, V]):
                     continue
                 size = self._sizes[key]
                 if demoting:
-                    if self._demote is not None and self._demote(self._values[key]):
-                        smaller = self._sizes[key] = self._size_of(self._values[key])
-                        used -= size - smaller
-                        self._demotions += 1
+                    if self._demote is not None and key not in self._tried:
+                        self._tried.add(key)
+                        if self._demote(self._values[key]):
+                            smaller = self._sizes[key] = self._size_of(self._values[key])
+                            used -= size - smaller
+                            self._demotions += 1
                     continue
                 used -= self._sizes.pop(key)
                 del self._values[key]
+                self._tried.discard(key)
                 self._evictions += 1
                 evicted.append(key)
         if evicted:
@@ -291,11 +301,13 @@ class WarmCache(MutableMapping[str, V]):
         self._values[key] = value
         self._values.move_to_end(key)
         self._sizes.setdefault(key, 0)
+        self._tried.discard(key)
 
     def __delitem__(self, key: str) -> None:
         """Forget ``key``'s value (not counted as an eviction: the caller chose to drop it)."""
         del self._values[key]
         self._sizes.pop(key, None)
+        self._tried.discard(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)

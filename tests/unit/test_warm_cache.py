@@ -154,6 +154,32 @@ def test_values_are_demoted_least_recent_first_the_newest_last_before_any_is_evi
     assert {k: v.size for k, v in c.items()} == {"e": 20}
 
 
+def test_making_room_tries_to_demote_a_value_once_until_it_is_used_again() -> None:
+    tried: list[str] = []
+
+    def demote(value: Demotable) -> bool:
+        tried.append(next(k for k, v in c.items() if v is value))
+        return value.demote()
+
+    c: WarmCache[Demotable] = WarmCache(1000, lambda v: v.size, demote=demote, release=lambda _: None)
+    for key in "abcdefghij":
+        c[key] = Demotable(100, 10)
+        c.settle()
+
+    assert c.make_room("new", expected=500) == []  # 1,000 down to 500: the six oldest demoted
+    assert tried == list("abcdef")
+    assert c.make_room("other", expected=600) == []  # down to 400: the demoted ones are passed over
+    assert tried == list("abcdefg")
+
+    assert c.lookup("a") is not None
+    c["a"].size = 100  # used: its state loaded again
+    c.settle(["a"])
+    c["newest"] = Demotable(10, 10)
+    c.settle(["newest"])
+    assert c.make_room("third", expected=850) == []  # 470 down to 150: a can be made smaller again
+    assert tried == list("abcdefghija")
+
+
 def test_a_zero_budget_keeps_nothing_and_a_negative_one_is_refused() -> None:
     c, _ = cache(0)
     fill(c, a=1)
