@@ -258,10 +258,16 @@ class FileColumns(FileColumnReads):
         row = recent[filename] = self._row_of_hash(h, directory, base_bytes)
         return row
 
-    def _row_of_hash(self, h: int, directory: str, base_bytes: bytes) -> int | None:
+    def hash_search(self) -> HashSearch:
+        """The search over the name index's sorted hashes, made on first use and kept (a guard made from
+        this state shares it)."""
         search = self._hash_search
         if search is None:
             search = self._hash_search = HashSearch(self._sorted_hashes)
+        return search
+
+    def _row_of_hash(self, h: int, directory: str, base_bytes: bytes) -> int | None:
+        search = self.hash_search()
         position, count = search.position(h), len(search)
         if position == count or search.at(position) != h:
             return None

@@ -395,7 +395,7 @@ class TableState(TableQueries):
         ids = list(self.partitions_by_id)
         try:
             return FileGuard(
-                self._base._sorted_hashes,  # removed names stay in: held "maybe", which loads the state
+                self._base.hash_search(),  # shared; removed names stay in: "maybe held" loads the state
                 self._base._hash_mask,
                 added,
                 data_prefix=self.data_prefix,

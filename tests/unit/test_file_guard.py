@@ -122,3 +122,14 @@ def test_a_state_with_an_undo_journal_open_keeps_no_guard() -> None:
     assert state.file_guard(0) is None
     state.undo_changes(mark)
     assert state.file_guard(0) is not None
+
+
+def test_a_guard_shares_its_states_search_over_the_name_hashes_rather_than_making_another() -> None:
+    state = state_with("a", "b")
+    assert state.files_present([f"{PREFIX}a"]) == [True]  # the state's own lookup makes its search
+
+    guard = guard_of(state)
+    assert guard._search is state._base.hash_search()
+    assert guard.files_present([f"{PREFIX}c"]) == [False]
+    with pytest.raises(GuardCannotTell):
+        guard.files_present([f"{PREFIX}b"])
