@@ -13,11 +13,11 @@ time to load a table of each size from its snapshot.
 (``--rtt-ms``, default 10, as ``bench_committer.py``'s latency-bound model) and a snapshot object read its
 bytes at ``--s3-mb-per-s`` (default 100, one S3 stream): what a committer Lambda waits for in AWS, where
 the stores cost none of its CPU. Those waits are added up rather than slept, and each commit's latency is
-its waits plus the committer's own CPU time (decoding snapshots, validating, evicting): the time it takes
-on a core of its own, as an invocation has. Reads a load makes at once (``statestore.engine.overlap``: a
-snapshot's two objects, and the log after it) count the longer of their waits, not the sum; their CPU time
-counts whole. On this machine's shared cores wall-clock time would measure
-the queue for them instead (the benchmarks page records the load beside the run).
+its waits plus the committer process's CPU time (decoding snapshots, on Arrow's threads too, validating,
+evicting): the time it takes on a core of its own, as an invocation has. Reads a load makes at once
+(``statestore.engine.overlap``: a snapshot's two objects, and the log after it) count the longer of their
+waits, not the sum; their CPU time counts whole. On this machine's shared cores wall-clock time would
+measure the queue for them instead (the benchmarks page records the load beside the run).
 
 The tables' states are built as snapshots directly, not committed one by one: one state of each size is
 built and written as Parquet to a temporary directory, and every table's snapshot record points at those
@@ -200,15 +200,16 @@ class FileBlobs(InMemoryBlobStore):
 
 
 class Stopwatch:
-    """Modelled elapsed time: the waits for the stores plus this thread's own CPU time. On a machine whose
-    cores are shared, wall-clock time would measure the queue for them; this is the time on a core of its
-    own, as a Lambda invocation has."""
+    """Modelled elapsed time: the waits for the stores plus the process's CPU time, its threads' included
+    (Arrow decodes a snapshot's columns on a pool of its own, whose work a function of one core or less
+    pays in full). On a machine whose cores are shared, wall-clock time would measure the queue for them;
+    this is the time on a core of its own, as a Lambda invocation has."""
 
     def __init__(self, waits: Waits) -> None:
         self.waits = waits
 
     def now(self) -> float:
-        return self.waits.seconds + time.thread_time()
+        return self.waits.seconds + time.process_time()
 
 
 @dataclass
