@@ -174,6 +174,21 @@ class TransactionNumberTakenError(StateStoreError):
         self.transaction_number = transaction_number
 
 
+class PreviousEntryGoneError(TransactionNumberTakenError):
+    """A log append refused because the entry before its number is not in the log: cleanup deleted it (or
+    the table was deleted), so the writer's state is behind entries it never read. Handled as a lost race:
+    the writer catches up (finding the gap, it loads from a snapshot) and drafts again."""
+
+    def __init__(self, table_id: str, transaction_number: int) -> None:
+        StateStoreError.__init__(
+            self,
+            f"transaction {transaction_number - 1} of table {table_id!r} is not in the log: transaction "
+            f"{transaction_number} can only follow it",
+        )
+        self.table_id = table_id
+        self.transaction_number = transaction_number
+
+
 class RequestsAlreadyDecidedError(StateStoreError):
     """A log append carrying requests' outcomes wrote nothing: some of those requests (``request_ids``, of
     table ``table_id``) already have a final status (committed or rejected before)."""

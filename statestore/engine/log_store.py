@@ -33,6 +33,7 @@ from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
+    PreviousEntryGoneError,
     RequestsAlreadyDecidedError,
     StateStoreError,
     StoreUnavailableError,
@@ -408,6 +409,10 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
                 else:
                     self.log.append(self.table_id, entry)
                 return True
+            except PreviousEntryGoneError:
+                # Nothing was written (the number itself is free, or it would be reported taken): the state
+                # is behind entries cleanup deleted. Lost, as a race is: the caller catches up and reloads.
+                return False
             except TransactionNumberTakenError:
                 holder = self._writer_at(number)
                 if holder is None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 
 from statestore.errors import (
     BlobNotFoundError,
+    PreviousEntryGoneError,
     RequestsAlreadyDecidedError,
     StaleSnapshotError,
     StateStoreError,
@@ -68,6 +69,8 @@ class InMemoryTransactionLog(TransactionLogStore):
             entries = self._entries.setdefault(table_id, {})
             if entry.transaction_number in entries:
                 raise TransactionNumberTakenError(table_id, entry.transaction_number)
+            if entry.transaction_number > 1 and entry.transaction_number - 1 not in entries:
+                raise PreviousEntryGoneError(table_id, entry.transaction_number)
             with self._statuses._lock:  # always taken after the log's: no deadlock
                 decided = self._statuses._final_among(outcomes)
                 if decided:

@@ -60,7 +60,11 @@ class TransactionLogStore(ABC):
 
     @abstractmethod
     def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
-        """Store ``entry`` if its number is unused; raise TransactionNumberTakenError if it is taken.
+        """Store ``entry`` if its number is unused and follows an entry in the log; raise
+        TransactionNumberTakenError if it is taken, PreviousEntryGoneError (one) if the entry before it is not
+        in the log (number 1 follows nothing). The second is what keeps a writer whose state fell behind
+        cleanup from reusing a deleted number, whatever the clocks say: an entry is appended after one that
+        exists, so the log never has a hole filled from a state that missed what was there.
 
         Taken includes "taken by this very entry": a retried put whose first try landed fails its condition.
         StoreUnavailableError means the outcome is unknown (the entry may or may not be stored); putting the

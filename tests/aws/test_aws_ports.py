@@ -11,6 +11,7 @@ from statestore.adapters.aws.backend import AwsBackend
 from statestore.adapters.aws.table_index import DynamoDBTableIndex
 from statestore.errors import (
     BlobNotFoundError,
+    PreviousEntryGoneError,
     RequestsAlreadyDecidedError,
     StaleSnapshotError,
     StateStoreError,
@@ -98,6 +99,27 @@ def test_a_used_transaction_number_is_refused_and_the_first_entry_kept(ports: Po
 
     assert raised.value.transaction_number == 1
     assert [e.body for e in ports.log.read("t1", 1)] == [b"first"]
+
+
+def test_an_entry_is_refused_where_the_one_before_it_is_not_in_the_log(ports: Ports) -> None:
+    statuses = ports.log.request_statuses
+    assert statuses is not None
+    for number in (1, 2, 3):
+        ports.log.append("t1", entry(number))
+    ports.log.delete_up_to("t1", 2)  # cleanup: the latest entry, 3, is kept
+
+    # A writer whose state is still at 1 would fill number 2, which a reader from a snapshot never reads.
+    with pytest.raises(PreviousEntryGoneError) as raised:
+        ports.log.append("t1", entry(2, b"late"), [committed("r1", 2)])
+
+    assert raised.value.transaction_number == 2
+    assert [e.transaction_number for e in ports.log.read("t1", 1)] == [3]
+    assert statuses.get("t1", "r1") is None  # nothing of the refused append was written
+    ports.log.append("t1", entry(4))  # after the latest entry: appended
+    ports.log.append("t2", entry(1))  # the first entry follows nothing
+    with pytest.raises(PreviousEntryGoneError):
+        ports.log.append("t3", entry(5))
+    assert ports.log.latest_number("t3") == 0
 
 
 def test_tables_have_separate_logs(ports: Ports) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
-from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
+from statestore.engine.log_store import GroupMember, RetryPolicy, TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     CommitConflictError,
@@ -477,6 +477,31 @@ def test_a_stale_writer_cannot_reuse_a_number_cleanup_deleted() -> None:
     assert result.transaction_number == 4
     assert [e.transaction_number for e in log.read(TABLE, 0)] == [3, 4]
     assert stale.state() == make_store(log, snapshots).load()
+
+
+def test_a_writer_fresh_by_its_clock_but_behind_cleanup_never_fills_a_deleted_number() -> None:
+    # Cleanup deletes only entries older than its minimum age, longer than a writer may go without reading
+    # the log; but entries' ages come from their writers' clocks. Here cleanup ran early (as a fast clock
+    # makes it), while the stale writer's own clock says its state is fresh: the log itself must refuse.
+    log = InMemoryTransactionLog()
+    snapshots = snapshot_store()
+    now = [1_000]
+    stale = TransactionLogStateStore(
+        TABLE, STRING_SCHEMA, log, snapshots, clock=lambda: now[0], max_unread_ms=60_000
+    )
+    initialise(stale)
+    writer = make_store(log, snapshots, clock_start=2_000)
+    for name in ("b", "c", "d"):
+        writer.commit(add(name))
+    writer.create_snapshot()  # at 4
+    writer.commit(add("e"))  # 5
+    log.delete_up_to(TABLE, 4)
+
+    result = stale.commit_group([GroupMember("late", add("f"))])
+
+    assert result.transaction_number == 6  # not 2, a number cleanup deleted, which no reader would read
+    assert [e.transaction_number for e in log.read(TABLE, 0)] == [5, 6]
+    assert set(make_store(log, snapshots).load().files_by_name) == {key(n) for n in "bcdef"}
 
 
 def test_a_malformed_transaction_is_reported_by_its_validation_not_by_the_codec() -> None:

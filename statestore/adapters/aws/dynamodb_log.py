@@ -21,6 +21,7 @@ from statestore.adapters.aws.clients import (
 from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.errors import (
     BlobNotFoundError,
+    PreviousEntryGoneError,
     RequestsAlreadyDecidedError,
     StateStoreError,
     TransactionNotRetainedError,
@@ -148,9 +149,11 @@ class DynamoDBTransactionLog(TransactionLogStore):
             reasons = cancellation_reasons(error)
             if reasons[:1] == ["ConditionalCheckFailed"]:
                 return TransactionNumberTakenError(table_id, number)
+            if follows and reasons[1:2] == ["ConditionalCheckFailed"]:
+                return PreviousEntryGoneError(table_id, number)
             decided = [
                 status.request_id
-                for status, reason in zip(outcomes, reasons[1:], strict=False)
+                for status, reason in zip(outcomes, reasons[statuses_at:], strict=False)
                 if reason == "ConditionalCheckFailed"
             ]
             if decided:
@@ -166,10 +169,15 @@ class DynamoDBTransactionLog(TransactionLogStore):
             "ConditionExpression": "attribute_not_exists(#n)",
             "ExpressionAttributeNames": {"#n": _NUMBER},
         }
-        # The entry's put first and its statuses next (``taken`` reads the reasons in that order), then the
-        # leaf index when asked for and the transaction has room (else readers read the range): the chain
-        # going on from entry number - 1 if that one is indexed (a condition), else starting here.
+        # The entry's put first, then (past the first entry) the condition that the entry before it is in the
+        # log, then its statuses (``taken`` reads the reasons in that order), then the leaf index when asked
+        # for and the transaction has room (else readers read the range): the chain going on from entry
+        # number - 1 if that one is indexed (a condition), else starting here.
         writes: list[dict[str, Any]] = [{"Put": put}]
+        follows = number > 1
+        if follows:
+            writes.append({"ConditionCheck": self._exists(table_id, number - 1)})
+        statuses_at = len(writes)
         if outcomes:
             assert self._statuses is not None
             writes.extend(self._statuses.puts_unless_final(outcomes))
@@ -207,6 +215,16 @@ class DynamoDBTransactionLog(TransactionLogStore):
                 self.blobs.delete([body_key])
             raise
         # Any other failure may have written the item anyway, so an uploaded body is kept.
+
+    def _exists(self, table_id: str, number: int) -> dict[str, Any]:
+        """A TransactWriteItems condition that entry ``number`` is in the log: what an append at the next
+        number rests on (a state behind entries cleanup deleted must not fill one of their numbers)."""
+        return {
+            "TableName": self.table_name,
+            "Key": {_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(number)}},
+            "ConditionExpression": "attribute_exists(#n)",
+            "ExpressionAttributeNames": {"#n": _NUMBER},
+        }
 
     def _write(
         self, what: str, put: dict[str, Any], writes: list[dict[str, Any]], taken: Translate, token: str
