@@ -226,7 +226,6 @@ class WarmCache(MutableMapping[str, V]):
             self._known[key] = size
             if size > self.budget_bytes:
                 del self._values[key], self._sizes[key]
-                self._tried.discard(key)
                 self._oversized += 1
                 dropped.append(key)
                 freed += size

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -276,6 +276,30 @@ class AwsCaller:
         """Sleep before retry ``attempt + 1`` (full jitter,
         :func:`statestore.model.backoff.full_jitter_delay`)."""
         self.sleep(full_jitter_delay(attempt, self.base_delay, self.max_delay, self.rng))
+
+
+def pages(
+    call: AwsCaller,
+    what: str,
+    method: Callable[..., dict[str, Any]],
+    request: dict[str, Any],
+    limits: Sequence[int] = (),
+) -> Iterator[dict[str, Any]]:
+    """Each response of a paged Query or Scan (``method``, e.g. ``dynamodb.query``) of ``request``, the next
+    page asked for from the last one's ``LastEvaluatedKey`` until there is none. ``limits``: each page's
+    ``Limit`` in turn, the last one repeated (none given: DynamoDB's 1 MB pages, or the request's own)."""
+    request = dict(request)
+    page = 0
+    while True:
+        if limits:
+            request["Limit"] = limits[min(page, len(limits) - 1)]
+        response = call(what, method, **request)
+        yield response
+        last_key = response.get("LastEvaluatedKey")
+        if not last_key:
+            return
+        request["ExclusiveStartKey"] = last_key
+        page += 1
 
 
 _BATCH_WRITE_LIMIT = 25  # DynamoDB's BatchWriteItem limit

@@ -17,6 +17,7 @@ from statestore.adapters.aws.clients import (
     batch_delete_items,
     batch_get_items,
     cancellation_reasons,
+    pages,
 )
 from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
 from statestore.errors import (
@@ -380,13 +381,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             values.update(more_values)
         if self.page_size is not None:
             kwargs["Limit"] = self.page_size
-        while True:
-            response = self.call(f"read the log of table {table_id!r}", self.dynamodb.query, **kwargs)
-            yield response
-            last_key = response.get("LastEvaluatedKey")
-            if not last_key:
-                return
-            kwargs["ExclusiveStartKey"] = last_key
+        yield from pages(self.call, f"read the log of table {table_id!r}", self.dynamodb.query, kwargs)
 
     def _entry(self, table_id: str, item: dict[str, Any]) -> LogEntry:
         number = int(item[_NUMBER]["N"])

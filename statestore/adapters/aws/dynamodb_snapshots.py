@@ -9,7 +9,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons
+from statestore.adapters.aws.clients import AwsCaller, batch_delete_items, cancellation_reasons, pages
 from statestore.adapters.aws.dynamodb_items import whole_number
 from statestore.errors import StaleSnapshotError, StateStoreError
 from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore
@@ -165,12 +165,8 @@ class DynamoDBSnapshotMetadataStore(SnapshotMetadataStore):
             "ExpressionAttributeValues": {":t": {"S": table_id}, **values},
             "ConsistentRead": True,
         }
-        while True:
-            response = self.call(f"{what} of table {table_id!r}", self.dynamodb.query, **kwargs)
+        for response in pages(self.call, f"{what} of table {table_id!r}", self.dynamodb.query, kwargs):
             yield from response.get("Items", [])
-            if not response.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def _item(snapshot: SnapshotInfo, key: str) -> dict[str, Any]:

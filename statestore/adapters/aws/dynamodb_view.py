@@ -25,7 +25,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items
+from statestore.adapters.aws.clients import BATCH_GET_LIMIT, AwsCaller, batch_get_items, pages
 from statestore.adapters.aws.dynamodb_items import whole_number
 from statestore.codec.view_items import view_value_from_json, view_value_to_json
 from statestore.errors import (
@@ -234,16 +234,9 @@ class DynamoDBQueryableViewStore(QueryableViewStore):
         }
         if keys_only:
             kwargs["ProjectionExpression"] = "#k"
-        for page in range(2**62):
-            if limits:
-                kwargs["Limit"] = limits[min(page, len(limits) - 1)]
-            response = self.call(
-                f"read the queryable view of table {table_id!r}", self.dynamodb.query, **kwargs
-            )
+        what = f"read the queryable view of table {table_id!r}"
+        for response in pages(self.call, what, self.dynamodb.query, kwargs, limits):
             yield response.get("Items", [])
-            if not response.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def write(self, table_id: str, puts: Mapping[str, ViewValue], deletes: Collection[str]) -> None:
         if puts.keys() & set(deletes):

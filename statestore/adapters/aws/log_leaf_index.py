@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller
+from statestore.adapters.aws.clients import AwsCaller, pages
 from statestore.store.ports import LogEntry
 
 NUMBERS_AT_MOST = 2**40  # entries numbered from here on are not indexed (a hint's key holds 40 bits)
@@ -167,9 +167,6 @@ def sort_keys(
         "ProjectionExpression": "#n",
         "ConsistentRead": True,
     }
-    while True:
-        response = call(f"read the leaf index of the log of table {table_id!r}", dynamodb.query, **kwargs)
+    what = f"read the leaf index of the log of table {table_id!r}"
+    for response in pages(call, what, dynamodb.query, kwargs):
         yield from (int(item[_NUMBER]["N"]) for item in response.get("Items", []))
-        if not response.get("LastEvaluatedKey"):
-            return
-        kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]

@@ -11,7 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from statestore import instance
-from statestore.adapters.aws.clients import AwsCaller, cancellation_reasons
+from statestore.adapters.aws.clients import AwsCaller, cancellation_reasons, pages
 from statestore.errors import StateStoreError, TableAlreadyExistsError, TableNotFoundError
 from statestore.model.schema import Schema
 from statestore.store.ports import TableIndex
@@ -74,14 +74,13 @@ class DynamoDBTableIndex(TableIndex):
         return _record(table)
 
     def list(self) -> list[TableInfo]:
-        tables: list[TableInfo] = []
-        kwargs: dict[str, Any] = {"TableName": self.by_id_table, "ConsistentRead": True}
-        while True:
-            response = self.call("list tables", self.dynamodb.scan, **kwargs)
-            tables.extend(_record(item) for item in response.get("Items", []))
-            if not response.get("LastEvaluatedKey"):
-                return sorted(tables, key=lambda t: t.table_name)
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        request: dict[str, Any] = {"TableName": self.by_id_table, "ConsistentRead": True}
+        tables = [
+            _record(item)
+            for response in pages(self.call, "list tables", self.dynamodb.scan, request)
+            for item in response.get("Items", [])
+        ]
+        return sorted(tables, key=lambda t: t.table_name)
 
     def rename(self, table_id: str, new_name: str) -> TableInfo:
         check_table_name(new_name)
