@@ -387,6 +387,26 @@ def test_a_dead_lettered_request_is_processed_again_when_redriven(h: Harness) ->
     assert h.statuses.get(table, "req-1").outcome is CommitOutcome.COMMITTED  # type: ignore[union-attr]
 
 
+def test_a_table_deleted_under_a_warm_committer_has_no_commit_acknowledged_into_it(h: Harness) -> None:
+    table = h.create_table("t")
+    committer = h.committer()
+    assert outcomes(committer.process([message(add_files(table, "a"))])) == ["committed"]
+    # Deleted as StateStoreClient.delete_table does it, while the committer keeps the table warm and its
+    # record is still fresh (read less than table_info_ttl_ms ago).
+    h.log.delete_table(table)
+    h.snapshots.delete_table(table)
+    h.tables.delete(table)
+    late = add_files(table, "b", request_id="late")
+
+    assert outcomes(committer.process([message(late)])) == ["retry"]  # the log refused entry 3: 2 is gone
+    assert entries(h, table) == []  # nothing landed in the deleted table's log
+    assert h.statuses.get(table, "late") is None
+
+    h.clock.advance(60_000)  # its record read again: the table is gone
+    assert outcomes(committer.process([message(late)])) == ["dead_lettered"]
+    assert entries(h, table) == []
+
+
 def _info_for(table_id: str) -> TableInfo:
     return TableInfo(table_id, "t", INT_SCHEMA)
 
