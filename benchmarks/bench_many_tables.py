@@ -59,6 +59,7 @@ from bench_model import SCHEMA, big_state, current_rss_mb, peak_rss_of_this_prog
 from results import Figure, record  # noqa: E402
 
 from lambdas._runtime import warm_budget  # noqa: E402
+from statestore.codec.json_encoding import encode_transaction  # noqa: E402
 from statestore.codec.parquet import freeze_loaded_states, state_to_parquet  # noqa: E402
 from statestore.engine import overlap  # noqa: E402
 from statestore.engine.log_store import TransactionLogStateStore  # noqa: E402
@@ -78,7 +79,13 @@ from statestore.store.memory import (  # noqa: E402
     InMemoryTableIndex,
     InMemoryTransactionLog,
 )
-from statestore.store.ports import CommitQueue, CommitStatusStore, TableIndex, TransactionLogStore  # noqa: E402
+from statestore.store.ports import (  # noqa: E402
+    CommitQueue,
+    CommitStatusStore,
+    LogEntry,
+    TableIndex,
+    TransactionLogStore,
+)
 from statestore.store.snapshot_ports import SnapshotInfo, SnapshotMetadataStore  # noqa: E402
 from statestore.store.tables import TableInfo  # noqa: E402
 from statestore.transactions import AddFiles  # noqa: E402
@@ -101,6 +108,7 @@ class Shape:
     paths: tuple[str, str] = ("", "")
     leaf_ids: tuple[str, ...] = ()
     partitions: int = 0
+    update_time: int = 0  # of the entry the snapshot is at
 
 
 def shapes_at(scale: float) -> list[Shape]:
@@ -127,7 +135,7 @@ def write_snapshot(shape: Shape, directory: str, seed: int) -> Shape:
             f.write(data)
     return Shape(
         shape.name, shape.tables, state.reference_count(), shape.leaves, paths, leaf_ids,
-        len(state.partitions_by_id),
+        len(state.partitions_by_id), state.last_update_time,
     )  # fmt: skip
 
 
@@ -226,6 +234,7 @@ class Stores:
     waits: Waits
     index: InMemoryTableIndex
     records: InMemorySnapshotMetadataStore
+    entries: InMemoryTransactionLog
     checksums: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
@@ -235,7 +244,8 @@ class Stores:
         blobs: Any = Latent(files, rtt, waits)
         index, records = InMemoryTableIndex(), InMemorySnapshotMetadataStore()
         inner_statuses = InMemoryCommitStatusStore()
-        log: Any = Latent(InMemoryTransactionLog(None, inner_statuses), rtt, waits)
+        entries = InMemoryTransactionLog(None, inner_statuses)
+        log: Any = Latent(entries, rtt, waits)
         log.request_statuses = cast(CommitStatusStore, Latent(inner_statuses, rtt, waits))
         return cls(
             tables=cast(TableIndex, Latent(index, rtt, waits)),
@@ -247,12 +257,17 @@ class Stores:
             waits=waits,
             index=index,
             records=records,
+            entries=entries,
         )
 
     def create(self, name: str, shape: Shape) -> str:
-        """A table whose latest snapshot (transaction 1) is the shape's files."""
+        """A table whose latest snapshot (transaction 1) is the shape's files, and whose log holds entry 1, as
+        a real table's does (the log keeps its latest entry; an append rests on the entry before it). The
+        entry's body is never read here: the loads start from the snapshot."""
         info = TableInfo.new(name, SCHEMA)
         self.index.create(info)
+        body, compressed = encode_transaction(AddFiles(()))
+        self.entries.append(info.table_id, LogEntry(1, shape.update_time, AddFiles.TYPE, body, compressed))
         partitions_key, files_key = layout.snapshot_keys(info.table_id, 1)
         if shape.name not in self.checksums:
             sums = []
