@@ -35,12 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from statestore.codec.parquet_v1 import FILES_SCHEMA_V1 as _FILES_SCHEMA_V1
+from statestore.codec.parquet_v1 import as_version_2
 from statestore.errors import CodecError, InvalidPartitionTreeError
 from statestore.model.schema import KeyType, Schema
 from statestore.state.cycle_collector import collector_paused
 from statestore.state.file_columns import FileColumns
 from statestore.state.partition_columns import PartitionColumns
-from statestore.state.string_column import ALL_HASH_BITS, one_array, split_filename
+from statestore.state.string_column import ALL_HASH_BITS, one_array
 from statestore.state.table_state import TableState
 
 FORMAT_VERSION = 3
@@ -64,19 +66,6 @@ _KEY_ARROW_TYPES = {
     KeyType.BYTES: pa.binary(),
 }
 
-_FILES_SCHEMA_V1 = pa.schema(
-    [
-        # large_string: a big table's filenames can pass the 2 GB a string column's offsets can address.
-        ("filename", pa.large_string()),
-        ("partition_id", pa.dictionary(pa.int32(), pa.string())),
-        ("number_of_rows", pa.int64()),
-        ("count_approximate", pa.bool_()),
-        ("only_contains_data_for_this_partition", pa.bool_()),
-        ("job_id", pa.string()),
-        ("last_update_time", pa.int64()),
-        ("file_last_update_time", pa.int64()),
-    ]
-)
 _FILES_SCHEMA = pa.schema(
     [
         ("directory", pa.dictionary(pa.int32(), pa.string())),
@@ -353,24 +342,6 @@ def _files_to_parquet(state: TableState) -> bytes:
     return _write(table, ["directory", "partition_id", "job_id"], {"name_hash": "DELTA_BINARY_PACKED"})
 
 
-def _as_version_2(table: pa.Table) -> pa.Table:
-    """A version 1 files table (one ``filename`` column) in version 2's columns."""
-    directories, base_names = [], []
-    for filename in table.column("filename").to_pylist():
-        if filename is None:
-            raise CodecError("the files snapshot has a row with no filename or no file update time")
-        directory, base_name = split_filename(filename)
-        directories.append(directory)
-        base_names.append(base_name)
-    columns = {
-        "directory": pa.array(directories, pa.string()).dictionary_encode(),
-        "base_name": pa.array(base_names, pa.large_string()),
-        "job_id": table.column("job_id").combine_chunks().dictionary_encode(),
-    }
-    arrays = [columns.get(f.name) or table.column(f.name).combine_chunks() for f in _FILES_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA)
-
-
 def _files_from_parquet(schema: Schema, data: bytes) -> tuple[FileColumns, int]:
     """The file columns, and the snapshot's last update time (0 where it was not kept)."""
     table, version = _read(
@@ -379,7 +350,7 @@ def _files_from_parquet(schema: Schema, data: bytes) -> tuple[FileColumns, int]:
     last_update_time = _last_update_time((table.schema.metadata or {}).get(_LAST_UPDATE_TIME_KEY, b"0"))
     has_index = version == 3 and (table.schema.metadata or {}).get(_NAME_HASH_KEY) == NAME_HASH_VERSION
     if version == 1:
-        table = _as_version_2(table)
+        table = as_version_2(table, _FILES_SCHEMA)
     # Each column is taken out of the table as it is converted, so the table no longer holds it: what the
     # read made is freed column by column, not all at the end (a 5M-reference load peaks ~0.3 GB lower).
     table = table.unify_dictionaries()

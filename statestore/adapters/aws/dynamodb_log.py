@@ -20,29 +20,32 @@ from statestore.adapters.aws.clients import (
     pages,
 )
 from statestore.adapters.aws.commit_status import DynamoDBCommitStatusStore
+from statestore.adapters.aws.log_items import (
+    ADDS_ONLY,
+    ADDS_TO_LEAVES,
+    ATTACHMENTS,
+    BODY,
+    BODY_KEY,
+    COMPRESSED,
+    NUMBER,
+    TABLE_ID,
+    TYPE,
+    UPDATE_TIME,
+    WRITER,
+    body_value,
+    entry_of,
+    object_keys,
+)
 from statestore.errors import (
-    BlobNotFoundError,
     PreviousEntryGoneError,
     RequestsAlreadyDecidedError,
     StateStoreError,
-    TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionTooLargeError,
 )
 from statestore.model import layout
 from statestore.store.ports import BlobStore, CommitStatus, LogEntry, TransactionLogStore
 
-_TABLE_ID = instance.TRANSACTION_LOG_KEYS.hash_key[0]
-_NUMBER = instance.TRANSACTION_LOG_KEYS.range_key[0]  # type: ignore[index]
-_UPDATE_TIME = "update_time"
-_TYPE = "transaction_type"
-_BODY = "body"  # inline body: S when uncompressed (readable in the console), B when compressed
-_BODY_KEY = "body_key"  # S3 key of a body too large for an item
-_ATTACHMENTS = "attachments"  # S3 keys of member bodies the body names instead of holding (list of S)
-_COMPRESSED = "compressed"
-_WRITER = "writer"  # the entry's writer token
-_ADDS_ONLY = "adds_only"  # true on an entry that only adds files (LogEntry.adds_to_leaves is not None)
-_ADDS_TO_LEAVES = "adds_to_leaves"  # the leaves such an entry adds references to (SS; absent if not listed)
 # The most partition ids a read_about filters on in DynamoDB (its expression is capped at 4 KB); asked about
 # more, it reads every entry and drops what it does not need.
 _FILTERED_PARTITIONS_AT_MOST = 40
@@ -53,9 +56,9 @@ _READ_BY_NUMBER_AT_MOST = 2 * BATCH_GET_LIMIT
 
 # The attributes a projection of the log's items may name, by placeholder.
 _PROJECTED = {
-    "#k": _BODY_KEY,
-    "#a": _ATTACHMENTS,
-    "#l": _ADDS_TO_LEAVES,
+    "#k": BODY_KEY,
+    "#a": ATTACHMENTS,
+    "#l": ADDS_TO_LEAVES,
     "#i": log_leaf_index.INDEXED,
 }
 
@@ -113,20 +116,20 @@ class DynamoDBTransactionLog(TransactionLogStore):
             )
         number = entry.transaction_number
         item: dict[str, Any] = {
-            _TABLE_ID: {"S": table_id},
-            _NUMBER: {"N": str(number)},
-            _UPDATE_TIME: {"N": str(entry.update_time)},
-            _TYPE: {"S": entry.transaction_type},
-            _COMPRESSED: {"BOOL": entry.compressed},
+            TABLE_ID: {"S": table_id},
+            NUMBER: {"N": str(number)},
+            UPDATE_TIME: {"N": str(entry.update_time)},
+            TYPE: {"S": entry.transaction_type},
+            COMPRESSED: {"BOOL": entry.compressed},
         }
         if entry.writer_token:
-            item[_WRITER] = {"S": entry.writer_token}
+            item[WRITER] = {"S": entry.writer_token}
         if entry.attachments:
-            item[_ATTACHMENTS] = {"L": [{"S": key} for key, _ in entry.attachments]}
+            item[ATTACHMENTS] = {"L": [{"S": key} for key, _ in entry.attachments]}
         if entry.adds_to_leaves is not None:
-            item[_ADDS_ONLY] = {"BOOL": True}
+            item[ADDS_ONLY] = {"BOOL": True}
             if entry.adds_to_leaves:
-                item[_ADDS_TO_LEAVES] = {"SS": sorted(entry.adds_to_leaves)}
+                item[ADDS_TO_LEAVES] = {"SS": sorted(entry.adds_to_leaves)}
         body_key: str | None = None
         size = len(entry.body)
         if size > self.max_blob_bytes:
@@ -138,9 +141,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
         if size > self.max_inline_body_bytes:
             body_key = layout.log_body_key(table_id, number)
             self.blobs.put(body_key, entry.body)
-            item[_BODY_KEY] = {"S": body_key}
+            item[BODY_KEY] = {"S": body_key}
         else:
-            item[_BODY] = _body_value(entry.body, entry.compressed)
+            item[BODY] = body_value(entry.body, entry.compressed)
 
         def taken(code: str, error: ClientError) -> StateStoreError | None:
             if code == "ConditionalCheckFailedException":
@@ -168,7 +171,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             "TableName": self.table_name,
             "Item": item,
             "ConditionExpression": "attribute_not_exists(#n)",
-            "ExpressionAttributeNames": {"#n": _NUMBER},
+            "ExpressionAttributeNames": {"#n": NUMBER},
         }
         # The entry's put first, then (past the first entry) the condition that the entry before it is in the
         # log, then its statuses (``taken`` reads the reasons in that order), then the leaf index when asked
@@ -222,9 +225,9 @@ class DynamoDBTransactionLog(TransactionLogStore):
         number rests on (a state behind entries cleanup deleted must not fill one of their numbers)."""
         return {
             "TableName": self.table_name,
-            "Key": {_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(number)}},
+            "Key": {TABLE_ID: {"S": table_id}, NUMBER: {"N": str(number)}},
             "ConditionExpression": "attribute_exists(#n)",
-            "ExpressionAttributeNames": {"#n": _NUMBER},
+            "ExpressionAttributeNames": {"#n": NUMBER},
         }
 
     def _write(
@@ -247,12 +250,12 @@ class DynamoDBTransactionLog(TransactionLogStore):
             f"read the writer of transaction {number} of table {table_id!r}",
             self.dynamodb.get_item,
             TableName=self.table_name,
-            Key={_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(number)}},
+            Key={TABLE_ID: {"S": table_id}, NUMBER: {"N": str(number)}},
             ProjectionExpression="#w",
-            ExpressionAttributeNames={"#w": _WRITER},
+            ExpressionAttributeNames={"#w": WRITER},
             ConsistentRead=True,
         )
-        return str(response.get("Item", {}).get(_WRITER, {}).get("S", "")) == writer_token
+        return str(response.get("Item", {}).get(WRITER, {}).get("S", "")) == writer_token
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -260,7 +263,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         if to_number is not None and to_number < from_number:
             return
         for item in self._query(table_id, from_number, to_number):
-            yield self._entry(table_id, item)
+            yield entry_of(self.blobs, table_id, item)
 
     def read_about(
         self, table_id: str, from_number: int, to_number: int, partition_ids: Collection[str]
@@ -292,7 +295,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
                         and (not e.adds_to_leaves or not e.adds_to_leaves.isdisjoint(about))
                     ]
                     return kept, to_number - from_number + 1
-        names = {"#a": _ADDS_TO_LEAVES}
+        names = {"#a": ADDS_TO_LEAVES}
         values = {f":p{i}": {"S": pid} for i, pid in enumerate(wanted)}
         tests = ["attribute_not_exists(#a)", *(f"contains(#a, :p{i})" for i in range(len(wanted)))]
         condition = " OR ".join(tests)
@@ -300,7 +303,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         held = 0
         for response in self._pages(table_id, from_number, to_number, filter=(condition, names, values)):
             held += int(response.get("ScannedCount", 0))
-            read.extend(self._entry(table_id, item) for item in response.get("Items", []))
+            read.extend(entry_of(self.blobs, table_id, item) for item in response.get("Items", []))
         return read, held
 
     def _entries_numbered(self, table_id: str, numbers: list[int]) -> list[LogEntry] | None:
@@ -308,16 +311,16 @@ class DynamoDBTransactionLog(TransactionLogStore):
         items: dict[int, dict[str, Any]] = {}
         for start in range(0, len(numbers), BATCH_GET_LIMIT):
             keys = [
-                {_TABLE_ID: {"S": table_id}, _NUMBER: {"N": str(n)}}
+                {TABLE_ID: {"S": table_id}, NUMBER: {"N": str(n)}}
                 for n in numbers[start : start + BATCH_GET_LIMIT]
             ]
             for item in batch_get_items(
                 self.call, self.dynamodb, self.table_name, keys, f"read the log of table {table_id!r}"
             ):
-                items[int(item[_NUMBER]["N"])] = item
+                items[int(item[NUMBER]["N"])] = item
         if len(items) < len(numbers):
             return None
-        return [self._entry(table_id, items[n]) for n in numbers]
+        return [entry_of(self.blobs, table_id, items[n]) for n in numbers]
 
     def latest_number(self, table_id: str) -> int:
         response = self.call(
@@ -326,7 +329,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             TableName=self.table_name,
             # Entries are numbered from 1; the leaf index's items sort below them.
             KeyConditionExpression="#t = :t AND #n > :zero",
-            ExpressionAttributeNames={"#t": _TABLE_ID, "#n": _NUMBER},
+            ExpressionAttributeNames={"#t": TABLE_ID, "#n": NUMBER},
             ExpressionAttributeValues={":t": {"S": table_id}, ":zero": {"N": "0"}},
             ProjectionExpression="#n",
             ScanIndexForward=False,
@@ -334,7 +337,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             ConsistentRead=True,
         )
         items = response.get("Items", [])
-        return int(items[0][_NUMBER]["N"]) if items else 0
+        return int(items[0][NUMBER]["N"]) if items else 0
 
     def _query(
         self, table_id: str, from_number: int, to_number: int | None, projection: str | None = None
@@ -356,7 +359,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
         from_number = max(from_number, 1)  # entries are numbered from 1; the leaf index sorts below
         if to_number is not None and to_number < from_number:
             return
-        names = {"#t": _TABLE_ID, "#n": _NUMBER}
+        names = {"#t": TABLE_ID, "#n": NUMBER}
         values: dict[str, Any] = {":t": {"S": table_id}, ":from": {"N": str(from_number)}}
         if to_number is None:
             condition = "#t = :t AND #n >= :from"
@@ -383,33 +386,6 @@ class DynamoDBTransactionLog(TransactionLogStore):
             kwargs["Limit"] = self.page_size
         yield from pages(self.call, f"read the log of table {table_id!r}", self.dynamodb.query, kwargs)
 
-    def _entry(self, table_id: str, item: dict[str, Any]) -> LogEntry:
-        number = int(item[_NUMBER]["N"])
-        compressed = bool(item.get(_COMPRESSED, {}).get("BOOL", False))
-        attachment_keys = [value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", [])]
-        try:
-            if _BODY_KEY in item:
-                body = self.blobs.get(item[_BODY_KEY]["S"])
-            else:
-                value = item[_BODY]
-                body = value["B"] if "B" in value else value["S"].encode("utf-8")
-            attachments = tuple((key, self.blobs.get(key)) for key in attachment_keys)
-        except BlobNotFoundError as e:
-            # Cleanup deletes the item before its objects, so the entry was deleted after we read it.
-            raise TransactionNotRetainedError(
-                f"table {table_id!r}: transaction {number} was deleted by cleanup while being read"
-            ) from e
-        return LogEntry(
-            number,
-            int(item[_UPDATE_TIME]["N"]),
-            item[_TYPE]["S"],
-            bytes(body),
-            compressed,
-            str(item.get(_WRITER, {}).get("S", "")),
-            attachments,
-            frozenset(item.get(_ADDS_TO_LEAVES, {}).get("SS", ())) if _ADDS_ONLY in item else None,
-        )
-
     # --- deleting -------------------------------------------------------------------------------
 
     def delete_up_to(self, table_id: str, transaction_number: int, keep_latest: bool = True) -> int:
@@ -429,7 +405,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
     def _delete_items(self, table_id: str, items: list[dict[str, Any]]) -> int:
         """Delete the items, then their leaf index hints, then their bodies: a crash in between orphans
         hints (naming entries that are gone: a reader that needs one is told) or bodies, never loses one."""
-        keys = [{_TABLE_ID: {"S": table_id}, _NUMBER: item[_NUMBER]} for item in items]
+        keys = [{TABLE_ID: {"S": table_id}, NUMBER: item[NUMBER]} for item in items]
         what = f"delete log entries of table {table_id!r}"
         batch_delete_items(self.call, self.dynamodb, self.table_name, keys, what)
         # Only once the entries are gone: a hint deleted first would hide its entry from the readers the
@@ -439,7 +415,7 @@ class DynamoDBTransactionLog(TransactionLogStore):
             for item in items
             if log_leaf_index.INDEXED in item
             for key in log_leaf_index.hint_keys(
-                table_id, int(item[_NUMBER]["N"]), item.get(_ADDS_TO_LEAVES, {}).get("SS", ())
+                table_id, int(item[NUMBER]["N"]), item.get(ADDS_TO_LEAVES, {}).get("SS", ())
             )
         ]
         batch_delete_items(
@@ -449,14 +425,14 @@ class DynamoDBTransactionLog(TransactionLogStore):
             hints,
             f"delete the leaf index of log entries of table {table_id!r}",
         )
-        body_keys = [key for item in items for key in _object_keys(item)]
+        body_keys = [key for item in items for key in object_keys(item)]
         if body_keys:
             self.blobs.delete(body_keys)
         return len(items)
 
     def stored_body_keys(self, table_id: str) -> set[str]:
         return {
-            key for item in self._query(table_id, 0, None, projection="#k, #a") for key in _object_keys(item)
+            key for item in self._query(table_id, 0, None, projection="#k, #a") for key in object_keys(item)
         }
 
     def delete_table(self, table_id: str) -> None:
@@ -476,19 +452,3 @@ class DynamoDBTransactionLog(TransactionLogStore):
             [log_leaf_index.key(table_id, sort_key) for sort_key in keys],
             f"delete the leaf index of the log of table {table_id!r}",
         )
-
-
-def _object_keys(item: dict[str, Any]) -> list[str]:
-    """The S3 keys an item holds: its body's, if stored aside, and its attachments'."""
-    keys = [item[_BODY_KEY]["S"]] if _BODY_KEY in item else []
-    keys.extend(value["S"] for value in item.get(_ATTACHMENTS, {}).get("L", []))
-    return keys
-
-
-def _body_value(body: bytes, compressed: bool) -> dict[str, Any]:
-    if compressed:
-        return {"B": body}
-    try:
-        return {"S": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"B": body}
