@@ -34,6 +34,7 @@ from statestore.store.ports import (
     DeadLetter,
     DeadLetterQueue,
     LogEntry,
+    LogTail,
     QueueMessage,
     RequestKey,
     TableIndex,
@@ -89,6 +90,17 @@ class InMemoryTransactionLog(TransactionLogStore):
             found = [entries[n] for n in numbers]
         for entry in found:
             yield self._with_attachments(table_id, entry)
+
+    def read_tail(self, table_id: str, count: int) -> LogTail:
+        with self._lock:
+            entries = self._entries.get(table_id, {})
+            found = [entries[n] for n in sorted(entries)[-count:]] if count > 0 else []
+        return LogTail(
+            tuple(e.transaction_number for e in found),
+            lambda number: [
+                self._with_attachments(table_id, e) for e in found if e.transaction_number > number
+            ],
+        )
 
     def _with_attachments(self, table_id: str, entry: LogEntry) -> LogEntry:
         if self.blobs is None or not entry.attachments:

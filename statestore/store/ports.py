@@ -9,7 +9,7 @@ view's port is in ``view_ports.py``, the committer switch's in ``switch_ports.py
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -53,6 +53,36 @@ class LogEntry:
     attachments: tuple[tuple[str, bytes], ...] = ()
     adds_to_leaves: frozenset[str] | None = None
     index_leaves: bool = field(default=False, compare=False)  # how to write it, not what it holds
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The latest entries of a table's log as one read found them: their ``numbers``, ascending, and the
+    entries numbered after a given number, whole (``after``). A store that keeps some bodies aside (in the
+    blob store) fetches those only when ``after`` asks for them: a reader wants just the entries past its
+    snapshot, which the read was made before knowing."""
+
+    numbers: tuple[int, ...]
+    _after: Callable[[int], list[LogEntry]]
+
+    @classmethod
+    def of(cls, entries: Sequence[LogEntry]) -> LogTail:
+        """The tail of entries already read whole (ascending)."""
+        held = tuple(entries)
+        return cls(
+            tuple(e.transaction_number for e in held),
+            lambda number: [e for e in held if e.transaction_number > number],
+        )
+
+    def covers_after(self, number: int) -> bool:
+        """Whether it holds every entry the log had after ``number`` when read: it reaches back to
+        ``number + 1`` or before (a log is contiguous: cleanup deletes only a prefix of it)."""
+        return bool(self.numbers) and self.numbers[0] <= number + 1
+
+    def after(self, number: int) -> list[LogEntry]:
+        """The entries read numbered above ``number``, in order. May raise TransactionNotRetainedError if
+        cleanup deleted one's body since."""
+        return self._after(number)
 
 
 class TransactionLogStore(ABC):
@@ -106,6 +136,13 @@ class TransactionLogStore(ABC):
     def latest_number(self, table_id: str) -> int:
         """The highest transaction number in the log, 0 if the log has never had an entry."""
 
+    def read_tail(self, table_id: str, count: int) -> LogTail:
+        """The log's last ``count`` entries (all it has, if fewer), strongly consistent: what a reader that
+        does not yet know where its snapshot is reads at once with it (DynamoDB: one Query, newest first).
+        This default reads the latest number, then the entries from ``count - 1`` before it."""
+        latest = self.latest_number(table_id)
+        return LogTail.of(list(self.read(table_id, max(1, latest - count + 1))))
+
     @abstractmethod
     def delete_up_to(self, table_id: str, transaction_number: int) -> int:
         """Delete entries numbered ``<= transaction_number`` (with any stored bodies); return how many.
@@ -137,6 +174,12 @@ class BlobStore(ABC):
     @abstractmethod
     def get(self, key: str) -> bytes:
         """The object's bytes; raises BlobNotFoundError if absent."""
+
+    def get_at_most(self, key: str, max_bytes: int) -> bytes | None:
+        """The object's bytes if it holds at most ``max_bytes``, else None, having read no more than that
+        (S3: a ranged GET); raises BlobNotFoundError if absent. This default reads the whole object."""
+        data = self.get(key)
+        return data if len(data) <= max_bytes else None
 
     @abstractmethod
     def copy(self, source: str, destination: str) -> None:

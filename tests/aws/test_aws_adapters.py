@@ -33,6 +33,21 @@ def entry(number: int, body: bytes = b"{}") -> LogEntry:
     return LogEntry(number, 1_700_000_000_000 + number, "AddFiles", body)
 
 
+def test_a_blob_read_up_to_a_size_asks_s3_for_no_more(aws: AwsBackend) -> None:
+    blobs = aws.blobs
+    assert isinstance(blobs, S3BlobStore)
+    blobs.put("tables/t1/a", b"x" * 5000)
+    asked: list[str] = []
+    blobs.s3.meta.events.register(
+        "provide-client-params.s3.GetObject", lambda params, **_: asked.append(params.get("Range"))
+    )
+
+    assert blobs.get_at_most("tables/t1/a", 100) is None
+    assert blobs.get_at_most("tables/t1/a", 5000) == b"x" * 5000
+
+    assert asked == ["bytes=0-99", "bytes=0-4999"]
+
+
 def test_a_large_body_lives_in_the_bucket_under_the_tables_log_prefix(aws: AwsBackend) -> None:
     aws.log.append("t1", entry(1, BIG))
 

@@ -169,6 +169,36 @@ def test_delete_table_empties_one_tables_log(ports: Ports) -> None:
     assert len(list(ports.log.read("t2", 1))) == 1
 
 
+def test_the_logs_tail_is_its_last_entries_and_gives_those_after_a_number_whole(ports: Ports) -> None:
+    assert ports.log.read_tail("t1", 5).numbers == ()
+    big = b"x" * (MAX_INLINE_BODY_BYTES + 1)  # kept aside in the bucket by the DynamoDB log
+    entries = [entry(n, big if n == 6 else None) for n in range(1, 8)]
+    for e in entries:
+        ports.log.append("t1", e)
+    ports.log.append("t2", entry(1))
+
+    tail = ports.log.read_tail("t1", 3)
+
+    assert tail.numbers == (5, 6, 7)
+    assert tail.after(5) == entries[5:] and tail.after(5)[0].body == big
+    assert tail.after(7) == [] and tail.after(0) == entries[4:]
+    assert tail.covers_after(4) and tail.covers_after(9) and not tail.covers_after(3)
+    assert ports.log.read_tail("t1", 100).numbers == tuple(range(1, 8))
+    assert ports.log.read_tail("t2", 100).numbers == (1,)
+
+
+def test_the_logs_tail_after_cleanup_starts_where_the_log_does(ports: Ports) -> None:
+    for n in range(1, 11):
+        ports.log.append("t1", entry(n))
+    ports.log.delete_up_to("t1", 8)
+
+    tail = ports.log.read_tail("t1", 5)
+
+    assert tail.numbers == (9, 10)
+    assert not tail.covers_after(7)  # entry 8 is gone: a reader at 7 must find the gap itself
+    assert [e.transaction_number for e in tail.after(8)] == [9, 10]
+
+
 def attached(number: int, attachments: dict[str, bytes]) -> LogEntry:
     return LogEntry(
         number,
@@ -399,6 +429,19 @@ def test_blobs_read_back_and_a_missing_one_is_a_named_error(ports: Ports) -> Non
     with pytest.raises(BlobNotFoundError) as raised:
         ports.blobs.get("tables/t1/missing")
     assert raised.value.key == "tables/t1/missing"
+
+
+def test_a_blob_read_up_to_a_size_is_whole_or_none(ports: Ports) -> None:
+    data = bytes(range(256)) * 4
+    ports.blobs.put("tables/t1/a", data)
+    ports.blobs.put("tables/t1/empty", b"")
+
+    assert ports.blobs.get_at_most("tables/t1/a", len(data)) == data
+    assert ports.blobs.get_at_most("tables/t1/a", 10 * len(data)) == data
+    assert ports.blobs.get_at_most("tables/t1/a", len(data) - 1) is None
+    assert ports.blobs.get_at_most("tables/t1/empty", 10) == b""
+    with pytest.raises(BlobNotFoundError):
+        ports.blobs.get_at_most("tables/t1/missing", 10)
 
 
 def tags_of(ports: Ports, key: str) -> dict[str, str]:

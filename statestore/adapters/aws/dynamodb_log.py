@@ -44,7 +44,7 @@ from statestore.errors import (
     TransactionTooLargeError,
 )
 from statestore.model import layout
-from statestore.store.ports import BlobStore, CommitStatus, LogEntry, TransactionLogStore
+from statestore.store.ports import BlobStore, CommitStatus, LogEntry, LogTail, TransactionLogStore
 
 # The most partition ids a read_about filters on in DynamoDB (its expression is capped at 4 KB); asked about
 # more, it reads every entry and drops what it does not need.
@@ -323,21 +323,41 @@ class DynamoDBTransactionLog(TransactionLogStore):
         return [entry_of(self.blobs, table_id, items[n]) for n in numbers]
 
     def latest_number(self, table_id: str) -> int:
+        items = self._newest(table_id, 1, f"read the latest transaction number of table {table_id!r}", "#n")
+        return int(items[0][NUMBER]["N"]) if items else 0
+
+    def read_tail(self, table_id: str, count: int) -> LogTail:
+        """One Query, newest first, of at most ``count`` entries (fewer if they pass a response's 1 MB: the
+        tail is then shorter). Bodies kept in the bucket are fetched by ``after``, for the entries it
+        gives."""
+        items = self._newest(table_id, count, f"read the latest entries of table {table_id!r}")[::-1]
+        numbers = tuple(int(item[NUMBER]["N"]) for item in items)
+        return LogTail(
+            numbers,
+            lambda after: [
+                entry_of(self.blobs, table_id, i) for i, n in zip(items, numbers, strict=True) if n > after
+            ],
+        )
+
+    def _newest(self, table_id: str, count: int, what: str, projection: str | None = None) -> list[Any]:
+        """The items of the table's newest ``count`` entries, newest first: one strongly consistent page."""
+        if count <= 0:
+            return []
+        extra: dict[str, Any] = {} if projection is None else {"ProjectionExpression": projection}
         response = self.call(
-            f"read the latest transaction number of table {table_id!r}",
+            what,
             self.dynamodb.query,
             TableName=self.table_name,
             # Entries are numbered from 1; the leaf index's items sort below them.
             KeyConditionExpression="#t = :t AND #n > :zero",
             ExpressionAttributeNames={"#t": TABLE_ID, "#n": NUMBER},
             ExpressionAttributeValues={":t": {"S": table_id}, ":zero": {"N": "0"}},
-            ProjectionExpression="#n",
             ScanIndexForward=False,
-            Limit=1,
+            Limit=count,
             ConsistentRead=True,
+            **extra,
         )
-        items = response.get("Items", [])
-        return int(items[0][NUMBER]["N"]) if items else 0
+        return list(response.get("Items", []))
 
     def _query(
         self, table_id: str, from_number: int, to_number: int | None, projection: str | None = None

@@ -15,6 +15,10 @@ from statestore.store.ports import BlobStore
 _DELETE_BATCH = 1000  # S3's DeleteObjects limit
 
 
+class _NoByteInRange(StateStoreError):
+    """A ranged GET of an object with no byte in the range (S3's InvalidRange): an empty object."""
+
+
 class S3BlobStore(BlobStore):
     """Objects in one bucket, keyed as given (callers use :mod:`statestore.model.layout` for keys)."""
 
@@ -47,6 +51,38 @@ class S3BlobStore(BlobStore):
         body = response["Body"]
         try:
             return bytes(body.read())
+        finally:
+            body.close()
+
+    def get_at_most(self, key: str, max_bytes: int) -> bytes | None:
+        """A GET of the first ``max_bytes`` bytes: the object if that is all of it (its size is in the
+        response's ``Content-Range``), else None, the rest never sent."""
+        if max_bytes <= 0:
+            return None
+
+        def translate(code: str, error: ClientError) -> StateStoreError | None:
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return BlobNotFoundError(key)
+            return _NoByteInRange(key) if code == "InvalidRange" else None
+
+        try:
+            response = self.call(
+                f"read s3://{self.bucket}/{key}",
+                self.s3.get_object,
+                translate,
+                Bucket=self.bucket,
+                Key=key,
+                Range=f"bytes=0-{max_bytes - 1}",
+            )
+        except _NoByteInRange:  # an empty object has no byte 0
+            return self.get(key)
+        body = response["Body"]
+        try:
+            size = _object_size(response)
+            if size is not None and size > max_bytes:
+                return None
+            data = bytes(body.read())
+            return data if len(data) <= max_bytes else None
         finally:
             body.close()
 
@@ -115,3 +151,13 @@ class S3BlobStore(BlobStore):
 
     def list(self, prefix: str) -> list[str]:
         return [key for key, _ in self.list_modified(prefix)]
+
+
+def _object_size(response: dict[str, Any]) -> int | None:
+    """The whole object's size from a ranged GET's ``Content-Range`` (``bytes 0-99/1234``), or None if the
+    store sent the whole object instead (no range in its answer)."""
+    content_range = response.get("ContentRange")
+    if not content_range or "/" not in content_range:
+        return None
+    total = content_range.rsplit("/", 1)[1]
+    return int(total) if total.isdigit() else None
