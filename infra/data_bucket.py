@@ -29,6 +29,11 @@ ACCESS_LOG_EXPIRY = Duration.days(90)
 # object's last version is kept this long. The tables can be restored to any point of their last 35 days
 # (point-in-time recovery), and a restored log names the objects it referenced then: they must still exist.
 NONCURRENT_VERSION_EXPIRY = Duration.days(POINT_IN_TIME_RECOVERY_DAYS)
+# But the versions of a table's latest-snapshot copy that a newer snapshot's copy superseded: no restore
+# needs them (the snapshots' own objects are kept), and one a period per table would double what the
+# snapshots keep. Found by tag, as the request bodies are.
+LATEST_COPY_TAG_VALUE = layout.LATEST_COPY_TAG_VALUE
+SUPERSEDED_COPY_EXPIRY = Duration.days(1)
 S3_BUCKET_NAME_LIMIT = 63
 
 # Object key patterns for IAM, from the layout every adapter uses (any table id).
@@ -94,6 +99,12 @@ class DataBucket(Construct):
                     id="expire-noncurrent-versions",
                     noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRY,
                     expired_object_delete_marker=True,  # a marker left with no version behind it
+                ),
+                s3.LifecycleRule(
+                    id="expire-superseded-snapshot-copies",
+                    prefix=TABLES_PREFIX,
+                    tag_filters={REQUEST_BODY_TAG_KEY: LATEST_COPY_TAG_VALUE},
+                    noncurrent_version_expiration=SUPERSEDED_COPY_EXPIRY,
                 ),
                 s3.LifecycleRule(
                     id="expire-commit-request-bodies",

@@ -58,6 +58,8 @@ NAME_HASH_VERSION = b"1"
 # The update time of the log entry the snapshot is at (epoch ms): where the next entry's time starts from,
 # so log times never run backwards. Absent from snapshots written before it was kept.
 _LAST_UPDATE_TIME_KEY = b"statestore.last_update_time"
+# The transaction the state is at, in both objects (see written_at). Absent from those written before.
+_TRANSACTION_KEY = b"statestore.transaction_number"
 
 _KEY_ARROW_TYPES = {
     KeyType.INT: pa.int32(),
@@ -154,12 +156,25 @@ def freeze_loaded_states(enabled: bool = True) -> None:
 # --- shared -------------------------------------------------------------------------------------------
 
 
-def _metadata(schema: Schema, kind: str) -> dict[bytes, bytes]:
+def _metadata(state: TableState, kind: str) -> dict[bytes, bytes]:
     return {
         _VERSION_KEY: str(FORMAT_VERSION).encode(),
         _KIND_KEY: kind.encode(),
-        _SCHEMA_KEY: json.dumps(schema.to_json()).encode(),
+        _SCHEMA_KEY: json.dumps(state.schema.to_json()).encode(),
+        _TRANSACTION_KEY: str(state.transaction_number).encode(),
     }
+
+
+def written_at(data: bytes) -> int | None:
+    """The transaction a snapshot object written by :func:`state_to_parquet` says its state is at, from its
+    footer alone; None if it does not say (written before it was kept) or is no Parquet file. What tells
+    one snapshot's object from another's where a key may hold either (the table's latest copy)."""
+    try:
+        metadata = pq.read_schema(pa.BufferReader(data)).metadata or {}
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    value = metadata.get(_TRANSACTION_KEY, b"")
+    return int(value) if value.isdigit() else None
 
 
 def _write(table: pa.Table, dictionary_columns: list[str], encodings: dict[str, str] | None = None) -> bytes:
@@ -273,7 +288,7 @@ def _partitions_to_parquet(state: TableState) -> bytes:
         columns += [[r.min for r in ranges], [r.max for r in ranges]]
     arrow_schema = _partitions_schema(schema)
     arrays = [_array(c, f.type, "partitions", f.name) for c, f in zip(columns, arrow_schema, strict=True)]
-    table = pa.Table.from_arrays(arrays, schema=arrow_schema.with_metadata(_metadata(schema, "partitions")))
+    table = pa.Table.from_arrays(arrays, schema=arrow_schema.with_metadata(_metadata(state, "partitions")))
     return _write(table, [])
 
 
@@ -333,7 +348,7 @@ def _files_to_parquet(state: TableState) -> bytes:
         pa.array(np.repeat(hashes, rows_per_file), pa.uint64()),
     ]
     metadata = {
-        **_metadata(state.schema, "files"),
+        **_metadata(state, "files"),
         _NAME_HASH_KEY: NAME_HASH_VERSION,
         _LAST_UPDATE_TIME_KEY: str(state.last_update_time).encode(),
     }

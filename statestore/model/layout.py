@@ -83,6 +83,14 @@ def snapshot_keys(table_id: str, transaction_number: int) -> tuple[str, str]:
     return f"{base}/partitions.parquet", f"{base}/files.parquet"
 
 
+def latest_snapshot_keys(table_id: str) -> tuple[str, str]:
+    """``(partitions_key, files_key)`` of the copy of the latest snapshot, overwritten by each new one: a
+    key a reader knows before it has read which snapshot is the latest. Only its bytes' checksums, recorded
+    with the snapshot, say whose copy it holds."""
+    base = f"{snapshot_prefix(table_id)}latest"
+    return f"{base}/partitions.parquet", f"{base}/files.parquet"
+
+
 def log_body_prefix(table_id: str) -> str:
     return f"{table_prefix(table_id)}log/"
 
@@ -103,6 +111,11 @@ def log_attachment_key(table_id: str, request_id: str) -> str:
 REQUEST_BODY_TAG_KEY = "statestore-lifecycle"
 REQUEST_BODY_TAG_VALUE = "request-body"
 REQUEST_BODY_TAGS = {REQUEST_BODY_TAG_KEY: REQUEST_BODY_TAG_VALUE}
+# The latest snapshot's copy (latest_snapshot_keys) is overwritten by every snapshot: the versions it
+# supersedes are never read (the snapshots' own objects are what a restored table needs), and the bucket
+# expires them by this tag long before the versions it keeps for recovery.
+LATEST_COPY_TAG_VALUE = "latest-snapshot-copy"
+LATEST_COPY_TAGS = {REQUEST_BODY_TAG_KEY: LATEST_COPY_TAG_VALUE}
 
 
 def request_body_prefix(table_id: str) -> str:

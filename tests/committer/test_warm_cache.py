@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from statestore.codec.parquet import freeze_loaded_states
+from statestore.engine.snapshots import Copy
 from statestore.errors import StoreUnavailableError
 from statestore.model.schema import Schema
 from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
@@ -170,9 +171,9 @@ def kept_when_loaded(committer: BatchCommitter) -> dict[str, int]:
     snapshots, read = committer.snapshots, committer.snapshots.read
     kept: dict[str, int] = {}
 
-    def read_and_watch(info: SnapshotInfo, schema: Schema) -> TableState:
+    def read_and_watch(info: SnapshotInfo, schema: Schema, copy: Copy | None = None) -> TableState:
         kept[info.table_id] = sum(committer.warm_tables.values())
-        return read(info, schema)
+        return read(info, schema, copy)
 
     snapshots.read = read_and_watch  # type: ignore[method-assign]
     return kept
@@ -271,8 +272,8 @@ def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
     snapshots, read = committer.snapshots, committer.snapshots.read
     seen: dict[str, weakref.ref[TableState]] = {}
 
-    def read_and_watch(info: SnapshotInfo, schema: Schema) -> TableState:
-        state = read(info, schema)
+    def read_and_watch(info: SnapshotInfo, schema: Schema, copy: Copy | None = None) -> TableState:
+        state = read(info, schema, copy)
         seen[info.table_id] = weakref.ref(state)
         return state
 

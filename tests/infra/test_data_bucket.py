@@ -10,6 +10,7 @@ from aws_cdk import assertions
 
 from infra.data_bucket import check_bucket_name_length
 from statestore import instance as resources
+from statestore.model import layout
 from tests.infra.conftest import SynthStack
 
 Match = assertions.Match
@@ -36,12 +37,37 @@ def test_data_bucket_is_versioned_and_keeps_deleted_objects_as_long_as_the_table
         for t in template.find_resources("AWS::DynamoDB::Table").values()
     }
     assert recovery_days == {35}
-    noncurrent = [r for r in bucket["LifecycleConfiguration"]["Rules"] if "NoncurrentVersionExpiration" in r]
+    noncurrent = [
+        r
+        for r in bucket["LifecycleConfiguration"]["Rules"]
+        if "NoncurrentVersionExpiration" in r and "TagFilters" not in r
+    ]
     assert len(noncurrent) == 1, "one rule, for every prefix, expires old versions"
     rule = noncurrent[0]
-    assert "Prefix" not in rule and "TagFilters" not in rule
+    assert "Prefix" not in rule
     assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= max(recovery_days)
     assert rule["ExpiredObjectDeleteMarker"] is True and rule["Status"] == "Enabled"
+
+
+def test_superseded_versions_of_the_latest_snapshot_copies_and_nothing_else_expire_sooner(
+    template: Any,
+) -> None:
+    """They are never read; the snapshots' own objects keep the versions a restored table needs."""
+    sooner = [
+        r
+        for r in data_bucket(template)["LifecycleConfiguration"]["Rules"]
+        if r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays", 35) < 35
+    ]
+    assert sooner == [
+        {
+            "Id": "expire-superseded-snapshot-copies",
+            "Prefix": "tables/",
+            "TagFilters": [{"Key": layout.REQUEST_BODY_TAG_KEY, "Value": layout.LATEST_COPY_TAG_VALUE}],
+            "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+            "Status": "Enabled",
+        }
+    ]
+    assert "Expiration" not in sooner[0] and "ExpirationInDays" not in sooner[0]  # the current copy stays
 
 
 def test_the_existing_expiry_rules_are_kept_alongside_versioning(template: Any) -> None:

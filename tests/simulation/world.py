@@ -55,7 +55,7 @@ from statestore.codec.transaction_json import decode_entry, transaction_to_json
 from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.engine.requests import CommitRequest, body_key, encode_request, new_request_id
-from statestore.engine.snapshots import SnapshotStore
+from statestore.engine.snapshots import Copy, SnapshotStore
 from statestore.errors import (
     CommitConflictError,
     StateStoreError,
@@ -715,10 +715,10 @@ class _DecodedOnce(SnapshotStore):
         super().__init__(metadata, blobs)
         self._decoded: dict[str, TableState] = {}
 
-    def read(self, info: SnapshotInfo, schema: Schema) -> TableState:
+    def read(self, info: SnapshotInfo, schema: Schema, copy: Copy | None = None) -> TableState:
         state = self._decoded.get(info.partitions_key)
         if state is None:
-            state = self._decoded[info.partitions_key] = super().read(info, schema)
+            state = self._decoded[info.partitions_key] = super().read(info, schema, copy)
         return state.copy()
 
 

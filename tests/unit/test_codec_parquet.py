@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statestore.codec.parquet import state_from_parquet, state_to_parquet
+from statestore.codec.parquet import state_from_parquet, state_to_parquet, written_at
 from statestore.errors import CodecError
 from statestore.model.files import FileReference, TableFile
 from statestore.model.schema import Schema
@@ -181,6 +181,24 @@ def test_an_unknown_format_version_is_rejected(which: str) -> None:
         files_bytes = rewrite_metadata(files_bytes, b"statestore.snapshot.version", b"99")
     with pytest.raises(CodecError, match=f"the {which} snapshot has format version '99'"):
         state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, 2)
+
+
+def test_each_snapshot_object_says_which_transaction_it_is_of() -> None:
+    """What tells one snapshot's object from another's where a key may hold either (the latest copy)."""
+    state = new_state(STRING_SCHEMA, ["m"], [FileReference("a.parquet", "root", 1)])
+    state.transaction_number = 7
+    partitions_bytes, files_bytes = state_to_parquet(state)
+
+    assert written_at(partitions_bytes) == written_at(files_bytes) == 7
+    assert state_from_parquet(STRING_SCHEMA, partitions_bytes, files_bytes, 7) == state
+    unstamped = io.BytesIO()  # as written before the number was kept
+    table = pq.read_table(io.BytesIO(files_bytes))
+    metadata = {
+        k: v for k, v in (table.schema.metadata or {}).items() if k != b"statestore.transaction_number"
+    }
+    pq.write_table(table.replace_schema_metadata(metadata), unstamped)
+    assert written_at(unstamped.getvalue()) is None
+    assert written_at(b"not parquet") is None and written_at(files_bytes[:-10]) is None
 
 
 def test_files_that_are_not_snapshots_are_rejected() -> None:

@@ -102,7 +102,10 @@ def test_deleting_an_old_snapshot_removes_its_objects_but_the_latest_cannot_be_d
 
     store.delete(old)
 
-    assert blobs.list(layout.snapshot_prefix(TABLE)) == sorted([latest.partitions_key, latest.files_key])
+    copies = layout.latest_snapshot_keys(TABLE)  # the latest copy: the latest snapshot's bytes again
+    assert blobs.list(layout.snapshot_prefix(TABLE)) == sorted(
+        [latest.partitions_key, latest.files_key, *copies]
+    )
     assert store.metadata.list(TABLE) == [latest]
     with pytest.raises(StateStoreError, match="latest"):
         store.delete(latest)
@@ -171,11 +174,14 @@ def test_a_snapshot_that_truly_lost_the_race_leaves_no_objects() -> None:
     store = SnapshotStore(metadata, blobs)
     newer = busy_state()
     newer.transaction_number = 9
-    store.write(TABLE, newer, 5_000)
+    info = store.write(TABLE, newer, 5_000)
     older = busy_state()
     older.transaction_number = 3
 
     with pytest.raises(StaleSnapshotError):
         store.write(TABLE, older, 6_000)
 
-    assert len(blobs.list(layout.snapshot_prefix(TABLE))) == 2  # the newer snapshot's two objects only
+    copies = layout.latest_snapshot_keys(TABLE)
+    assert [blobs.get(key) for key in copies] == [blobs.get(info.partitions_key), blobs.get(info.files_key)]
+    # the newer snapshot's two objects and their latest copy only
+    assert len(blobs.list(layout.snapshot_prefix(TABLE))) == 4
