@@ -206,6 +206,14 @@ class FileBlobs(InMemoryBlobStore):
         self.waits.seconds += len(data) / self.bandwidth
         return data
 
+    def get_at_most(self, key: str, max_bytes: int) -> bytes | None:
+        """As the S3 store's ranged GET: an object over ``max_bytes`` is told by the response's headers and
+        its body is not read (the round trip is the call's)."""
+        path = self.files.get(key)
+        if path is None:
+            return super().get_at_most(key, max_bytes)
+        return None if os.path.getsize(path) > max_bytes else self.get(key)
+
 
 class Stopwatch:
     """Modelled elapsed time: the waits for the stores plus the process's CPU time, its threads' included
@@ -261,9 +269,10 @@ class Stores:
         )
 
     def create(self, name: str, shape: Shape) -> str:
-        """A table whose latest snapshot (transaction 1) is the shape's files, and whose log holds entry 1, as
-        a real table's does (the log keeps its latest entry; an append rests on the entry before it). The
-        entry's body is never read here: the loads start from the snapshot."""
+        """A table whose latest snapshot (transaction 1) is the shape's files, at its own keys and at the
+        table's latest-copy keys as the snapshot worker writes them, and whose log holds entry 1, as a real
+        table's does (the log keeps its latest entry; an append rests on the entry before it). The entry's
+        body is never read here: the loads start from the snapshot."""
         info = TableInfo.new(name, SCHEMA)
         self.index.create(info)
         body, compressed = encode_transaction(AddFiles(()))
@@ -275,8 +284,9 @@ class Stores:
                 with open(path, "rb") as f:
                     sums.append(checksum(f.read()))
             self.checksums[shape.name] = tuple(sums)
-        for key, path in zip((partitions_key, files_key), shape.paths, strict=True):
-            self.files.files[key] = path
+        for keys in ((partitions_key, files_key), layout.latest_snapshot_keys(info.table_id)):
+            for key, path in zip(keys, shape.paths, strict=True):
+                self.files.files[key] = path
         self.records.record(
             SnapshotInfo(
                 info.table_id, 1, 0, partitions_key, files_key, self.checksums[shape.name],

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine import overlap
 from statestore.engine.overlap import Outcome
-from statestore.engine.snapshots import SnapshotStore
+from statestore.engine.snapshots import Copy, SnapshotStore
 from statestore.errors import (
     SnapshotNotFoundError,
     StateNotRecoverableError,
@@ -26,7 +27,7 @@ from statestore.errors import (
 from statestore.model import layout
 from statestore.model.schema import Schema
 from statestore.state.table_state import TableState
-from statestore.store.ports import LogEntry, TransactionLogStore
+from statestore.store.ports import LogEntry, LogTail, TransactionLogStore
 from statestore.store.snapshot_ports import SnapshotInfo
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,19 @@ READ_AHEAD = 100
 _Ahead = tuple[int, Iterator[LogEntry]]
 
 
+@dataclass(frozen=True)
+class FirstReads:
+    """What a caller read for a table's next load of its latest state, all at once, before knowing where
+    its latest snapshot is: that snapshot's ``record``; the objects at the table's latest copy's keys
+    (``SnapshotStore.latest_copy``; used where they are that snapshot's); and when a read of the log's
+    last entries began, with what it read (``TransactionLogStore.read_tail``; used if it reaches back to
+    the snapshot). Each is the read's outcome: a failed one is read again where the load needs it."""
+
+    record: Outcome[SnapshotInfo | None]
+    copy: Outcome[Copy] | None = None
+    tail: Outcome[tuple[int, LogTail]] | None = None
+
+
 def entries_after(
     log: TransactionLogStore, table_id: str, after: int, to_number: int | None, covered_by: str
 ) -> Iterator[LogEntry]:
@@ -46,8 +60,15 @@ def entries_after(
     A gap means cleanup deleted entries a reader still needed: raises TransactionNotRetainedError saying no
     ``covered_by`` (a snapshot, a saved model) covers them.
     """
+    return _without_gap(log.read(table_id, after + 1, to_number), table_id, after, covered_by)
+
+
+def _without_gap(
+    entries: Iterable[LogEntry], table_id: str, after: int, covered_by: str
+) -> Iterator[LogEntry]:
+    """``entries``, checked to be numbered ``after + 1``, ``after + 2``, ... (see :func:`entries_after`)."""
     expected = after + 1
-    for entry in log.read(table_id, expected, to_number):
+    for entry in entries:
         if entry.transaction_number != expected:
             raise TransactionNotRetainedError(
                 f"table {table_id!r}: log entries {expected}..{entry.transaction_number - 1} were deleted "
@@ -91,8 +112,8 @@ class LogStateLoading:
     _clock: Callable[[], int]
     _state: TableState | None
     _read_to_end_at: int
-    # The latest snapshot's record as a caller already read it, for the next load of the latest state.
-    _latest_read: Outcome[SnapshotInfo | None] | None = None
+    # What a caller already read for the next load of the latest state.
+    _first_reads: FirstReads | None = None
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -152,18 +173,28 @@ class LogStateLoading:
     def _fresh(self, as_of: int | None) -> TableState:
         """The newest readable snapshot at or before ``as_of`` (or none), followed by the log up to it."""
         unreadable: list[str] = []
-        for info in self._snapshots_to_try(as_of):
+        first_reads, self._first_reads = self._first_reads, None  # used once, by the load they were read for
+        if as_of is not None:
+            first_reads = None
+        copy, tail = _usable(first_reads)
+        for info in self._snapshots_to_try(as_of, first_reads):
+            after = 0 if info is None else info.transaction_number
             ahead: Outcome[_Ahead] | None = None
+            if tail is not None and tail[1].covers_after(after):
+                ahead = overlap.outcome(partial(self._ahead_in_tail, tail, after))
             if info is None:
                 state = TableState(self.schema)
             else:
-                # The snapshot's objects and the log after it at once: their round trips overlap.
+                # The snapshot's objects and the log after it at once: their round trips overlap. Either
+                # may have been read already, with the snapshot's record.
                 snapshots = self.snapshots
                 assert snapshots is not None  # it gave the snapshot to try
-                loaded, ahead = overlap.both(
-                    partial(snapshots.read, info, self.schema),
-                    partial(self._read_ahead, info.transaction_number, as_of),
-                )
+                read_snapshot = partial(snapshots.read, info, self.schema, copy)
+                copy = None  # the latest copy can be only the first snapshot tried
+                if ahead is None:
+                    loaded, ahead = overlap.both(read_snapshot, partial(self._read_ahead, after, as_of))
+                else:
+                    loaded = overlap.outcome(read_snapshot)
                 try:
                     state = loaded.get()
                 except (SnapshotNotFoundError, UnreadableSnapshotError) as e:
@@ -186,18 +217,17 @@ class LogStateLoading:
         state, self._state = self._state, None
         return None if state is None else (state, self._read_to_end_at)
 
-    def use_latest_snapshot_read(self, latest: Outcome[SnapshotInfo | None]) -> None:
-        """The next load of the latest state starts from ``latest``, the outcome of a read of the table's
-        latest snapshot record the caller made (at once with other reads), instead of reading it. Any
-        snapshot will do, however new: the log after it is read to its end."""
-        self._latest_read = latest
+    def use_first_reads(self, reads: FirstReads) -> None:
+        """The next load of the latest state starts from ``reads``, made by the caller at once with other
+        reads, instead of reading them. Any snapshot will do, however new: the log after it is read to its
+        end."""
+        self._first_reads = reads
 
-    def _snapshots_to_try(self, as_of: int | None) -> Iterator[SnapshotInfo | None]:
+    def _snapshots_to_try(self, as_of: int | None, reads: FirstReads | None) -> Iterator[SnapshotInfo | None]:
         """The snapshot to load from, then (only if it cannot be read) each older one, then none."""
-        latest_read, self._latest_read = self._latest_read, None  # used once, by the load it was read for
         if self.snapshots is not None:
-            if as_of is None and latest_read is not None:
-                first = latest_read.get()
+            if reads is not None:
+                first = reads.record.get()
             else:
                 first = self.snapshots.latest_at_or_before(self.table_id, as_of)
             if first is not None:
@@ -213,6 +243,11 @@ class LogStateLoading:
             return state
         except TransactionNotRetainedError:
             return self._fresh(None)
+
+    def _ahead_in_tail(self, tail: tuple[int, LogTail], after: int) -> _Ahead:
+        """The entries after ``after`` in a log's tail whose read began at ``tail[0]`` (it reaches back)."""
+        started, read = tail
+        return started, _without_gap(read.after(after), self.table_id, after, "snapshot")
 
     def _read_ahead(self, after: int, to_number: int | None) -> _Ahead:
         """The entries after ``after`` (to ``to_number``), the first :data:`READ_AHEAD` of them read now."""
@@ -247,3 +282,16 @@ class LogStateLoading:
             raise TransactionNotRetainedError(
                 f"table {self.table_id!r}: transaction {state.transaction_number + 1} is no longer in the log"
             )
+
+
+def _usable(reads: FirstReads | None) -> tuple[Copy | None, tuple[int, LogTail] | None]:
+    """The latest copy and the log's tail among ``reads``, each None where not read or its read failed (the
+    load then reads what it needs itself, and meets any failure there)."""
+    if reads is None:
+        return None, None
+    for what, read in (("latest snapshot copy", reads.copy), ("log's last entries", reads.tail)):
+        if read is not None and read.error is not None:
+            logger.warning("the first read of the %s failed; the load reads it again: %s", what, read.error)
+    copy = reads.copy.value if reads.copy is not None and reads.copy.error is None else None
+    tail = reads.tail.value if reads.tail is not None and reads.tail.error is None else None
+    return copy, tail

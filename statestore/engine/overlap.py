@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -48,6 +48,14 @@ def both(here: Callable[[], A], beside: Callable[[], B]) -> tuple[Outcome[A], Ou
         other = pool.submit(outcome, beside)
         first = outcome(here)
         return first, other.result()
+
+
+def each(*calls: Callable[[], Any]) -> list[Outcome[Any]]:
+    """The outcomes of ``calls``, all made at once (through :func:`both`, as the module's attribute)."""
+    if len(calls) <= 1:
+        return [outcome(call) for call in calls]
+    first, rest = both(calls[0], lambda: each(*calls[1:]))
+    return [first, *rest.get()]
 
 
 def in_turn(here: Callable[[], A], beside: Callable[[], B]) -> tuple[Outcome[A], Outcome[B]]:

@@ -1,22 +1,25 @@
-"""A batch for a table the committer does not keep reads the requests' statuses, the table's record and its
-latest snapshot's record at once (``statestore.services.committer.first_reads``), and each read's outcome,
-an error included, decides only its own table's messages."""
+"""A batch for a table the committer does not keep reads the requests' statuses, the table's record, its
+latest snapshot's record, the objects at its latest copy's keys and the log's last entries at once
+(``statestore.services.committer.first_reads``), and each read's outcome, an error included, decides only
+its own table's messages."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pytest
 
 from statestore.errors import StoreUnavailableError
 from statestore.services.committer import MessageOutcome
 from statestore.store.memory import (
+    InMemoryBlobStore,
     InMemoryCommitStatusStore,
     InMemorySnapshotMetadataStore,
     InMemoryTableIndex,
+    InMemoryTransactionLog,
 )
-from statestore.store.ports import CommitStatus, RequestKey
+from statestore.store.ports import CommitStatus, LogEntry, LogTail, RequestKey
 from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 from tests.committer.harness import Harness, add_files, message, outcomes
@@ -84,6 +87,39 @@ class MeetingSnapshots(InMemorySnapshotMetadataStore):
         return super().latest(table_id)
 
 
+class MeetingBlobs(InMemoryBlobStore):
+    """Meets at each object read up to a size (the latest copy's two), and counts every whole read."""
+
+    def __init__(self, meeting: Meeting, counted: Counted) -> None:
+        super().__init__()
+        self.meeting, self.counted = meeting, counted
+
+    def get_at_most(self, key: str, max_bytes: int) -> bytes | None:
+        self.meeting.at(f"copy of {key.rsplit('/', 1)[-1]}")
+        data = super().get(key)  # not counted: only the reads after these are
+        return data if len(data) <= max_bytes else None
+
+    def get(self, key: str) -> bytes:
+        self.counted.calls.append("object")
+        return super().get(key)
+
+
+class MeetingLog(InMemoryTransactionLog):
+    """Meets at the read of the log's tail, and counts every read of a range."""
+
+    def __init__(self, meeting: Meeting, counted: Counted) -> None:
+        super().__init__(None, MeetingStatuses(meeting))
+        self.meeting, self.counted = meeting, counted
+
+    def read_tail(self, table_id: str, count: int) -> LogTail:
+        self.meeting.at("tail")
+        return super().read_tail(table_id, count)
+
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        self.counted.calls.append("log")
+        return super().read(table_id, from_number, to_number)
+
+
 @pytest.fixture
 def meeting() -> Meeting:
     return Meeting()
@@ -98,8 +134,9 @@ def counted() -> Counted:
 def h(meeting: Meeting, counted: Counted) -> Harness:
     return Harness(
         tables=MeetingTables(meeting, counted),
+        log=MeetingLog(meeting, counted),
         snapshot_metadata=MeetingSnapshots(meeting, counted),
-        statuses=MeetingStatuses(meeting),
+        blobs=MeetingBlobs(meeting, counted),
     )
 
 
@@ -112,19 +149,21 @@ def table_with_snapshot(h: Harness, name: str) -> str:
     return table_id
 
 
-def test_a_cold_tables_statuses_record_and_snapshot_record_are_read_at_once(
+def test_a_cold_table_is_read_at_once_with_the_statuses_and_nothing_is_read_after(
     h: Harness, meeting: Meeting, counted: Counted
 ) -> None:
     table_id = table_with_snapshot(h, "cold")
     committer = h.committer()
     counted.calls.clear()
-    meeting.arm(3)  # read one after another, the first of them would wait alone until the barrier broke
+    meeting.arm(6)  # read one after another, the first of them would wait alone until the barrier broke
 
     [result] = committer.process([message(add_files(table_id, "new"))])
 
     assert result.outcome is MessageOutcome.COMMITTED, result.reason
-    assert meeting.met == {"statuses", "table", "snapshot"}
-    assert sorted(counted.calls) == ["snapshot", "table"]  # the load used the record read beside the statuses
+    copies = {"copy of partitions.parquet", "copy of files.parquet"}
+    assert meeting.met == {"statuses", "table", "snapshot", "tail", *copies}
+    # The load used what was read beside the statuses: no snapshot object, no range of the log.
+    assert sorted(counted.calls) == ["snapshot", "table"]
     assert committer.last_batch.cold_loads == 1
     names = {f.filename.rsplit("/", 1)[-1] for f in h.state(table_id).files()}
     assert names == {"cold-1", "cold-2", "new"}  # the snapshot, the log after it, and the commit

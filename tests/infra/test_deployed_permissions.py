@@ -11,6 +11,7 @@ stack's PostgreSQL option is exercised the same way in ``test_deployed_permissio
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +244,28 @@ def test_the_committer_commits_and_dead_letters_with_its_role(
     assert index_items(deployed, table_id) == (2 if properties else 0)  # the chain, the entry's hint
 
 
+def test_the_committer_loads_a_cold_table_from_what_it_reads_at_once_with_its_role(
+    deployed: Deployed, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The latest snapshot's copy and the log's last entries, read beside the statuses: a read its role
+    were denied would only cost a round trip, so the test looks for the warning it leaves."""
+    store = deployed.create_table("orders")
+    store.commit(AddFiles((ref(data_key(store.table_id, "a.parquet")),)))
+    assert store.create_snapshot() is not None
+    store.commit(AddFiles((ref(data_key(store.table_id, "b.parquet")),)))
+    sender = CommitSender(deployed.commit_queue, deployed.admin.statuses, deployed.admin.blobs)
+    sender.send(store.table_id, AddFiles((ref(data_key(store.table_id, "c.parquet")),)))
+
+    with caplog.at_level(logging.WARNING, logger="statestore"):
+        response = deployed.invoke(COMMITTER, deployed.commit_queue.receive_event())
+
+    assert response == {"batchItemFailures": []}
+    assert set(deployed.store(store.table_id).load().files_by_name) == set(
+        data_keys(store.table_id, "a.parquet", "b.parquet", "c.parquet")
+    )
+    assert "first read" not in caplog.text
+
+
 # --- the snapshot Lambda ----------------------------------------------------------------------------------
 
 
@@ -261,7 +284,11 @@ def test_the_snapshot_lambda_snapshots_a_table_whose_log_moved_with_its_role(dep
     assert deployed.work_queues["snapshot"].receive_event()["Records"] == []
     latest = deployed.admin.snapshots.metadata.latest(store.table_id)
     assert latest is not None and latest.transaction_number == 2
-    assert deployed.admin.blobs.list(layout.snapshot_prefix(store.table_id))
+    copies = [deployed.admin.blobs.get(key) for key in layout.latest_snapshot_keys(store.table_id)]
+    assert copies == [
+        deployed.admin.blobs.get(latest.partitions_key),
+        deployed.admin.blobs.get(latest.files_key),
+    ]
 
 
 # --- the cleanup Lambda -----------------------------------------------------------------------------------

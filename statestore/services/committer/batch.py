@@ -31,7 +31,7 @@ from statestore.services.committer.decisions import (
     status_of,
     transaction_number_of,
 )
-from statestore.services.committer.first_reads import FirstReads, read_first
+from statestore.services.committer.first_reads import TableReads, read_first
 from statestore.services.committer.group import WarmTable, commit_fresh
 from statestore.services.committer.messages import CommitterStats, MessageResult, ReceivedMessage
 from statestore.services.committer.senders import refusal, sender_allowed
@@ -117,7 +117,7 @@ class BatchCommitter:
     # enough was (a no-op where it cannot); None: unknown, given back at once.
     release_heap: Callable[[int | None], object] = field(default_factory=HeapRelease)
     _tables: WarmCache[WarmTable] = field(init=False, repr=False)
-    _first_reads: dict[str, FirstReads] = field(default_factory=dict, init=False, repr=False)
+    _first_reads: dict[str, TableReads] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log.request_statuses is None:
@@ -196,7 +196,7 @@ class BatchCommitter:
         )
         if needed:
             statuses_read, first = overlap.both(
-                read_statuses, partial(read_first, self.tables, self.snapshots, needed)
+                read_statuses, partial(read_first, self.tables, self.log, self.snapshots, needed, self.clock)
             )
             self._first_reads = first.get()  # never raises
         else:
@@ -345,9 +345,9 @@ class BatchCommitter:
             rng=self.rng,
         )
         expected = None
-        if first is not None and first.snapshot is not None and isinstance(store, TransactionLogStateStore):
-            store.use_latest_snapshot_read(first.snapshot)
-            expected = _snapshot_bytes(first.snapshot)
+        if first is not None and first.load is not None and isinstance(store, TransactionLogStateStore):
+            store.use_first_reads(first.load)
+            expected = _snapshot_bytes(first.load.record)
         table = self._tables[table_id] = WarmTable(info, store, now, expected)
         return table
 
