@@ -314,6 +314,22 @@ class TableNotFoundError(StateStoreError):
         self.table = table
 
 
+class TableLogGoneError(TableNotFoundError):
+    """A writer's state is at a transaction the log no longer holds, and the log has nothing after it. The
+    log always keeps its latest entry, so it was emptied: the table was deleted (or its log restored to an
+    earlier point). Nothing was written."""
+
+    def __init__(self, table_id: str, transaction_number: int) -> None:
+        StateStoreError.__init__(
+            self,
+            f"table {table_id!r}: its log no longer holds transaction {transaction_number}, which this "
+            "writer's state is at, nor any after it: the table was deleted (or its log restored to an "
+            "earlier point); nothing was written",
+        )
+        self.table = table_id
+        self.transaction_number = transaction_number
+
+
 class TableAlreadyExistsError(StateStoreError):
     def __init__(self, table_name: str) -> None:
         super().__init__(f"a table named {table_name!r} already exists")

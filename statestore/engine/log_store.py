@@ -37,6 +37,7 @@ from statestore.errors import (
     RequestsAlreadyDecidedError,
     StateStoreError,
     StoreUnavailableError,
+    TableLogGoneError,
     ThrottledError,
     TransactionNumberTakenError,
     TransactionValidationError,
@@ -412,6 +413,10 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
             except PreviousEntryGoneError:
                 # Nothing was written (the number itself is free, or it would be reported taken): the state
                 # is behind entries cleanup deleted. Lost, as a race is: the caller catches up and reloads.
+                # Unless nothing is left at or after the state's entry: cleanup keeps the latest, so the
+                # log was emptied, and no retry can land.
+                if self.log.latest_number(self.table_id) < number - 1:
+                    raise TableLogGoneError(self.table_id, number - 1) from None
                 return False
             except TransactionNumberTakenError:
                 holder = self._writer_at(number)

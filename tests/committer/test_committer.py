@@ -11,7 +11,7 @@ from statestore.codec.transaction_json import decode_entry
 from statestore.engine.requests import CommitRequest, encode_request
 from statestore.errors import StoreUnavailableError
 from statestore.model import layout
-from statestore.services.committer import REASON_ATTRIBUTE
+from statestore.services.committer import REASON_ATTRIBUTE, MessageOutcome
 from statestore.store.memory import InMemoryCommitQueue, InMemoryCommitStatusStore, InMemoryTransactionLog
 from statestore.store.ports import CommitOutcome, CommitStatus, LogEntry
 from statestore.store.tables import TableInfo
@@ -398,11 +398,13 @@ def test_a_table_deleted_under_a_warm_committer_has_no_commit_acknowledged_into_
     h.tables.delete(table)
     late = add_files(table, "b", request_id="late")
 
-    assert outcomes(committer.process([message(late)])) == ["retry"]  # the log refused entry 3: 2 is gone
+    [retried] = committer.process([message(late)])  # the log refused entry 3: 2 is gone, and all after it
+    assert retried.outcome is MessageOutcome.RETRY
+    assert "no longer holds transaction 2" in (retried.reason or "")  # not "other writers kept taking"
     assert entries(h, table) == []  # nothing landed in the deleted table's log
     assert h.statuses.get(table, "late") is None
 
-    h.clock.advance(60_000)  # its record read again: the table is gone
+    # The committer forgot the table: its next delivery reads the record again, now, and finds it gone.
     assert outcomes(committer.process([message(late)])) == ["dead_lettered"]
     assert entries(h, table) == []
 

@@ -17,6 +17,8 @@ from statestore.errors import (
     InvalidTransactionError,
     StateStoreError,
     StoreUnavailableError,
+    TableLogGoneError,
+    TableNotFoundError,
     TransactionNotRetainedError,
 )
 from statestore.state.table_state import TableState
@@ -502,6 +504,23 @@ def test_a_writer_fresh_by_its_clock_but_behind_cleanup_never_fills_a_deleted_nu
     assert result.transaction_number == 6  # not 2, a number cleanup deleted, which no reader would read
     assert [e.transaction_number for e in log.read(TABLE, 0)] == [5, 6]
     assert set(make_store(log, snapshots).load().files_by_name) == {key(n) for n in "bcdef"}
+
+
+def test_a_writer_whose_tables_log_was_emptied_is_told_so_at_once_and_writes_nothing() -> None:
+    """The log keeps its latest entry, so one with nothing at or after a writer's state was emptied: the
+    table was deleted. No retry can land there (nor should one be mistaken for other writers' races)."""
+    log = InMemoryTransactionLog()
+    sleeps: list[float] = []
+    writer = make_store(log, snapshot_store(), sleeps=sleeps)
+    initialise(writer)
+    writer.commit(add("a"))
+    log.delete_table(TABLE)
+
+    with pytest.raises(TableLogGoneError, match="no longer holds transaction 2") as raised:
+        writer.commit_group([GroupMember("late", add("b"))])
+
+    assert isinstance(raised.value, TableNotFoundError)  # CLI: "not found"; a committer: read its record
+    assert log.latest_number(TABLE) == 0 and sleeps == []  # refused once, not retried
 
 
 def test_a_malformed_transaction_is_reported_by_its_validation_not_by_the_codec() -> None:

@@ -228,6 +228,8 @@ class BatchCommitter:
                     logger.warning(
                         "committing to table %r failed; its messages will be retried: %s", group_id, e
                     )
+                    if isinstance(e, TableNotFoundError):  # its log is gone: read its record afresh
+                        self._tables.pop(group_id, None)
                 decisions.update(_retry(indexes, f"could not commit to table {group_id!r}: {e}"))
             # Measure it now (loaded even if its commit failed), and evict to stay within the budget.
             self._tables.settle([group_id])
