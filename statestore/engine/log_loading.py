@@ -217,10 +217,11 @@ class LogStateLoading:
         state, self._state = self._state, None
         return None if state is None else (state, self._read_to_end_at)
 
-    def use_first_reads(self, reads: FirstReads) -> None:
+    def use_first_reads(self, reads: FirstReads | None) -> None:
         """The next load of the latest state starts from ``reads``, made by the caller at once with other
         reads, instead of reading them. Any snapshot will do, however new: the log after it is read to its
-        end."""
+        end. None drops reads given and not used (what they hold is not kept for a load that may never
+        come)."""
         self._first_reads = reads
 
     def _snapshots_to_try(self, as_of: int | None, reads: FirstReads | None) -> Iterator[SnapshotInfo | None]:

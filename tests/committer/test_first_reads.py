@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
+from statestore.engine.log_store import TransactionLogStateStore
 from statestore.errors import StoreUnavailableError
 from statestore.services.committer import MessageOutcome
 from statestore.store.memory import (
@@ -242,3 +243,18 @@ def test_a_batch_for_a_table_that_is_gone_dead_letters_its_messages(h: Harness) 
 
     assert result.outcome is MessageOutcome.DEAD_LETTERED
     assert (result.reason or "").startswith(f"table not found: {table_id!r}")
+
+
+def test_what_was_read_for_a_load_that_never_comes_is_not_kept(h: Harness) -> None:
+    """Every request of the batch refused (its sender is not allowed): the table is kept, unloaded, and the
+    snapshot's bytes read for its load are let go rather than held until some later load."""
+    table_id = table_with_snapshot(h, "restricted")
+    h.tables.set_allowed_senders(table_id, ["AROAJOBROLEOFTABLEA01"])
+    committer = h.committer()
+
+    [result] = committer.process([message(add_files(table_id, "forged"))])
+
+    assert result.outcome is MessageOutcome.DEAD_LETTERED
+    kept = committer._tables.peek(table_id)
+    assert kept is not None and isinstance(kept.store, TransactionLogStateStore)
+    assert kept.store.loaded_state is None and kept.store._first_reads is None

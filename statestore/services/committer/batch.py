@@ -264,6 +264,8 @@ class BatchCommitter:
         )
         fresh = [r for r in fresh if r.position not in refused]
         if not fresh:
+            if isinstance(table.store, TransactionLogStateStore):
+                table.store.use_first_reads(None)  # no load: the snapshot's bytes read for it are let go
             return refused
         if table.guard is None:
             self._load(table)  # else loaded only if the guard cannot decide (commit_fresh)
