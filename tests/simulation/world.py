@@ -134,8 +134,10 @@ class Crash(BaseException):
     """The actor's process dies here: nothing after this point of its step happens."""
 
 
-class InvariantViolation(AssertionError):
-    pass
+class InvariantViolation(BaseException):
+    """A broken invariant. Not an Exception: it may be found while another actor runs inside the code
+    under test (a preemption at a port call), whose handlers of failures (a committer's ``except
+    Exception`` around a table, an overlapped read's outcome) must not take it for one and carry on."""
 
 
 class _MergeFailed(Exception):
