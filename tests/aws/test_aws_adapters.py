@@ -11,6 +11,7 @@ from statestore.adapters.aws.dynamodb_log import DynamoDBTransactionLog
 from statestore.adapters.aws.s3_blobs import S3BlobStore
 from statestore.engine.log_store import GroupMember, TransactionLogStateStore
 from statestore.errors import (
+    StateStoreError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
     TransactionTooLargeError,
@@ -46,6 +47,50 @@ def test_a_blob_read_up_to_a_size_asks_s3_for_no_more(aws: AwsBackend) -> None:
     assert blobs.get_at_most("tables/t1/a", 5000) == b"x" * 5000
 
     assert asked == ["bytes=0-99", "bytes=0-4999"]
+
+
+def test_an_entry_appended_while_the_table_is_deleted_is_deleted_too(
+    aws: AwsBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer appends entry 4 after the deletion listed entries 1..3 and before it deleted 3: the entry
+    it follows is there, so the append lands. A deletion that stopped after one pass left it behind."""
+    log = aws.log
+    assert isinstance(log, DynamoDBTransactionLog)
+    for number in (1, 2, 3):
+        log.append("t1", entry(number))
+    delete_items = log._delete_items
+    appended: list[int] = []
+
+    def racing_writer(table_id: str, items: list[dict[str, Any]]) -> int:
+        if not appended:
+            log.append("t1", entry(4))
+            appended.append(4)
+        return delete_items(table_id, items)
+
+    monkeypatch.setattr(log, "_delete_items", racing_writer)
+
+    log.delete_table("t1")
+
+    assert appended == [4]
+    assert list(log.read("t1", 0)) == [] and log.latest_number("t1") == 0
+
+
+def test_a_log_writers_keep_appending_to_is_not_deleted_for_ever(
+    aws: AwsBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = aws.log
+    assert isinstance(log, DynamoDBTransactionLog)
+    log.append("t1", entry(1))
+    delete_items = log._delete_items
+
+    def a_writer_that_never_stops(table_id: str, items: list[dict[str, Any]]) -> int:
+        log.append("t1", entry(log.latest_number("t1") + 1))
+        return delete_items(table_id, items)
+
+    monkeypatch.setattr(log, "_delete_items", a_writer_that_never_stops)
+
+    with pytest.raises(StateStoreError, match="writers kept appending to its log while it was deleted"):
+        log.delete_table("t1")
 
 
 def test_a_large_body_lives_in_the_bucket_under_the_tables_log_prefix(aws: AwsBackend) -> None:
