@@ -8,11 +8,20 @@ from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
-from statestore.adapters.aws.clients import AwsCaller
+from statestore.adapters.aws.clients import AwsCaller, Translate
 from statestore.errors import BlobNotFoundError, StateStoreError
 from statestore.store.ports import BlobStore
 
 _DELETE_BATCH = 1000  # S3's DeleteObjects limit
+
+
+def _missing(key: str) -> Translate:
+    """The translation of S3's "no such object" answers (a GET's and a HEAD's) into BlobNotFoundError."""
+
+    def translate(code: str, error: ClientError) -> StateStoreError | None:
+        return BlobNotFoundError(key) if code in ("NoSuchKey", "404", "NotFound") else None
+
+    return translate
 
 
 class _NoByteInRange(StateStoreError):
@@ -42,11 +51,8 @@ class S3BlobStore(BlobStore):
         )
 
     def get(self, key: str) -> bytes:
-        def missing(code: str, error: ClientError) -> StateStoreError | None:
-            return BlobNotFoundError(key) if code in ("NoSuchKey", "404", "NotFound") else None
-
         response = self.call(
-            f"read s3://{self.bucket}/{key}", self.s3.get_object, missing, Bucket=self.bucket, Key=key
+            f"read s3://{self.bucket}/{key}", self.s3.get_object, _missing(key), Bucket=self.bucket, Key=key
         )
         body = response["Body"]
         try:
@@ -61,9 +67,9 @@ class S3BlobStore(BlobStore):
             return None
 
         def translate(code: str, error: ClientError) -> StateStoreError | None:
-            if code in ("NoSuchKey", "404", "NotFound"):
-                return BlobNotFoundError(key)
-            return _NoByteInRange(key) if code == "InvalidRange" else None
+            if code == "InvalidRange":
+                return _NoByteInRange(key)
+            return _missing(key)(code, error)
 
         try:
             response = self.call(
@@ -87,15 +93,12 @@ class S3BlobStore(BlobStore):
             body.close()
 
     def copy(self, source: str, destination: str) -> None:
-        def missing(code: str, error: ClientError) -> StateStoreError | None:
-            return BlobNotFoundError(source) if code in ("NoSuchKey", "404", "NotFound") else None
-
         # Server-side (up to S3's 5 GB single-copy limit, the same as a single PUT's); REPLACE with no tags so
         # a lifecycle rule keyed on the source's tags does not follow the copy.
         self.call(
             f"copy s3://{self.bucket}/{source} to {destination}",
             self.s3.copy_object,
-            missing,
+            _missing(source),
             Bucket=self.bucket,
             Key=destination,
             CopySource={"Bucket": self.bucket, "Key": source},
