@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +16,7 @@ from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
 from statestore.state.file_columns import FileColumns
 from statestore.state.table_state import TableState
+from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import LogEntry, TransactionLogStore
 from statestore.transactions import AddFiles, InitialisePartitions, Transaction
 
@@ -121,3 +122,15 @@ def count_files_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(FileColumns, "table_files", counting)
     return made
+
+
+class ReadRecordingLog(InMemoryTransactionLog):
+    """The in-memory log, recording the first number of each range read (``reads_from``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads_from: list[int] = []
+
+    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
+        self.reads_from.append(from_number)
+        return super().read(table_id, from_number, to_number)

@@ -35,7 +35,7 @@ from statestore.transactions import (
     Transaction,
     TransactionBatch,
 )
-from tests.builders import STRING_SCHEMA, data_key, ref, tree
+from tests.builders import STRING_SCHEMA, ReadRecordingLog, data_key, ref, tree
 
 TABLE = "table-1"
 
@@ -334,16 +334,6 @@ def test_load_rejects_numbers_outside_the_log() -> None:
 
 def test_load_of_an_empty_log_is_an_empty_state() -> None:
     assert make_store(InMemoryTransactionLog(), snapshot_store()).load() == TableState(STRING_SCHEMA)
-
-
-class ReadRecordingLog(InMemoryTransactionLog):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads_from: list[int] = []
-
-    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
-        self.reads_from.append(from_number)
-        return super().read(table_id, from_number, to_number)
 
 
 def test_loading_starts_from_the_latest_snapshot_and_reads_only_the_log_after_it() -> None:

@@ -6,7 +6,7 @@ anything else is read as a load without them reads it, and the state is the same
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 
@@ -17,10 +17,9 @@ from statestore.engine.overlap import Outcome, outcome
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StoreUnavailableError
 from statestore.model import layout
-from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore, InMemoryTransactionLog
-from statestore.store.ports import LogEntry
+from statestore.store.memory import InMemoryBlobStore, InMemorySnapshotMetadataStore
 from statestore.transactions import AddFiles, InitialisePartitions
-from tests.builders import STRING_SCHEMA, data_key, ref, tree
+from tests.builders import STRING_SCHEMA, ReadRecordingLog, data_key, ref, tree
 
 TABLE = "t-first-reads"
 
@@ -43,19 +42,9 @@ class CountedBlobs(InMemoryBlobStore):
         super().put(key, data, tags)
 
 
-class CountedLog(InMemoryTransactionLog):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[int] = []
-
-    def read(self, table_id: str, from_number: int, to_number: int | None = None) -> Iterator[LogEntry]:
-        self.reads.append(from_number)
-        return super().read(table_id, from_number, to_number)
-
-
-def a_table(after_snapshot: int) -> tuple[TransactionLogStateStore, CountedBlobs, CountedLog]:
+def a_table(after_snapshot: int) -> tuple[TransactionLogStateStore, CountedBlobs, ReadRecordingLog]:
     """A table with a snapshot at transaction 2 and ``after_snapshot`` entries after it."""
-    blobs, log = CountedBlobs(), CountedLog()
+    blobs, log = CountedBlobs(), ReadRecordingLog()
     store = TransactionLogStateStore(
         TABLE, STRING_SCHEMA, log, SnapshotStore(InMemorySnapshotMetadataStore(), blobs)
     )
@@ -93,27 +82,27 @@ def test_a_load_from_first_reads_that_hold_it_all_reads_nothing_more() -> None:
     writer, blobs, log = a_table(3)
     reads, expected = first_reads(writer), writer.load()
     blobs.reads.clear()
-    log.reads.clear()
+    log.reads_from.clear()
 
     cold = load_with(writer, reads)
 
     assert cold.loaded_state == expected and expected.transaction_number == 5
-    assert blobs.reads == [] and log.reads == []
+    assert blobs.reads == [] and log.reads_from == []
 
 
 def test_a_table_with_no_snapshot_loads_from_the_logs_tail_alone() -> None:
-    blobs, log = CountedBlobs(), CountedLog()
+    blobs, log = CountedBlobs(), ReadRecordingLog()
     writer = TransactionLogStateStore(
         TABLE, STRING_SCHEMA, log, SnapshotStore(InMemorySnapshotMetadataStore(), blobs)
     )
     writer.commit(InitialisePartitions(tuple(tree(STRING_SCHEMA))))
     add(writer, 2)
     reads, expected = first_reads(writer), writer.load()
-    log.reads.clear()
+    log.reads_from.clear()
 
     cold = load_with(writer, reads)
 
-    assert cold.loaded_state == expected and log.reads == []
+    assert cold.loaded_state == expected and log.reads_from == []
 
 
 def test_a_copy_of_an_older_snapshot_is_not_used_the_snapshots_own_objects_are(
@@ -171,12 +160,12 @@ def test_a_damaged_copy_is_not_used() -> None:
 def test_a_tail_that_does_not_reach_back_to_the_snapshot_is_not_used() -> None:
     writer, _, log = a_table(5)
     reads, expected = first_reads(writer, tail_entries=3), writer.load()  # the tail: 5..7 of 3..7
-    log.reads.clear()
+    log.reads_from.clear()
 
     cold = load_with(writer, reads)
 
     assert cold.loaded_state == expected
-    assert log.reads == [3]  # the log after snapshot 2, read as without the tail
+    assert log.reads_from == [3]  # the log after snapshot 2, read as without the tail
 
 
 def test_a_snapshot_newer_than_the_tail_loads_as_of_the_snapshot_and_catches_up_after() -> None:
@@ -200,9 +189,9 @@ def test_first_reads_that_failed_are_read_again_by_the_load() -> None:
     failed: Outcome[object] = Outcome(error=StoreUnavailableError("the store is unavailable"))
     expected = writer.load()
     blobs.reads.clear()
-    log.reads.clear()
+    log.reads_from.clear()
 
     cold = load_with(writer, FirstReads(record, failed, failed))  # type: ignore[arg-type]
 
     assert cold.loaded_state == expected
-    assert len(blobs.reads) == 2 and log.reads == [3]
+    assert len(blobs.reads) == 2 and log.reads_from == [3]
