@@ -330,6 +330,20 @@ class TableLogGoneError(TableNotFoundError):
         self.transaction_number = transaction_number
 
 
+class TableNotInitialisedError(TableNotFoundError):
+    """The table's record exists, but its log and snapshots hold no transaction: it is being created (its
+    first transaction, the partitions, not written yet) or deleted (its log and snapshots gone before its
+    record). A transaction 1 is the table's creation, so a writer that is not creating it writes nothing."""
+
+    def __init__(self, table_id: str) -> None:
+        StateStoreError.__init__(
+            self,
+            f"table {table_id!r} holds no transaction: it is being created (its first transaction not "
+            "written yet) or deleted; nothing was written",
+        )
+        self.table = table_id
+
+
 class TableAlreadyExistsError(StateStoreError):
     def __init__(self, table_name: str) -> None:
         super().__init__(f"a table named {table_name!r} already exists")

@@ -19,11 +19,12 @@ from statestore.transactions import (
     AssignJobIdRequest,
     AssignJobIds,
     ClearFiles,
+    InitialisePartitions,
     ReplaceFileReferences,
     ReplaceFileReferencesJob,
     request_ids_of,
 )
-from tests.builders import INT_SCHEMA, data_key, data_keys, ref
+from tests.builders import INT_SCHEMA, data_key, data_keys, ref, tree
 from tests.committer.harness import Harness, add_files, message, outcomes, redelivered
 
 
@@ -407,6 +408,48 @@ def test_a_table_deleted_under_a_warm_committer_has_no_commit_acknowledged_into_
     # The committer forgot the table: its next delivery reads the record again, now, and finds it gone.
     assert outcomes(committer.process([message(late)])) == ["dead_lettered"]
     assert entries(h, table) == []
+
+
+def test_a_table_whose_log_and_snapshots_hold_nothing_gets_no_commit_and_no_rejection(h: Harness) -> None:
+    # A table being deleted (its log and snapshots gone, its record not yet) or created (its record written,
+    # its first transaction not yet): a cold committer loads an empty state. Its first entry is the table's
+    # creation, never a request's, and no request is judged against a table that is not there.
+    table = h.create_table("t")
+    h.log.delete_table(table)
+    h.snapshots.delete_table(table)
+    init = CommitRequest("init", table, InitialisePartitions(tuple(tree(INT_SCHEMA, ()))))
+    add = add_files(table, "a", request_id="add")
+    committer = h.committer()
+
+    results = committer.process([message(init), message(add)])
+
+    assert outcomes(results) == ["retry", "retry"]
+    assert all("holds no transaction" in (r.reason or "") for r in results)
+    assert entries(h, table) == []  # not committed as entry 1 (before: InitialisePartitions was)
+    assert h.statuses.get(table, "init") is None
+    assert h.statuses.get(table, "add") is None  # not rejected (before: "partition not found")
+
+    h.tables.delete(table)  # the deletion finishes: the next delivery finds no table
+    assert outcomes(committer.process([message(init), message(add)])) == ["dead_lettered", "dead_lettered"]
+    assert entries(h, table) == []
+
+
+def test_a_request_for_a_table_still_being_created_is_committed_once_its_first_transaction_is(
+    h: Harness,
+) -> None:
+    info = TableInfo.new("t", INT_SCHEMA)
+    h.tables.create(info)  # as StateStoreClient.create_table does, before it commits transaction 1
+    early = add_files(info.table_id, "a", request_id="early")
+    committer = h.committer()
+    sent = message(early)
+    assert outcomes(committer.process([sent])) == ["retry"]
+    assert h.log_length(info.table_id) == 0
+
+    h.store(info.table_id).commit(InitialisePartitions(tuple(tree(INT_SCHEMA, ()))))
+    [result] = committer.process([redelivered(sent)])
+
+    assert (result.outcome, result.transaction_number) == (MessageOutcome.COMMITTED, 2)
+    assert_status(h, info.table_id, "early", CommitOutcome.COMMITTED, 2)
 
 
 def _info_for(table_id: str) -> TableInfo:
