@@ -38,6 +38,7 @@ from statestore.errors import (
     StateStoreError,
     StoreUnavailableError,
     TableLogGoneError,
+    TableNotInitialisedError,
     ThrottledError,
     TransactionNumberTakenError,
     TransactionValidationError,
@@ -109,9 +110,14 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
         rng: random.Random | None = None,
         max_unread_ms: int = 5 * 60_000,
         index_leaves: bool = False,
+        creating: bool = True,
     ) -> None:
         self.table_id = table_id
         self.index_leaves = index_leaves  # LogEntry.index_leaves of every entry appended
+        # Whether this writer may append transaction 1, the table's creation. One opened for a table that
+        # exists (open_state_store) may not: a log and snapshots holding nothing mean the table is being
+        # created or deleted, and a commit then raises TableNotInitialisedError, writing nothing.
+        self.creating = creating
         self.schema = schema
         self.log = log
         self.snapshots = snapshots
@@ -330,6 +336,12 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
         current = not optimistic  # whether ``state`` was just read to the end of the log
         attempt = 0
         while True:
+            if state.transaction_number == 0 and not self.creating:
+                if not current:  # loaded before the table's first transaction was written, perhaps
+                    state = self._state = self._catch_up(state)
+                    current = True
+                    continue
+                raise TableNotInitialisedError(self.table_id)  # nothing judged against no table either
             update_time = max(self._clock(), self._last_update_time(state))
             made = draft(state, update_time)
             if made is None:

@@ -34,6 +34,7 @@ from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     FilesPresentError,
     StateStoreError,
+    TableNotInitialisedError,
     TransactionValidationError,
     UnsupportedByFileStoreError,
 )
@@ -120,6 +121,7 @@ class RowFilesStateStore:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         max_unread_ms: int = 5 * 60_000,
+        creating: bool = True,
     ) -> None:
         self.table_id = table_id
         self.schema = schema
@@ -136,6 +138,7 @@ class RowFilesStateStore:
             sleep=sleep,
             rng=rng,
             max_unread_ms=max_unread_ms,
+            creating=creating,
         )
         self._state: TableState | None = None
 
@@ -325,6 +328,8 @@ class RowFilesStateStore:
         """One file-store commit of ``run``, validated on the cached partition tree; members rejected on it
         are decided once more on the tree read to the end of the log, if the log had moved."""
         tree = self.partition_log.cached_state()
+        if tree.transaction_number == 0 and not self.partition_log.creating:
+            raise TableNotInitialisedError(self.table_id)  # no partitions to judge rows against
         seen = tree.transaction_number  # the cached state is caught up in place: remember where it was
         outcome = self._file_commit(tree, run)
         self._merge_rows(run, outcome, merged, final=False)
@@ -436,9 +441,14 @@ def open_state_store(
     clock: Callable[[], int] = now_millis,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    creating: bool = False,
 ) -> TableStateStore:
     """The state store of ``info``'s table, as its record says: on the log, or partitions on the log and
     files in ``file_store``. The one place that decides, for the client, the committer and cleanup.
+
+    Only the store of a table being ``creating`` may append its transaction 1: any other raises
+    TableNotInitialisedError on a commit to a table whose log and snapshots hold nothing (it is being
+    created or deleted).
 
     Raises StateStoreError when the table keeps its files in a file store and ``file_store`` is None, its
     message ending with ``missing_file_store`` (what the caller's user can do about it).
@@ -454,6 +464,7 @@ def open_state_store(
             sleep=sleep,
             rng=rng,
             index_leaves=asks_for_leaf_index(info),
+            creating=creating,
         )
     if file_store is None:
         raise StateStoreError(
@@ -470,6 +481,7 @@ def open_state_store(
         clock=clock,
         sleep=sleep,
         rng=rng,
+        creating=creating,
     )
 
 

@@ -155,7 +155,7 @@ class StateStoreClient(QueryableViewQueries):
             self._require_file_store(table)
         self.table_index.create(table)
         try:
-            self._open(table).commit(InitialisePartitions(tuple(partitions)))
+            self._open(table, creating=True).commit(InitialisePartitions(tuple(partitions)))
         except BaseException:
             # Leave no half-made table: forget it and whatever reached its log.
             self.table_index.delete(table.table_id)
@@ -207,7 +207,7 @@ class StateStoreClient(QueryableViewQueries):
         """A state store for one table (give each thread its own)."""
         return self._open(self.get_table(table))
 
-    def _open(self, info: TableInfo) -> TableStateStore:
+    def _open(self, info: TableInfo, creating: bool = False) -> TableStateStore:
         return open_state_store(
             info,
             self.log,
@@ -215,6 +215,7 @@ class StateStoreClient(QueryableViewQueries):
             self.file_store,
             missing_file_store=_NO_FILE_STORE,
             retry=self.retry,
+            creating=creating,
         )
 
     def _require_file_store(self, info: TableInfo) -> FileReferenceStore:
