@@ -48,7 +48,8 @@ from spark_client.progress import hide_progress, show_progress
 from spark_client.query import query
 from spark_client.splitting import split_partitions
 from statestore.errors import ResourceNotFoundError, StateStoreError, TableNotFoundError
-from statestore.instance import POSTGRES_URL_ENV, ResourceNames
+from statestore.instance import POSTGRES_URL_ENV, ResourceNames, ResourcesSettingError
+from statestore.instance import resolve_resources as names_by_the_rule
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
 
@@ -73,26 +74,23 @@ def resolve_resources(
 ) -> ResourceNames:
     """The instance's resource names, from the first of ``--resources``, ``--stack``, ``--instance``,
     ``$STATESTORE_RESOURCES``, ``$STATESTORE_INSTANCE_ID``, else instance ``local`` (as the CLI finds it)."""
-    env = os.environ if environ is None else environ
-    if resources:
-        text = Path(resources).read_text() if not resources.lstrip().startswith("{") else resources
-        return _parse_resources(text, "--resources")
-    if stack:
+    text, where = resources, "--resources"
+    if resources and not resources.lstrip().startswith("{"):
+        text = Path(resources).read_text()
+    elif not resources and stack:
         import boto3
 
         described = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=stack)
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Stacks"][0].get("Outputs", [])}
         if "StatestoreResources" not in outputs:
             raise JobError(f"stack {stack!r} has no StatestoreResources output: is it a statestore stack?")
-        return _parse_resources(outputs["StatestoreResources"], f"stack {stack}'s StatestoreResources")
-    if not instance and env.get("STATESTORE_RESOURCES"):
-        return _parse_resources(env["STATESTORE_RESOURCES"], "$STATESTORE_RESOURCES")
-    where = "--instance" if instance else "$STATESTORE_INSTANCE_ID"
-    instance = instance or env.get("STATESTORE_INSTANCE_ID") or "local"
+        text, where = outputs["StatestoreResources"], f"stack {stack}'s StatestoreResources"
     try:
-        return ResourceNames.for_instance(instance, env.get("STATESTORE_BUCKET") or None)
-    except ValueError as e:
-        raise JobError(f"{where}: {e}", EXIT_USAGE) from None
+        return names_by_the_rule(
+            text, instance, environ=environ, resources_setting=where, instance_setting="--instance"
+        )
+    except ResourcesSettingError as e:
+        raise JobError(str(e), EXIT_USAGE) from None
 
 
 def check_endpoint(url: str | None, option: str) -> None:
@@ -118,13 +116,6 @@ def check_endpoint(url: str | None, option: str) -> None:
     if boto3.session.Session().get_credentials() is None:
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-
-
-def _parse_resources(text: str, where: str) -> ResourceNames:
-    try:
-        return ResourceNames.from_json(text)
-    except (ValueError, TypeError) as e:
-        raise JobError(f"{where} is not the stack's StatestoreResources JSON: {e}", EXIT_USAGE) from None
 
 
 def bucket_region(s3: Any, bucket: str) -> str | None:

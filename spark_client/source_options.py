@@ -61,7 +61,7 @@ from spark_client.log_times import parse_timestamp
 from spark_client.read_plan import region_of
 from spark_client.view_plan import DEFAULT_VIEW_MAX_LEAVES
 from statestore.errors import StateStoreError
-from statestore.instance import ResourceNames
+from statestore.instance import ResourceNames, ResourcesSettingError, resolve_resources
 from statestore.model.partitions import Region
 from statestore.model.schema import Schema
 
@@ -313,25 +313,19 @@ def parse_data(options: Mapping[str, str], connection: Connection) -> DataStore:
 
 
 def _resources(given: Mapping[str, str], env: Mapping[str, str]) -> ResourceNames:
-    raw = given.get("resources") or (None if given.get("instance") else env.get("STATESTORE_RESOURCES"))
-    if raw:
-        text = raw
-        if not raw.lstrip().startswith("{"):
-            try:
-                text = Path(raw).read_text(encoding="utf-8")
-            except OSError as e:
-                raise DataSourceOptionError(f"option 'resources': cannot read file {raw!r}: {e}") from None
+    raw = given.get("resources")
+    if raw and not raw.lstrip().startswith("{"):
         try:
-            return ResourceNames.from_json(text)
-        except (ValueError, TypeError) as e:
-            raise DataSourceOptionError(
-                f"option 'resources' is not the stack's StatestoreResources JSON ({e})"
-            ) from None
-    instance = given.get("instance") or env.get("STATESTORE_INSTANCE_ID") or "local"
+            raw = Path(raw).read_text(encoding="utf-8")
+        except OSError as e:
+            raise DataSourceOptionError(f"option 'resources': cannot read file {raw!r}: {e}") from None
     try:
-        return ResourceNames.for_instance(instance, env.get("STATESTORE_BUCKET"))
-    except ValueError as e:
-        raise DataSourceOptionError(f"option 'instance': {e}") from None
+        return resolve_resources(
+            raw, given.get("instance"), environ=env,
+            resources_setting="option 'resources'", instance_setting="option 'instance'",
+        )  # fmt: skip
+    except ResourcesSettingError as e:
+        raise DataSourceOptionError(str(e)) from None
 
 
 def _data_store(raw: str | None, connection: Connection) -> DataStore:

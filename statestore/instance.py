@@ -115,11 +115,8 @@ class ResourceNames:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> ResourceNames:
-        """From ``STATESTORE_RESOURCES`` (JSON) or else ``STATESTORE_INSTANCE_ID`` (default ``local``)."""
-        env = os.environ if environ is None else environ
-        if env.get("STATESTORE_RESOURCES"):
-            return cls.from_json(env["STATESTORE_RESOURCES"])
-        return cls.for_instance(env.get("STATESTORE_INSTANCE_ID", "local"), env.get("STATESTORE_BUCKET"))
+        """From the environment alone (see :func:`resolve_resources`)."""
+        return resolve_resources(environ=environ)
 
     def upkeep_queue(self, kind: str) -> str:
         """The work queue of ``kind`` (``snapshot`` or ``cleanup``); raises ValueError, saying to redeploy,
@@ -230,3 +227,55 @@ POSTGRES_URL_ENV = "STATESTORE_POSTGRES_URL"
 # primary key, 5 ms) lost to a sequential scan of every file row of every table (20 ms at 100,000 rows,
 # and growing with the database); 1.1 is the usual value for SSD storage, which Aurora's is.
 POSTGRES_SERVER_SETTINGS: dict[str, str] = {"random_page_cost": "1.1"}
+
+
+# --- whose resources -------------------------------------------------------------------------------------
+
+RESOURCES_ENV = "STATESTORE_RESOURCES"  # the stack's StatestoreResources output (JSON)
+INSTANCE_ENV = "STATESTORE_INSTANCE_ID"
+BUCKET_ENV = "STATESTORE_BUCKET"  # an instance id's bucket, where it is not the default name
+
+
+class ResourcesSettingError(ValueError):
+    """A setting naming an instance's resources is wrong; the message names the setting (an option, an
+    argument, an environment variable) and says what is wrong with it."""
+
+
+def resolve_resources(
+    resources_json: str | None = None,
+    instance: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    resources_setting: str = "resources",
+    instance_setting: str = "instance",
+) -> ResourceNames:
+    """Whose resources the library, the CLI and the Spark jobs use, by one rule: the resources' JSON given,
+    else the instance id given, else ``$STATESTORE_RESOURCES``, else ``$STATESTORE_INSTANCE_ID``, else the
+    instance ``local``. An instance id's bucket is ``$STATESTORE_BUCKET`` where that is set (a deployed
+    bucket's name has its account and region in it). ``resources_setting`` and ``instance_setting`` name the
+    two given values in errors (``--instance``, ``option 'instance'``...).
+
+    Raises ResourcesSettingError naming the setting that is wrong."""
+    env = os.environ if environ is None else environ
+    text, where = None, resources_setting
+    if resources_json:
+        text = resources_json
+    elif instance:
+        where = instance_setting
+    elif env.get(RESOURCES_ENV):
+        text, where = env[RESOURCES_ENV], f"${RESOURCES_ENV}"
+    else:
+        instance, where = env.get(INSTANCE_ENV) or "local", f"${INSTANCE_ENV}"
+    if text is not None:
+        try:
+            return ResourceNames.from_json(text)
+        except (ValueError, TypeError) as e:
+            raise ResourcesSettingError(
+                f"{where} is not the stack's StatestoreResources JSON ({e}); copy it from `cdk deploy`'s "
+                "outputs"
+            ) from None
+    assert instance is not None
+    try:
+        return ResourceNames.for_instance(instance, env.get(BUCKET_ENV) or None)
+    except ValueError as e:
+        raise ResourcesSettingError(f"{where}: {e}") from None

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from statestore.cli.output import Output
-from statestore.instance import POSTGRES_URL_ENV, ResourceNames
+from statestore.instance import POSTGRES_URL_ENV, ResourceNames, ResourcesSettingError, resolve_resources
 from statestore.store.tables import TableInfo
 
 if TYPE_CHECKING:  # AWS modules are imported when a command needs them: `--help` stays fast
@@ -49,16 +49,15 @@ class Session:
 
     @cached_property
     def resources(self) -> ResourceNames:
-        raw = self.args.resources_json or (
-            None if self.args.instance else os.environ.get("STATESTORE_RESOURCES")
-        )
-        if raw:
-            return _parse_resources(raw)
-        instance = self.args.instance or os.environ.get("STATESTORE_INSTANCE_ID") or "local"
+        raw = self.args.resources_json
+        if raw and not raw.lstrip().startswith("{"):
+            raw = read_text(raw, "--resources-json")
         try:
-            return ResourceNames.for_instance(instance)
-        except ValueError as e:
-            raise CliError(f"--instance: {e}", EXIT_USAGE) from None
+            return resolve_resources(
+                raw, self.args.instance, resources_setting="--resources-json", instance_setting="--instance"
+            )
+        except ResourcesSettingError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
 
     @cached_property
     def backend(self) -> AwsBackend:
@@ -171,21 +170,6 @@ def postgres_file_store(url: str) -> FileReferenceStore:
             EXIT_USAGE,
         ) from None
     return PostgresFileReferenceStore.connect(url)
-
-
-def _parse_resources(raw: str) -> ResourceNames:
-    """``--resources-json``: the JSON itself, or a file holding it."""
-    text = raw
-    if not raw.lstrip().startswith("{"):
-        text = read_text(raw, "--resources-json")
-    try:
-        return ResourceNames.from_json(text)
-    except (ValueError, TypeError) as e:
-        raise CliError(
-            f"--resources-json is not the stack's STATESTORE_RESOURCES output ({e}); "
-            "copy it from `cdk deploy`'s outputs",
-            EXIT_USAGE,
-        ) from None
 
 
 def read_text(path: str, what: str) -> str:

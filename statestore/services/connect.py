@@ -15,12 +15,10 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from statestore.errors import ConnectionSettingsError
-from statestore.instance import POSTGRES_URL_ENV, ResourceNames
+from statestore.instance import POSTGRES_URL_ENV, ResourceNames, ResourcesSettingError, resolve_resources
 from statestore.services.client import StateStoreClient
 from statestore.store.ports import FileReferenceStore
 
-RESOURCES_ENV = "STATESTORE_RESOURCES"
-INSTANCE_ENV = "STATESTORE_INSTANCE_ID"
 ENDPOINT_ENV = "AWS_ENDPOINT_URL"
 DYNAMODB_ENDPOINT_ENV = "AWS_ENDPOINT_URL_DYNAMODB"
 
@@ -66,24 +64,14 @@ def connect(
 def _resources(instance: str | ResourceNames | None, env: Mapping[str, str]) -> ResourceNames:
     if isinstance(instance, ResourceNames):
         return instance
-    if instance is not None:
-        text, where = instance, "instance"
-    elif env.get(RESOURCES_ENV):
-        text, where = env[RESOURCES_ENV], f"${RESOURCES_ENV}"
-    else:
-        text, where = env.get(INSTANCE_ENV) or "local", f"${INSTANCE_ENV}"
-    if text.lstrip().startswith("{"):
-        try:
-            return ResourceNames.from_json(text)
-        except (ValueError, TypeError) as e:
-            raise ConnectionSettingsError(
-                f"{where} is not the stack's StatestoreResources output ({e}); copy it from `cdk deploy`'s "
-                "outputs"
-            ) from None
+    is_json = instance is not None and instance.lstrip().startswith("{")
     try:
-        return ResourceNames.for_instance(text, env.get("STATESTORE_BUCKET") or None)
-    except ValueError as e:
-        raise ConnectionSettingsError(f"{where}: {e}") from None
+        return resolve_resources(
+            instance if is_json else None, None if is_json else instance, environ=env,
+            resources_setting="instance", instance_setting="instance",
+        )  # fmt: skip
+    except ResourcesSettingError as e:
+        raise ConnectionSettingsError(str(e)) from None
 
 
 def _endpoint(given: str | None, env: Mapping[str, str], variable: str, argument: str) -> str | None:
