@@ -249,11 +249,12 @@ def resolve_resources(
     resources_setting: str = "resources",
     instance_setting: str = "instance",
 ) -> ResourceNames:
-    """Whose resources the library, the CLI and the Spark jobs use, by one rule: the resources' JSON given,
-    else the instance id given, else ``$STATESTORE_RESOURCES``, else ``$STATESTORE_INSTANCE_ID``, else the
-    instance ``local``. An instance id's bucket is ``$STATESTORE_BUCKET`` where that is set (a deployed
-    bucket's name has its account and region in it). ``resources_setting`` and ``instance_setting`` name the
-    two given values in errors (``--instance``, ``option 'instance'``...).
+    """Whose resources the library, the CLI, the Spark data source and the Spark jobs use, by one rule: the
+    resources' JSON given, else the instance id given, else ``$STATESTORE_RESOURCES``, else
+    ``$STATESTORE_INSTANCE_ID``, else the instance ``local``. An instance id's bucket is
+    ``$STATESTORE_BUCKET`` where that is set (a deployed bucket's name has its account and region in it).
+    ``resources_setting`` and ``instance_setting`` name the two given values in errors (``--instance``,
+    ``option 'instance'``...).
 
     Raises ResourcesSettingError naming the setting that is wrong."""
     env = os.environ if environ is None else environ
