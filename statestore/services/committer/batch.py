@@ -15,7 +15,7 @@ from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.engine.overlap import Outcome
 from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import StateStoreError, TableNotFoundError, TableNotInitialisedError
+from statestore.errors import StateStoreError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.committer.decisions import (
     DeadLettered,
@@ -298,12 +298,10 @@ class BatchCommitter:
             expected = sizing.warm_state_bytes(guard.references, len(guard.partition_ids))
         self._tables.make_room(table.info.table_id, expected)
         started = self.timer()
-        loaded = table.store.cached_state()
+        table.store.cached_state()
         # The load's temporaries, freed: its peak over the state it keeps.
         self.release_heap(None if expected is None else round(expected * (sizing.LOAD_FACTOR - 1)))
         self._batch.cold_load_ms.append((self.timer() - started) * 1000)
-        if loaded.transaction_number == 0:  # being created or deleted: its requests are retried
-            raise TableNotInitialisedError(table.info.table_id)
 
     def _first_reads_needed(
         self, parsed: Sequence[ParsedMessage], malformed: Mapping[int, Decision]
