@@ -12,7 +12,6 @@ from functools import partial
 from statestore import instance, sizing
 from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
-from statestore.engine.overlap import Outcome
 from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableNotFoundError
@@ -42,6 +41,7 @@ from statestore.services.committer.sorting import (
     sort_batch,
     split_copies,
 )
+from statestore.services.committer.warm_tables import demote, snapshot_bytes, warm_table_bytes
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.services.warm_cache import CacheCounts, HeapRelease, WarmCache
 from statestore.store.ports import (
@@ -58,7 +58,6 @@ from statestore.store.ports import (
     TableIndex,
     TransactionLogStore,
 )
-from statestore.store.snapshot_ports import SnapshotInfo
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
@@ -127,9 +126,9 @@ class BatchCommitter:
             )
         self._tables = WarmCache(
             self.warm_budget.bytes,
-            _warm_table_bytes,
+            warm_table_bytes,
             load_factor=self.warm_budget.load_factor,
-            demote=_demote,
+            demote=demote,
             release=self.release_heap,
             name="committer",
         )
@@ -176,7 +175,7 @@ class BatchCommitter:
     @property
     def warm_tables(self) -> dict[str, int]:
         """The tables kept warm, least recently used first, with each one's estimated bytes."""
-        return {table_id: _warm_table_bytes(table) for table_id, table in self._tables.items()}
+        return {table_id: warm_table_bytes(table) for table_id, table in self._tables.items()}
 
     def _process(self, messages: Sequence[ReceivedMessage]) -> list[MessageResult]:
         parsed: list[ParsedMessage] = []
@@ -351,7 +350,7 @@ class BatchCommitter:
         expected = None
         if first is not None and first.load is not None and isinstance(store, TransactionLogStateStore):
             store.use_first_reads(first.load)
-            expected = _snapshot_bytes(first.load.record)
+            expected = snapshot_bytes(first.load.record)
         table = self._tables[table_id] = WarmTable(info, store, now, expected)
         return table
 
@@ -432,38 +431,6 @@ class BatchCommitter:
             failed = {message.group_id for message, _ in dead}
             return _retry_groups(batch, failed, f"could not send to the dead-letter queue: {e}")
         return {}
-
-
-def _warm_table_bytes(table: WarmTable) -> int:
-    """A warm table's estimated bytes: its loaded state's, else its guard's (0 before it is loaded)."""
-    state = table.store.loaded_state
-    if state is None:
-        return 0 if table.guard is None else table.guard.estimated_bytes
-    return sizing.warm_state_bytes(state.reference_count(), len(state.partitions_by_id))
-
-
-def _demote(table: WarmTable) -> bool:
-    """Evicting ``table``: drop its state, keeping its guard (what takes new files without the state) if it
-    is loaded from a log; False when nothing is left to keep (then it is evicted whole)."""
-    store = table.store
-    if not isinstance(store, TransactionLogStateStore) or store.loaded_state is None:
-        return False
-    unloaded = store.unload()
-    assert unloaded is not None
-    state, read_to_end_at = unloaded
-    table.guard = state.file_guard(read_to_end_at)
-    return table.guard is not None
-
-
-def _snapshot_bytes(read: Outcome[SnapshotInfo | None]) -> int | None:
-    """The estimated bytes of the state a snapshot's record counts (None: no snapshot, not counted, or the
-    read failed, which the load will meet)."""
-    if read.error is not None or read.value is None:
-        return None
-    snapshot = read.value
-    if snapshot.references is None or snapshot.partitions is None:
-        return None
-    return sizing.warm_state_bytes(snapshot.references, snapshot.partitions)
 
 
 def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:
