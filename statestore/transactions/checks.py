@@ -7,6 +7,9 @@ back as an integer), so no accepted transaction can make a table impossible to s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from statestore.errors import (
     FileNotFoundInStateError,
     FileReferenceNotFoundError,
@@ -135,3 +138,49 @@ def check_epoch_ms(name: str, value: int | None) -> None:
         problem = integer_problem(value, INT64_MIN, INT64_MAX, "int64")
         if problem is not None:
             raise InvalidTransactionError(f"{name} (epoch ms) {problem}")
+
+
+def well_formed_names(
+    state: NewFileChecks,
+    references: Sequence[object],
+    columns: Callable[[], tuple[tuple[Any, ...], ...]],
+) -> tuple[tuple[str, ...], set[str]] | None:
+    """The filenames of an AddFiles' ``references``, in order and as a set, if each would pass
+    :func:`check_new_reference` and no (filename, partition) repeats, checked column by column in C (what a
+    bulk AddFiles of good references costs); None: check them one by one, which names what is wrong.
+    ``columns`` gives the references' fields as columns (the AddFiles transposes them once)."""
+    if set(map(type, references)) != {FileReference}:
+        return None
+    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = (
+        columns()
+    )  # transposed once, by the AddFiles
+    if set(map(type, filenames)) != {str}:
+        return None
+    names = set(filenames)
+    count = len(filenames)
+    joined = "".join(filenames)
+    prefix = state.data_prefix
+    # Distinct names (the usual case) cannot repeat a (name, partition) pair.
+    well_formed = (
+        (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
+        and "" not in names
+        # ASCII names any store can hold, tested on the joined names (isascii is O(1) once joined); others
+        # are tested one by one.
+        and (
+            (joined.isascii() and "\x00" not in joined and max(map(len, names)) <= MAX_NAME_BYTES)
+            or not any(map(name_problem, names))
+        )
+        and (prefix is None or not any(key_problem(name, prefix) for name in names))
+        and set(job_ids) == {None}
+        and set(map(type, rows)) == {int}
+        and 0 <= min(rows)
+        and max(rows) <= INT64_MAX
+        and set(map(type, times)) == {int}
+        and INT64_MIN <= min(times)
+        and max(times) <= INT64_MAX
+        and set(map(type, approximate)) <= {bool}
+        and set(map(type, whole_file)) <= {bool}
+        and set(map(type, partition_ids)) == {str}
+        and all(map(state.has_partition, set(partition_ids)))
+    )
+    return (filenames, names) if well_formed else None

@@ -20,8 +20,6 @@ from statestore.errors import (
     TransactionValidationError,
 )
 from statestore.model.files import FileReference, TableFile
-from statestore.model.names import MAX_NAME_BYTES, key_problem, name_problem
-from statestore.model.schema import INT64_MAX, INT64_MIN
 from statestore.state.cycle_collector import collector_paused
 from statestore.state.file_columns import FileColumns, forget_split_filenames
 from statestore.state.file_guard import NewFileChecks
@@ -33,6 +31,7 @@ from statestore.transactions.checks import (
     check_new_filename,
     check_new_reference,
     reference_in,
+    well_formed_names,
 )
 
 # Builds a FileReference from a tuple of all its fields, without ``_make``'s Python call per reference.
@@ -40,45 +39,6 @@ _new_file_reference = cast(Callable[[Iterable[Any]], FileReference], partial(tup
 
 
 _MANY_REFERENCES = 1_000  # an AddFiles of at least this many references pauses the cycle collector
-
-
-def _well_formed_names(state: NewFileChecks, add: AddFiles) -> tuple[tuple[str, ...], set[str]] | None:
-    """The filenames of ``add``'s references, in order and as a set, if each would pass
-    :func:`check_new_reference` and no (filename, partition) repeats, checked column by column in C (what a
-    bulk AddFiles of good references costs); None: check them one by one, which names what is wrong."""
-    if set(map(type, add.references)) != {FileReference}:
-        return None
-    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = add._reference_columns()
-    if set(map(type, filenames)) != {str}:
-        return None
-    names = set(filenames)
-    count = len(filenames)
-    joined = "".join(filenames)
-    prefix = state.data_prefix
-    # Distinct names (the usual case) cannot repeat a (name, partition) pair.
-    well_formed = (
-        (len(names) == count or len(set(zip(filenames, partition_ids, strict=True))) == count)
-        and "" not in names
-        # ASCII names any store can hold, tested on the joined names (isascii is O(1) once joined); others
-        # are tested one by one.
-        and (
-            (joined.isascii() and "\x00" not in joined and max(map(len, names)) <= MAX_NAME_BYTES)
-            or not any(map(name_problem, names))
-        )
-        and (prefix is None or not any(key_problem(name, prefix) for name in names))
-        and set(job_ids) == {None}
-        and set(map(type, rows)) == {int}
-        and 0 <= min(rows)
-        and max(rows) <= INT64_MAX
-        and set(map(type, times)) == {int}
-        and INT64_MIN <= min(times)
-        and max(times) <= INT64_MAX
-        and set(map(type, approximate)) <= {bool}
-        and set(map(type, whole_file)) <= {bool}
-        and set(map(type, partition_ids)) == {str}
-        and all(map(state.has_partition, set(partition_ids)))
-    )
-    return (filenames, names) if well_formed else None
 
 
 @dataclass(frozen=True)
@@ -117,7 +77,7 @@ class AddFiles(Transaction):
 
     def _validate(self, state: NewFileChecks) -> None:
         bulk = len(self.references) >= _MANY_REFERENCES
-        checked = _well_formed_names(state, self) if bulk else None
+        checked = well_formed_names(state, self.references, self._reference_columns) if bulk else None
         if checked is None:
             # One search of the state for every name (a big AddFiles adds a hundred thousand).
             present = state.files_present([ref.filename for ref in self.references])
