@@ -67,6 +67,7 @@ from statestore.services.cleanup_policy import (
     gc_delay_ms,
 )
 from statestore.services.view_upkeep import ViewOutcome
+from statestore.services.warm_cache import WarmCache
 from statestore.store.ports import BlobStore, FileReferenceStore, TableIndex, TransactionLogStore
 from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
@@ -350,6 +351,8 @@ def snapshot_table(
             store = stores[table_id] = TransactionLogStateStore(
                 table_id, table.schema, log, snapshots, clock=clock
             )
+            if isinstance(stores, WarmCache):  # the log since the snapshot may hold far more than it
+                store.growth_watch = stores.growth_watch(table_id)
         state = store.state()
         try:
             written = snapshots.write(table_id, state, clock())

@@ -18,6 +18,10 @@ and evicts the least recently used first.
   size times the budget's *load factor*) fit in the budget; a table larger than that empties the cache
   first, so its load has the function's memory to itself. For a table of unknown size they are evicted down
   to a load-factor-th of the budget, the rest being room for its peak (:mod:`statestore.sizing`).
+- **Room is made again as a state outgrows it** (:meth:`WarmCache.grown`): a snapshot counts only what was
+  before it, and a table's log may have grown by a bulk import since. A load told, before each log entry it
+  applies, what the state may hold after it makes room again once that passes what room was made (or the
+  state was measured) for, an eighth more each time: a long log makes room a few times, not per entry.
 - **A value may be demoted instead of evicted** (``demote``: the committer drops a table's state and keeps
   its guard, :mod:`statestore.state.file_guard`): the least recently used are demoted first, the newest
   last, and only then are values evicted, the demoted ones first.
@@ -38,12 +42,15 @@ import ctypes.util
 import logging
 import math
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
+
+from statestore.sizing import warm_state_bytes
 
 logger = logging.getLogger("statestore.warm_cache")
 
@@ -155,6 +162,9 @@ class WarmCache(MutableMapping[str, V]):
         self._values: OrderedDict[str, V] = OrderedDict()
         self._sizes: dict[str, int] = {}  # estimated bytes of each kept value, as last measured
         self._known: dict[str, int] = {}  # the last measured size of every table seen (a few bytes each)
+        # The size up to which a kept or loading value may grow with the others as they are: what room was
+        # last made for, or what it was measured at (see grown).
+        self._room: dict[str, int] = {}
         # Kept values ``demote`` was tried on since they were last used: a demoted value cannot be made
         # smaller again until it is used (a table's state is loaded only then), so making room passes over
         # them without a call, rather than trying every value kept each time (~1,000 tables).
@@ -202,12 +212,37 @@ class WarmCache(MutableMapping[str, V]):
         size = expected if known is None else known if expected is None else max(known, expected)
         if size is None:
             room = math.floor(self.budget_bytes / self.load_factor)
+            size = math.floor((self.budget_bytes - room) / self.load_factor)  # the largest that fits beside
         else:
             room = self.budget_bytes - math.ceil(size * self.load_factor)
+        self._room[key] = size
         evicted, freed = self._evict_until(room, keep=key)
         if freed:  # a state dropped for its guard frees memory too
             self._release(freed)
         return evicted
+
+    def grown(self, key: str, size: int) -> list[str]:
+        """While ``key`` is loaded or caught up: its state may now hold ``size`` bytes (estimated). Past what
+        room was last made (or it was measured) for, makes room (:meth:`make_room`) for an eighth more than
+        ``size``. Returns the keys evicted, oldest first."""
+        if size <= self._room.get(key, 0):
+            return []
+        return self.make_room(key, size + size // 8)
+
+    def growth_watch(self, key: str) -> Callable[[int, int], object]:
+        """A store's ``growth_watch`` for ``key`` (``LogStateLoading.growth_watch``): the file references and
+        partitions its state may hold, counted in bytes as a warm state is (:func:`statestore.sizing.
+        warm_state_bytes`), told to :meth:`grown`. It holds the cache weakly: the cache holds the store,
+        and a cycle through frozen states (``freeze_loaded_states``) would keep a dropped cache's tables
+        for good."""
+        cache = weakref.ref(self)
+
+        def grown(references: int, partitions: int) -> None:
+            kept = cache()
+            if kept is not None:
+                kept.grown(key, warm_state_bytes(references, partitions))
+
+        return grown
 
     def settle(self, used: Iterable[str] | None = None) -> list[str]:
         """After use: measure the kept values ``used`` (every one when None; a value only changes while it is
@@ -223,9 +258,9 @@ class WarmCache(MutableMapping[str, V]):
         for key, value in measured:
             self._tried.discard(key)
             size = self._sizes[key] = self._size_of(value)
-            self._known[key] = size
+            self._known[key] = self._room[key] = size
             if size > self.budget_bytes:
-                del self._values[key], self._sizes[key]
+                del self._values[key], self._sizes[key], self._room[key]
                 self._oversized += 1
                 dropped.append(key)
                 freed += size
@@ -245,7 +280,8 @@ class WarmCache(MutableMapping[str, V]):
         last; then what is left is evicted, the most recent one last. Returns the keys evicted and the
         estimated bytes freed."""
         evicted: list[str] = []
-        used = before = self.used_bytes
+        # Making room for ``keep``: what it holds now is part of the size room is made for, not the others'.
+        used = before = self.used_bytes - (0 if keep is None else self._sizes.get(keep, 0))
         if used <= limit:
             return evicted, 0
         newest = next(reversed(self._values), None)
@@ -273,6 +309,7 @@ class WarmCache(MutableMapping[str, V]):
                     continue
                 used -= self._sizes.pop(key)
                 del self._values[key]
+                self._room.pop(key, None)
                 self._tried.discard(key)
                 self._evictions += 1
                 evicted.append(key)
@@ -306,6 +343,7 @@ class WarmCache(MutableMapping[str, V]):
         """Forget ``key``'s value (not counted as an eviction: the caller chose to drop it)."""
         del self._values[key]
         self._sizes.pop(key, None)
+        self._room.pop(key, None)
         self._tried.discard(key)
 
     def __iter__(self) -> Iterator[str]:

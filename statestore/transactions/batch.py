@@ -36,6 +36,10 @@ class TransactionBatch(Transaction):
     TYPE: ClassVar[str] = "Batch"
     items: tuple[BatchItem, ...]
 
+    def most_added(self) -> tuple[int, int]:
+        added = [item.transaction.most_added() for item in self.items]
+        return sum(references for references, _ in added), sum(partitions for _, partitions in added)
+
     def validate(self, state: TableState) -> None:
         if not self.items:
             raise InvalidTransactionError("a batch needs at least one request")

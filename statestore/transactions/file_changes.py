@@ -66,6 +66,9 @@ class AddFiles(Transaction):
             columns = self.__dict__["_columns"] = transposed
         return cast(tuple[tuple[Any, ...], ...], columns)
 
+    def most_added(self) -> tuple[int, int]:
+        return len(self.references) + len(self.unreferenced_files), 0  # a file held unreferenced costs one
+
     def validate(self, state: NewFileChecks) -> None:  # a TableState, or what a FileGuard keeps of one
         if not self.references and not self.unreferenced_files:
             raise InvalidTransactionError("AddFiles needs at least one file reference or unreferenced file")
@@ -281,6 +284,9 @@ class ReplaceFileReferences(Transaction):
     TYPE: ClassVar[str] = "ReplaceFileReferences"
     jobs: tuple[ReplaceFileReferencesJob, ...]
 
+    def most_added(self) -> tuple[int, int]:
+        return len(self.jobs), 0  # each job's output
+
     def validate(self, state: TableState) -> None:
         if not self.jobs:
             raise InvalidTransactionError("ReplaceFileReferences needs at least one job")
@@ -365,6 +371,9 @@ class SplitFileReferences(Transaction):
 
     TYPE: ClassVar[str] = "SplitFileReferences"
     requests: tuple[SplitFileReferenceRequest, ...]
+
+    def most_added(self) -> tuple[int, int]:
+        return sum(len(request.new_references) for request in self.requests), 0
 
     def validate(self, state: TableState) -> None:
         if not self.requests:

@@ -26,6 +26,9 @@ class InitialisePartitions(Transaction):
     TYPE: ClassVar[str] = "InitialisePartitions"
     partitions: tuple[Partition, ...]
 
+    def most_added(self) -> tuple[int, int]:
+        return 0, len(self.partitions)
+
     def validate(self, state: TableState) -> None:
         if state.has_files():
             raise FilesPresentError(len(state.files_by_name))
@@ -42,6 +45,9 @@ class SplitPartition(Transaction):
     TYPE: ClassVar[str] = "SplitPartition"
     parent: Partition
     children: tuple[Partition, ...]
+
+    def most_added(self) -> tuple[int, int]:
+        return 0, len(self.children)
 
     def validate(self, state: TableState) -> None:
         for partition in (self.parent, *self.children):
@@ -76,6 +82,9 @@ class ExtendPartitionTree(Transaction):
     TYPE: ClassVar[str] = "ExtendPartitionTree"
     updated_partitions: tuple[Partition, ...]
     new_partitions: tuple[Partition, ...]
+
+    def most_added(self) -> tuple[int, int]:
+        return 0, len(self.new_partitions)
 
     def validate(self, state: TableState) -> None:
         for partition in (*self.updated_partitions, *self.new_partitions):

@@ -289,6 +289,31 @@ def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
     assert alive == loaded and len(alive) == KEPT
 
 
+def test_a_dropped_committers_states_are_freed_where_loaded_states_are_frozen(
+    h: Harness, frozen_states: None
+) -> None:
+    # Nothing a warm table holds may lead back to the committer: a cycle through frozen objects is never
+    # collected, and would keep every state of a dropped committer (a rebuilt one, a benchmark's) for good.
+    table_ids = tables_with_files(h, 2, FILES_PER_TABLE)
+    for table_id in table_ids:
+        h.store(table_id).create_snapshot()  # loads come from snapshots, which freeze what they load
+    committer = h.committer(warm_budget=WarmBudget(BUDGET))
+    for table_id in table_ids:
+        committer.process([message(add_files(table_id, "a"))])
+    seen = []
+    for table_id in table_ids:
+        warm = committer._tables.peek(table_id)
+        assert warm is not None and warm.store.loaded_state is not None
+        seen.append(weakref.ref(warm.store.loaded_state))
+    del warm
+
+    del committer
+    gc.collect()
+
+    assert gc.get_freeze_count() > 0
+    assert [state() for state in seen] == [None, None]
+
+
 class _RecordingLog(InMemoryTransactionLog):
     """A log that records, per appended entry, whether it asked for the log's leaf index."""
 
@@ -316,3 +341,43 @@ def test_a_warm_table_whose_view_is_switched_asks_for_the_leaf_index_from_the_ne
         committer.process([message(add_files(table_id, f"{files}-{step}"))])
         assert committer.warm_tables.keys() == {table_id}  # kept warm throughout
     assert log.asked[-3:] == [False, True, False]
+
+
+def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applies_the_log(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot counts only what was before it: a table whose log grew by imports since is loaded past
+    the room its snapshot's counts made. Room is made again as the load applies the log, before each entry
+    that grows the state: the others kept and the load's peak stay within the budget throughout."""
+    small = tables_with_files(h, 5, FILES_PER_TABLE)
+    [big] = tables_with_files(h, 1, FILES_PER_TABLE, "big")
+    h.store(big).create_snapshot()  # counts 40 references; the log then adds ten times as many
+    for n in range(10):
+        h.store(big).commit(
+            AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(FILES_PER_TABLE)))
+        )
+    final_bytes = warm_state_bytes(11 * FILES_PER_TABLE + 1, PARTITIONS)
+    budget = WarmBudget(3 * final_bytes + 3 * TABLE_BYTES + TABLE_BYTES // 2, 3.0)
+    committer = h.committer(warm_budget=budget)
+    for table_id in small:
+        committer.process([message(add_files(table_id, "a"))])
+    assert len(committer.warm_tables) == 5
+    peaks: list[tuple[int, int]] = []  # (others kept, the load's peak) as each entry is applied to it
+    apply = AddFiles.apply
+
+    def apply_and_watch(self: AddFiles, state: TableState, update_time: int) -> None:
+        if state.data_prefix is not None and big in state.data_prefix:
+            others = sum(size for t, size in committer.warm_tables.items() if t != big)
+            after = state.reference_count() + len(self.references)
+            peaks.append((others, round(budget.load_factor * warm_state_bytes(after, PARTITIONS))))
+        apply(self, state, update_time)
+
+    monkeypatch.setattr(AddFiles, "apply", apply_and_watch)
+
+    [result] = committer.process([message(add_files(big, "b"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED
+    assert len(peaks) == 11  # the ten entries since the snapshot, then the request's own
+    assert all(others + peak <= budget.bytes for others, peak in peaks), (budget.bytes, peaks)
+    assert committer.last_batch.demotions >= 2
+    assert h.state(big).reference_count() == 11 * FILES_PER_TABLE + 1

@@ -15,6 +15,7 @@ from statestore.sizing import (
     warm_state_bytes,
 )
 from statestore.sizing import warm_budget as budget_for_memory
+from statestore.state.table_state import TableState
 from statestore.store.tables import TableInfo
 from statestore.transactions import AddFiles, InitialisePartitions
 from tests.builders import INT_SCHEMA, data_key, ref, tree
@@ -97,3 +98,56 @@ def test_the_snapshot_worker_keeps_its_tables_within_the_budget(monkeypatch: pyt
 
     assert list(rt.snapshot_stores) == table_ids[-1:]
     assert rt.snapshot_stores.counts.evictions == 3
+
+
+def test_the_snapshot_worker_makes_room_as_a_table_outgrows_its_last_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker snapshots tables whose log moved since their last snapshot: the log, not the snapshot,
+    says how large the state is. Room is made as the load applies it, not only once it is kept."""
+    partitions = len(tree(INT_SCHEMA))
+    small, imported = 100, 300
+    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * warm_state_bytes(imported, partitions) / MIB))
+    rt = Runtime.in_memory()
+    table_ids = []
+    for i in range(4):
+        info = TableInfo.new(f"t{i}", INT_SCHEMA)
+        rt.tables.create(info)
+        store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
+        store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
+        files = 3 if i == 3 else small  # the last one is small when snapshotted
+        store.commit(AddFiles(tuple(ref(data_key(info.table_id, f"f{n}")) for n in range(files))))
+        table_ids.append(info.table_id)
+    *others, big = table_ids
+    cache = rt.snapshot_stores
+
+    def snapshot(table_id: str) -> None:
+        work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 0, 60_000)
+        outcome = run_snapshot_work(work, rt.tables, rt.log, rt.snapshots, first_received_at=1, stores=cache)
+        assert outcome.snapshot is not None, outcome
+        cache.settle()
+
+    snapshot(big)
+    del cache[big]  # as after the container's next start: its size is known from its snapshot alone
+    writer = TransactionLogStateStore(big, INT_SCHEMA, rt.log, rt.snapshots)
+    for n in range(imported // 30):  # an import since: ten entries of 30 files
+        writer.commit(AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(30))))
+    for table_id in others:
+        snapshot(table_id)
+    assert list(cache) == others
+    kept_beside: list[int] = []  # the others' bytes kept, as each entry is applied to the table
+    apply = AddFiles.apply
+
+    def apply_and_watch(self: AddFiles, state: TableState, update_time: int) -> None:
+        if state.data_prefix is not None and big in state.data_prefix:
+            after = warm_state_bytes(state.reference_count() + len(self.references), partitions)
+            kept_beside.append(cache.used_bytes)
+            assert cache.used_bytes + after <= cache.budget_bytes, (cache.used_bytes, after)
+        apply(self, state, update_time)
+
+    monkeypatch.setattr(AddFiles, "apply", apply_and_watch)
+
+    snapshot(big)
+
+    assert len(kept_beside) >= imported // 30
+    assert cache.counts.evictions >= 2

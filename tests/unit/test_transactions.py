@@ -826,6 +826,24 @@ def test_apply_stamps_changes_with_the_given_update_time_and_never_reads_the_clo
         assert reference in references_before or reference.last_update_time == 123_456
 
 
+@pytest.mark.parametrize(
+    ("make_state", "transaction"), every_valid_transaction(), ids=lambda v: getattr(v, "TYPE", "")
+)
+def test_what_a_transaction_says_it_adds_at_most_bounds_what_applying_it_adds(
+    make_state: Callable[[], TableState], transaction: Transaction
+) -> None:
+    """A reader replaying a log makes room for a state's growth from ``most_added`` before applying each
+    entry (statestore.services.warm_cache.WarmCache.grown): it must never be less than what is added."""
+    state = make_state()
+    references, partitions = state.reference_count(), len(state.partitions_by_id)
+    transaction.validate(state)
+    transaction.apply(state, 123_456)
+
+    most_references, most_partitions = transaction.most_added()
+    assert state.reference_count() - references <= most_references
+    assert len(state.partitions_by_id) - partitions <= most_partitions
+
+
 # --- TransactionBatch ---------------------------------------------------------------------------------
 
 

@@ -352,6 +352,8 @@ class BatchCommitter:
             store.use_first_reads(first.load)
             expected = snapshot_bytes(first.load.record)
         table = self._tables[table_id] = WarmTable(info, store, now, expected)
+        if isinstance(store, TransactionLogStateStore):  # a log since its snapshot may hold far more
+            store.growth_watch = self._tables.growth_watch(table_id)
         return table
 
     def forget(self, table_id: str) -> None:
