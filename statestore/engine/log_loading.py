@@ -114,11 +114,11 @@ class LogStateLoading:
     _read_to_end_at: int
     # What a caller already read for the next load of the latest state.
     _first_reads: FirstReads | None = None
-    # Told, before each log entry that may grow the state is applied, the file references and partitions
-    # the state may hold after it (its counts plus the entry's ``Transaction.most_added``): a caller keeping
-    # other tables in memory makes room for a state that outgrows what it made room for (a snapshot counts
-    # only what was before it: a bulk import since then is in the log alone).
-    growth_watch: Callable[[int, int], object] | None = None
+    # Told, before each log entry that may grow the state is applied, the state's file references and
+    # partitions and what the entry adds at most (``Transaction.most_added``): a caller keeping other tables
+    # in memory makes room for a state that outgrows what it made room for (a snapshot counts only what was
+    # before it: a bulk import since then is in the log alone).
+    growth_watch: Callable[[int, int, int, int], object] | None = None
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class LogStateLoading:
             if watch is not None:
                 references, partitions = transaction.most_added()
                 if references or partitions:
-                    watch(state.reference_count() + references, len(state.partitions_by_id) + partitions)
+                    watch(state.reference_count(), len(state.partitions_by_id), references, partitions)
             transaction.apply(state, entry.update_time)
             state.transaction_number = entry.transaction_number
             state.last_update_time = entry.update_time

@@ -19,9 +19,11 @@ and evicts the least recently used first.
   first, so its load has the function's memory to itself. For a table of unknown size they are evicted down
   to a load-factor-th of the budget, the rest being room for its peak (:mod:`statestore.sizing`).
 - **Room is made again as a state outgrows it** (:meth:`WarmCache.grown`): a snapshot counts only what was
-  before it, and a table's log may have grown by a bulk import since. A load told, before each log entry it
-  applies, what the state may hold after it makes room again once that passes what room was made (or the
-  state was measured) for, an eighth more each time: a long log makes room a few times, not per entry.
+  before it, and a table's log may have grown by a bulk import since. Before each log entry a load (or a
+  catch-up) applies, it tells the cache the state's size and what the entry adds at most; applying it peaks
+  at the state plus the load factor times that. Past the peak room was made for (a load's, or the measured
+  size of a state kept), room is made again, for an eighth more: a log of many entries makes room a few
+  times, not per entry, and a few commits since the snapshot fit in the room of its load.
 - **A value may be demoted instead of evicted** (``demote``: the committer drops a table's state and keeps
   its guard, :mod:`statestore.state.file_guard`): the least recently used are demoted first, the newest
   last, and only then are values evicted, the demoted ones first.
@@ -162,9 +164,9 @@ class WarmCache(MutableMapping[str, V]):
         self._values: OrderedDict[str, V] = OrderedDict()
         self._sizes: dict[str, int] = {}  # estimated bytes of each kept value, as last measured
         self._known: dict[str, int] = {}  # the last measured size of every table seen (a few bytes each)
-        # The size up to which a kept or loading value may grow with the others as they are: what room was
-        # last made for, or what it was measured at (see grown).
-        self._room: dict[str, int] = {}
+        # The peak the others leave room for beside each kept or loading value: its load's (when room was
+        # made), or its measured size (see grown).
+        self._peak: dict[str, int] = {}
         # Kept values ``demote`` was tried on since they were last used: a demoted value cannot be made
         # smaller again until it is used (a table's state is loaded only then), so making room passes over
         # them without a call, rather than trying every value kept each time (~1,000 tables).
@@ -212,35 +214,37 @@ class WarmCache(MutableMapping[str, V]):
         size = expected if known is None else known if expected is None else max(known, expected)
         if size is None:
             room = math.floor(self.budget_bytes / self.load_factor)
-            size = math.floor((self.budget_bytes - room) / self.load_factor)  # the largest that fits beside
         else:
             room = self.budget_bytes - math.ceil(size * self.load_factor)
-        self._room[key] = size
+        self._peak[key] = self.budget_bytes - room
         evicted, freed = self._evict_until(room, keep=key)
         if freed:  # a state dropped for its guard frees memory too
             self._release(freed)
         return evicted
 
-    def grown(self, key: str, size: int) -> list[str]:
-        """While ``key`` is loaded or caught up: its state may now hold ``size`` bytes (estimated). Past what
-        room was last made (or it was measured) for, makes room (:meth:`make_room`) for an eighth more than
-        ``size``. Returns the keys evicted, oldest first."""
-        if size <= self._room.get(key, 0):
+    def grown(self, key: str, size: int, added: int) -> list[str]:
+        """Before a log entry is applied to ``key``'s state (loading or catching up): the state's estimated
+        ``size`` and the bytes the entry adds at most. Applying it peaks at ``size`` plus the load factor
+        times ``added``; past the peak the others leave room for, they are evicted until they leave room
+        for an eighth more (:meth:`make_room`). Returns the keys evicted, oldest first."""
+        peak = size + math.ceil(added * self.load_factor)
+        if peak <= self._peak.get(key, 0):
             return []
-        return self.make_room(key, size + size // 8)
+        return self.make_room(key, math.ceil((peak + peak // 8) / self.load_factor))
 
-    def growth_watch(self, key: str) -> Callable[[int, int], object]:
-        """A store's ``growth_watch`` for ``key`` (``LogStateLoading.growth_watch``): the file references and
-        partitions its state may hold, counted in bytes as a warm state is (:func:`statestore.sizing.
-        warm_state_bytes`), told to :meth:`grown`. It holds the cache weakly: the cache holds the store,
-        and a cycle through frozen states (``freeze_loaded_states``) would keep a dropped cache's tables
-        for good."""
+    def growth_watch(self, key: str) -> Callable[[int, int, int, int], object]:
+        """A store's ``growth_watch`` for ``key`` (``LogStateLoading.growth_watch``): its state's file
+        references and partitions and what an entry adds, counted in bytes as a warm state is
+        (:func:`statestore.sizing.warm_state_bytes`), told to :meth:`grown`. It holds the cache weakly: the
+        cache holds the store, and a cycle through frozen states (``freeze_loaded_states``) would keep a
+        dropped cache's tables for good."""
         cache = weakref.ref(self)
 
-        def grown(references: int, partitions: int) -> None:
+        def grown(references: int, partitions: int, added_references: int, added_partitions: int) -> None:
             kept = cache()
             if kept is not None:
-                kept.grown(key, warm_state_bytes(references, partitions))
+                size = warm_state_bytes(references, partitions)
+                kept.grown(key, size, warm_state_bytes(added_references, added_partitions))
 
         return grown
 
@@ -258,9 +262,9 @@ class WarmCache(MutableMapping[str, V]):
         for key, value in measured:
             self._tried.discard(key)
             size = self._sizes[key] = self._size_of(value)
-            self._known[key] = self._room[key] = size
+            self._known[key] = self._peak[key] = size
             if size > self.budget_bytes:
-                del self._values[key], self._sizes[key], self._room[key]
+                del self._values[key], self._sizes[key], self._peak[key]
                 self._oversized += 1
                 dropped.append(key)
                 freed += size
@@ -309,7 +313,7 @@ class WarmCache(MutableMapping[str, V]):
                     continue
                 used -= self._sizes.pop(key)
                 del self._values[key]
-                self._room.pop(key, None)
+                self._peak.pop(key, None)
                 self._tried.discard(key)
                 self._evictions += 1
                 evicted.append(key)
@@ -343,7 +347,7 @@ class WarmCache(MutableMapping[str, V]):
         """Forget ``key``'s value (not counted as an eviction: the caller chose to drop it)."""
         del self._values[key]
         self._sizes.pop(key, None)
-        self._room.pop(key, None)
+        self._peak.pop(key, None)
         self._tried.discard(key)
 
     def __iter__(self) -> Iterator[str]:

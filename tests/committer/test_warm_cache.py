@@ -348,28 +348,31 @@ def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applie
 ) -> None:
     """A snapshot counts only what was before it: a table whose log grew by imports since is loaded past
     the room its snapshot's counts made. Room is made again as the load applies the log, before each entry
-    that grows the state: the others kept and the load's peak stay within the budget throughout."""
+    that grows the state: the others kept and each entry's peak (the state, and the load factor times what
+    the entry adds) stay within the budget throughout."""
     small = tables_with_files(h, 5, FILES_PER_TABLE)
     [big] = tables_with_files(h, 1, FILES_PER_TABLE, "big")
     h.store(big).create_snapshot()  # counts 40 references; the log then adds ten times as many
-    for n in range(10):
-        h.store(big).commit(
-            AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(FILES_PER_TABLE)))
-        )
-    final_bytes = warm_state_bytes(11 * FILES_PER_TABLE + 1, PARTITIONS)
-    budget = WarmBudget(3 * final_bytes + 3 * TABLE_BYTES + TABLE_BYTES // 2, 3.0)
+    imports, per_import = 4, 100
+    for n in range(imports):
+        h.store(big).commit(AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(per_import))))
+    largest_peak = warm_state_bytes(FILES_PER_TABLE + (imports - 1) * per_import, PARTITIONS) + round(
+        3 * warm_state_bytes(per_import, 0)
+    )
+    budget = WarmBudget(largest_peak + 2 * TABLE_BYTES, 3.0)  # not the five small tables beside it
     committer = h.committer(warm_budget=budget)
     for table_id in small:
         committer.process([message(add_files(table_id, "a"))])
     assert len(committer.warm_tables) == 5
-    peaks: list[tuple[int, int]] = []  # (others kept, the load's peak) as each entry is applied to it
+    peaks: list[tuple[int, int]] = []  # (others kept, the entry's peak) as each entry is applied to it
     apply = AddFiles.apply
 
     def apply_and_watch(self: AddFiles, state: TableState, update_time: int) -> None:
         if state.data_prefix is not None and big in state.data_prefix:
             others = sum(size for t, size in committer.warm_tables.items() if t != big)
-            after = state.reference_count() + len(self.references)
-            peaks.append((others, round(budget.load_factor * warm_state_bytes(after, PARTITIONS))))
+            before = warm_state_bytes(state.reference_count(), PARTITIONS)
+            added = round(budget.load_factor * warm_state_bytes(len(self.references), 0))
+            peaks.append((others, before + added))
         apply(self, state, update_time)
 
     monkeypatch.setattr(AddFiles, "apply", apply_and_watch)
@@ -377,7 +380,7 @@ def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applie
     [result] = committer.process([message(add_files(big, "b"))])
 
     assert result.outcome is MessageOutcome.COMMITTED
-    assert len(peaks) == 11  # the ten entries since the snapshot, then the request's own
+    assert len(peaks) == imports + 1  # the entries since the snapshot, then the request's own
     assert all(others + peak <= budget.bytes for others, peak in peaks), (budget.bytes, peaks)
     assert committer.last_batch.demotions >= 2
-    assert h.state(big).reference_count() == 11 * FILES_PER_TABLE + 1
+    assert h.state(big).reference_count() == FILES_PER_TABLE + imports * per_import + 1

@@ -122,25 +122,25 @@ def test_with_a_load_factor_a_table_of_unknown_size_gets_the_room_of_one_as_larg
         WarmCache(100, lambda v: 0, load_factor=0.5)
 
 
-def test_a_state_that_outgrows_its_room_while_loading_has_room_made_again_an_eighth_ahead() -> None:
+def test_a_state_that_outgrows_its_loads_room_has_room_made_again_an_eighth_ahead() -> None:
     c, _ = cache(900, load_factor=3)
     fill(c, a=100, b=100, c=100, d=100, e=100, f=100, g=100, h=100)
-    assert c.make_room("loading", expected=30) == []  # its snapshot counts 30: 90 of peak fits
+    assert c.make_room("loading", expected=30) == []  # its snapshot counts 30: 90 of peak fits beside 800
 
-    assert c.grown("loading", 30) == []  # within the room made: nothing is done
-    assert c.grown("loading", 60) == ["a", "b"]  # room for 67 (60 and an eighth): 201 of peak, 699 left
-    assert c.grown("loading", 67) == []  # the eighth ahead was made room for already
-    assert c.grown("loading", 100) == ["c"]  # room for 112: 336 of peak, 564 left
-    assert list(c) == ["d", "e", "f", "g", "h"]
+    assert c.grown("loading", 30, 10) == []  # 30 and 3 x 10 at the entry's peak: within the load's 90
+    assert c.grown("loading", 40, 20) == ["a"]  # a peak of 100: room for 112 (100 and an eighth)
+    assert c.grown("loading", 60, 10) == []  # 90: within 112
+    assert c.grown("loading", 100, 100) == ["b", "c", "d"]  # a peak of 400: room for 450
+    assert list(c) == ["e", "f", "g", "h"]
 
 
-def test_a_kept_value_grows_within_its_measured_size_without_making_room() -> None:
+def test_a_kept_value_has_room_made_once_an_entry_takes_it_past_its_measured_size() -> None:
     c, _ = cache(300)
     fill(c, a=100, b=100, c=100)
 
-    assert c.grown("c", 100) == []  # as measured: the others fit beside it
-    assert c.grown("c", 150) == ["a"]  # room for 168: 132 left
-    assert c.grown("never-seen", 0) == []
+    assert c.grown("c", 100, 0) == []  # as measured: the others fit beside it
+    assert c.grown("c", 100, 50) == ["a"]  # a peak of 150: room for 168, 132 left for the others
+    assert c.grown("never-seen", 0, 0) == []
 
 
 class Demotable(Sized):
