@@ -29,7 +29,6 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlsplit
 
@@ -75,9 +74,7 @@ def resolve_resources(
     """The instance's resource names, from the first of ``--resources``, ``--stack``, ``--instance``,
     ``$STATESTORE_RESOURCES``, ``$STATESTORE_INSTANCE_ID``, else instance ``local`` (as the CLI finds it)."""
     text, where = resources, "--resources"
-    if resources and not resources.lstrip().startswith("{"):
-        text = Path(resources).read_text()
-    elif not resources and stack:
+    if not resources and stack:
         import boto3
 
         described = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=stack)

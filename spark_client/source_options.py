@@ -51,7 +51,6 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_client.committer import JobCommitter, QueueCommitter, SyncCommitter
@@ -313,15 +312,9 @@ def parse_data(options: Mapping[str, str], connection: Connection) -> DataStore:
 
 
 def _resources(given: Mapping[str, str], env: Mapping[str, str]) -> ResourceNames:
-    raw = given.get("resources")
-    if raw and not raw.lstrip().startswith("{"):
-        try:
-            raw = Path(raw).read_text(encoding="utf-8")
-        except OSError as e:
-            raise DataSourceOptionError(f"option 'resources': cannot read file {raw!r}: {e}") from None
     try:
         return resolve_resources(
-            raw, given.get("instance"), environ=env,
+            given.get("resources"), given.get("instance"), environ=env,
             resources_setting="option 'resources'", instance_setting="option 'instance'",
         )  # fmt: skip
     except ResourcesSettingError as e:

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 _INSTANCE_ID = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
@@ -250,17 +251,17 @@ def resolve_resources(
     instance_setting: str = "instance",
 ) -> ResourceNames:
     """Whose resources the library, the CLI, the Spark data source and the Spark jobs use, by one rule: the
-    resources' JSON given, else the instance id given, else ``$STATESTORE_RESOURCES``, else
-    ``$STATESTORE_INSTANCE_ID``, else the instance ``local``. An instance id's bucket is
-    ``$STATESTORE_BUCKET`` where that is set (a deployed bucket's name has its account and region in it).
-    ``resources_setting`` and ``instance_setting`` name the two given values in errors (``--instance``,
-    ``option 'instance'``...).
+    resources' JSON given (or the file it names, when it is not JSON), else the instance id given, else
+    ``$STATESTORE_RESOURCES``, else ``$STATESTORE_INSTANCE_ID``, else the instance ``local``. An instance
+    id's bucket is ``$STATESTORE_BUCKET`` where that is set (a deployed bucket's name has its account and
+    region in it). ``resources_setting`` and ``instance_setting`` name the two given values in errors
+    (``--instance``, ``option 'instance'``...).
 
-    Raises ResourcesSettingError naming the setting that is wrong."""
+    Raises ResourcesSettingError naming the setting that is wrong (or the file that cannot be read)."""
     env = os.environ if environ is None else environ
     text, where = None, resources_setting
     if resources_json:
-        text = resources_json
+        text = _json_or_file(resources_json, resources_setting)
     elif instance:
         where = instance_setting
     elif env.get(RESOURCES_ENV):
@@ -280,3 +281,15 @@ def resolve_resources(
         return ResourceNames.for_instance(instance, env.get(BUCKET_ENV) or None)
     except ValueError as e:
         raise ResourcesSettingError(f"{where}: {e}") from None
+
+
+def _json_or_file(given: str, setting: str) -> str:
+    """``given`` when it is JSON (an object), else the text of the file it names."""
+    if given.lstrip().startswith("{"):
+        return given
+    try:
+        return Path(given).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResourcesSettingError(f"{setting}: file {given!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResourcesSettingError(f"{setting}: cannot read {given!r}: {e}") from None

@@ -50,8 +50,8 @@ class Session:
     @cached_property
     def resources(self) -> ResourceNames:
         raw = self.args.resources_json
-        if raw and not raw.lstrip().startswith("{"):
-            raw = read_text(raw, "--resources-json")
+        if raw == "-":
+            raw = sys.stdin.read()
         try:
             return resolve_resources(
                 raw, self.args.instance, resources_setting="--resources-json", instance_setting="--instance"

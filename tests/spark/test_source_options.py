@@ -71,7 +71,10 @@ def test_options_win_over_the_environment(tmp_path: Path) -> None:
         ({"table": "t", "data": "s3://"}, "names no bucket"),
         ({"table": "t", "instance": "Bad_Id"}, "option 'instance': instance id 'Bad_Id'"),
         ({"table": "t", "resources": "{not json"}, "not the stack's StatestoreResources JSON"),
-        ({"table": "t", "resources": "/no/such/file"}, "cannot read file '/no/such/file'"),
+        (
+            {"table": "t", "resources": "/no/such/file"},
+            "option 'resources': file '/no/such/file' does not exist",
+        ),
         ({"table": "t", "region": "us-east-1"}, "the AWS region is option 'awsRegion'"),
         ({"table": "t", "region": "[1, 2]"}, "must be a JSON object of row key -> \\[min, max\\]"),
     ],

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from spark_client import jobs, source_options
+from statestore.cli.errors import EXIT_USAGE, CliError
 from statestore.cli.output import Output
 from statestore.cli.session import Session
 from statestore.instance import ResourceNames
@@ -64,3 +66,40 @@ def test_every_front_end_finds_the_same_instance_and_bucket(
 ) -> None:
     # Before, the CLI alone ignored $STATESTORE_BUCKET: it read and deleted in another bucket.
     assert FRONT_ENDS[front_end](instance, env, monkeypatch) == expected
+
+
+def by_cli_given(resources: str) -> ResourceNames:
+    args = argparse.Namespace(resources_json=resources, instance=None)
+    return Session(args, Output(json_mode=False)).resources
+
+
+GIVEN_JSON_OR_FILE: dict[str, tuple[Callable[[str], ResourceNames], type[Exception], str]] = {
+    "the CLI": (by_cli_given, CliError, "--resources-json"),
+    "the data source": (
+        lambda given: source_options._resources({"resources": given}, {}),
+        source_options.DataSourceOptionError,
+        "option 'resources'",
+    ),
+    "the jobs": (
+        lambda given: jobs.resolve_resources(given, None, None, environ={}),
+        jobs.JobError,
+        "--resources",
+    ),
+}
+
+
+@pytest.mark.parametrize("front_end", sorted(GIVEN_JSON_OR_FILE))
+def test_the_resources_given_are_json_or_a_file_holding_it_and_a_missing_file_is_named(
+    front_end: str, tmp_path: Path
+) -> None:
+    resolve, error, setting = GIVEN_JSON_OR_FILE[front_end]
+    saved = tmp_path / "resources.json"
+    saved.write_text(STACK.to_json(), encoding="utf-8")
+    assert resolve(STACK.to_json()) == STACK
+    assert resolve(str(saved)) == STACK
+
+    # Before, the jobs let the missing file's OSError out as a traceback.
+    missing = str(tmp_path / "no-such.json")
+    with pytest.raises(error, match=f"^{setting}: file '{missing}' does not exist$") as raised:
+        resolve(missing)
+    assert getattr(raised.value, "exit_code", EXIT_USAGE) == EXIT_USAGE  # the caller's mistake
