@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlparse, urlsplit
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,7 +45,13 @@ from spark_client.ingest import ingest
 from spark_client.progress import hide_progress, show_progress
 from spark_client.query import query
 from spark_client.splitting import split_partitions
-from statestore.errors import ResourceNotFoundError, StateStoreError, TableNotFoundError
+from statestore.errors import (
+    ConnectionSettingsError,
+    EndpointUnavailableError,
+    ResourceNotFoundError,
+    StateStoreError,
+    TableNotFoundError,
+)
 from statestore.instance import POSTGRES_URL_ENV, ResourceNames, ResourcesSettingError
 from statestore.instance import resolve_resources as names_by_the_rule
 
@@ -93,26 +98,14 @@ def resolve_resources(
 def check_endpoint(url: str | None, option: str) -> None:
     """Fail at once (not after minutes of retries) when nothing answers at a local endpoint, and give a
     local endpoint fake credentials when none are configured (emulators accept any), as the CLI does."""
-    if not url:
-        return
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.hostname:
-        raise JobError(f"{option} {url!r} is not a URL; give one like http://127.0.0.1:4566", EXIT_USAGE)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=3.0):
-            pass
-    except OSError as e:
-        raise JobError(
-            f"nothing answers at {url} ({e.strerror or e}); start the local runtime with `statestore local` "
-            f"and use the export lines it prints, or fix {option}",
-            EXIT_UNAVAILABLE,
-        ) from None
-    import boto3
+    from statestore.adapters.aws.endpoints import check_endpoint as check
 
-    if boto3.session.Session().get_credentials() is None:
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    try:
+        check(url, option)
+    except ConnectionSettingsError as e:
+        raise JobError(str(e), EXIT_USAGE) from None
+    except EndpointUnavailableError as e:
+        raise JobError(str(e), EXIT_UNAVAILABLE) from None
 
 
 def bucket_region(s3: Any, bucket: str) -> str | None:

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import sys
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from statestore.cli.errors import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from statestore.cli.output import Output
+from statestore.errors import ConnectionSettingsError, EndpointUnavailableError
 from statestore.instance import POSTGRES_URL_ENV, ResourceNames, ResourcesSettingError, resolve_resources
 from statestore.store.tables import TableInfo
 
@@ -124,29 +124,14 @@ class Session:
     def _check_endpoint(self, url: str | None, option: str) -> None:
         """Fail fast (not after minutes of retries) when a local endpoint is down; give a local endpoint
         fake credentials if none are configured (emulators accept any)."""
-        if url is None:
-            return
-        parts = urlsplit(url)
-        if not parts.scheme or not parts.hostname:
-            raise CliError(
-                f"{option.split(' ')[0]} {url!r} is not a URL; give one like http://127.0.0.1:4566",
-                EXIT_USAGE,
-            )
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            with socket.create_connection((parts.hostname, port), timeout=3.0):
-                pass
-        except OSError as e:
-            raise CliError(
-                f"nothing answers at {url} ({e.strerror or e}); start the local runtime with "
-                f"`statestore local`, or fix {option}",
-                EXIT_UNAVAILABLE,
-            ) from None
-        import boto3
+        from statestore.adapters.aws.endpoints import check_endpoint
 
-        if boto3.session.Session().get_credentials() is None:
-            os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        try:
+            check_endpoint(url, option)
+        except ConnectionSettingsError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
+        except EndpointUnavailableError as e:
+            raise CliError(str(e), EXIT_UNAVAILABLE) from None
 
     def table(self, name: str) -> TableInfo:
         """The table's info (by name, else id). Raises TableNotFoundError."""
