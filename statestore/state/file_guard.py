@@ -5,7 +5,9 @@ the state: the table's data prefix, whether each named partition exists (and whi
 entry's leaf list), and whether a file of each name is held already. A :class:`FileGuard` keeps exactly
 those: the partitions' ids, and the 64-bit hash of every file name the state held (the hashes the state's
 own name index was built on, shared, not copied) plus those of the names added since. ~8 bytes a file
-where the whole state keeps ~200.
+where the whole state keeps ~200. The partitions' ids are the snapshot's index of them, shared too, where
+the state's partitions are the snapshot's unchanged (:class:`statestore.state.partition_columns.
+PartitionIds`); sets of them where partitions changed since.
 
 A guard answers "held?" only when it can be sure: a name whose hash it does not hold is certainly not
 held; one whose hash it holds may be (or may collide), so it raises :class:`GuardCannotTell` and the
@@ -17,7 +19,7 @@ only add files, has the guard take them (:meth:`FileGuard.take_entry`); any othe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -41,8 +43,9 @@ class GuardCannotTell(Exception):
     """A guard cannot decide what it was asked (a name whose hash it holds): load the state."""
 
 
-# Bytes a guard costs beyond its hashes: the partitions' ids in two sets, the names added since, and the
-# guard itself (its objects and arrays; the fault simulation, whose tables are tiny, counts none).
+# Bytes a guard costs beyond its hashes: the partitions' ids (a snapshot's index of them, or two sets), the
+# names added since, and the guard itself (its objects and arrays; the fault simulation, whose tables are
+# tiny, counts none).
 _BYTES_PER_PARTITION = 150
 _BYTES_PER_ADDED_NAME = 100
 GUARD_OVERHEAD_BYTES = 2_000
@@ -77,8 +80,8 @@ class FileGuard:
         added_names: Iterable[str],
         *,
         data_prefix: str | None,
-        partition_ids: frozenset[str],
-        leaf_ids: frozenset[str],
+        partition_ids: Collection[str],
+        leaf_ids: Collection[str],
         transaction_number: int,
         last_update_time: int,
         references: int,

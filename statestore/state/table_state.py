@@ -22,7 +22,7 @@ which ``TableState`` inherits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -392,15 +392,22 @@ class TableState(TableQueries):
         if self._undo is not None:
             return None
         added = [name for name, entry in self._overlay.items() if entry is not None]
-        ids = list(self.partitions_by_id)
+        base = self._partition_base
+        partition_ids: Collection[str]
+        leaf_ids: Collection[str]
+        if base is not None and not self._partitions and not self._partition_shadowed.any():
+            partition_ids = base.ids_index()  # shared: the partitions are the snapshot's, unchanged
+            leaf_ids = partition_ids.leaves
+        else:
+            partition_ids, leaf_ids = frozenset(self.partitions_by_id), frozenset(self.leaf_ids())
         try:
             return FileGuard(
                 self._base.hash_search(),  # shared; removed names stay in: "maybe held" loads the state
                 self._base._hash_mask,
                 added,
                 data_prefix=self.data_prefix,
-                partition_ids=frozenset(ids),
-                leaf_ids=frozenset(self.leaf_ids()),
+                partition_ids=partition_ids,
+                leaf_ids=leaf_ids,
                 transaction_number=self.transaction_number,
                 last_update_time=self.last_update_time,
                 references=self._reference_count,

@@ -3,14 +3,17 @@ checks an ``AddFiles`` makes run against it as against the state."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import FileAlreadyExistsError, PartitionNotFoundError
 from statestore.state.file_guard import FileGuard, GuardCannotTell
+from statestore.state.partition_columns import PartitionIds
 from statestore.state.table_state import TableState
-from statestore.transactions import AddFiles, InitialisePartitions
+from statestore.transactions import AddFiles, InitialisePartitions, SplitPartition, leaves_added_to
 from tests.builders import INT_SCHEMA, ref, tree
 
 PREFIX = "tables/t/data/"
@@ -47,7 +50,7 @@ def test_a_name_the_state_holds_cannot_be_told_and_one_it_does_not_is_not_held(f
     assert (guard.transaction_number, guard.last_update_time, guard.references) == (2, 2, 3)
     assert guard.read_to_end_at == 5
     assert guard.has_partition("root") and not guard.has_partition("nope")
-    assert guard.leaf_ids == frozenset(p.id for p in state.leaf_partitions())
+    assert set(guard.leaf_ids) == {p.id for p in state.leaf_partitions()}
 
 
 def test_the_checks_of_an_add_run_against_the_guard_as_against_the_state() -> None:
@@ -114,6 +117,62 @@ def test_a_hash_collision_is_maybe_held_never_a_wrong_answer() -> None:
 
     with pytest.raises(GuardCannotTell):
         guard.files_present([f"{PREFIX}other"])
+
+
+def split_tree_state(*, split_since_snapshot: bool) -> TableState:
+    """A snapshot-loaded state of a tree split at 0 and 100; and one of its leaves split at 50 since."""
+    state = TableState(INT_SCHEMA)
+    InitialisePartitions(tuple(tree(INT_SCHEMA, [0, 100]))).apply(state, 1)
+    state.transaction_number = 1
+    state = state_from_parquet(INT_SCHEMA, *state_to_parquet(state), 1)
+    if split_since_snapshot:
+        [middle] = [p for p in state.leaf_partitions() if p.region.ranges[0].min == 0]
+        parent, left, right = middle.split(0, 50, "mid-L", "mid-R")
+        SplitPartition(parent, (left, right)).apply(state, 2)
+    state.data_prefix = PREFIX
+    return state
+
+
+@pytest.mark.parametrize("split_since_snapshot", [False, True])
+def test_a_guard_knows_the_states_partitions_and_leaves_whether_or_not_they_changed_since_its_snapshot(
+    split_since_snapshot: bool,
+) -> None:
+    state = split_tree_state(split_since_snapshot=split_since_snapshot)
+    guard = guard_of(state)
+
+    ids = set(state.partitions_by_id)
+    leaves = {p.id for p in state.leaf_partitions()}
+    assert len(guard.partition_ids) == len(ids) and set(guard.partition_ids) == ids
+    assert len(guard.leaf_ids) == len(leaves) and set(guard.leaf_ids) == leaves
+    for partition_id in [*ids, "nope", "mid-L", "mid-R"]:
+        assert guard.has_partition(partition_id) == (partition_id in ids)
+        assert (partition_id in guard.leaf_ids) == (partition_id in leaves)
+    assert 7 not in guard.partition_ids and None not in guard.leaf_ids
+    assert leaves_added_to(AddFiles((ref(f"{PREFIX}x", min(leaves)),)), guard.leaf_ids) == {min(leaves)}
+
+
+def test_a_guard_shares_the_snapshots_index_of_partition_ids_where_they_did_not_change() -> None:
+    unchanged = split_tree_state(split_since_snapshot=False)
+    assert unchanged._partition_base is not None
+    assert guard_of(unchanged).partition_ids is unchanged._partition_base.ids_index()  # nothing made
+    changed = split_tree_state(split_since_snapshot=True)
+    assert isinstance(guard_of(changed).partition_ids, frozenset)
+
+
+def test_a_dropped_guard_and_the_index_it_shares_need_no_cycle_collection() -> None:
+    # A Lambda container freezes its loaded states: a cycle among them would never be collected.
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage
+    try:
+        state = split_tree_state(split_since_snapshot=False)
+        guard = guard_of(state)
+        assert "nope" not in guard.leaf_ids and guard.has_partition(min(guard.leaf_ids))
+        del state, guard
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, (PartitionIds, FileGuard, TableState))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
 
 
 def test_a_state_with_an_undo_journal_open_keeps_no_guard() -> None:
