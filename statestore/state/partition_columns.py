@@ -41,10 +41,9 @@ class PartitionColumns:
         # Partitions made lately, by row: the commit path asks for the same few leaves again and again.
         self._made: dict[int, Partition] = {}
         self._rows_by_id: dict[str, int | None] = {}  # ids looked up lately (see row_of)
-        self._scalars = _ScalarReaders(self._table, dimensions)
-        self._ids = PartitionIds(
-            hashes[rows_by_hash], rows_by_hash, StringColumn(one_array(ids)), self._scalars.leaf
-        )
+        id_strings = StringColumn(one_array(ids))
+        self._scalars = _ScalarReaders(self._table, dimensions, id_strings)
+        self._ids = PartitionIds(hashes[rows_by_hash], rows_by_hash, id_strings, self._scalars.leaf)
 
     def __len__(self) -> int:
         return self._table.num_rows
@@ -214,8 +213,8 @@ class _ScalarReaders:
     half making the Partition, Region and Range objects), where slicing the table and converting it costs
     ~150."""
 
-    def __init__(self, table: pa.Table, dimensions: int) -> None:
-        self._ids = StringColumn(one_array(table.column("id")))
+    def __init__(self, table: pa.Table, dimensions: int, ids: StringColumn) -> None:
+        self._ids = ids  # the table's id column, read as the partitions' index of it reads it
         self._parent_ids = _NullableColumn(one_array(table.column("parent_id")))
         children = one_array(table.column("child_ids"))
         self._child_offsets = children.offsets.to_numpy(zero_copy_only=False)
