@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 from statestore.errors import InvalidPartitionTreeError
 from statestore.model.partitions import Partition, Range, Region
 from statestore.state.hash_search import HashSearch
+from statestore.state.name_hash import hash_string, hash_strings
 from statestore.state.string_column import StringColumn, one_array
 
-_ALL_BITS = (1 << 64) - 1
 _RECENT_ROWS = 4096  # ids looked up lately, remembered (see PartitionColumns.row_of)
 _ABSENT: Any = object()
 
@@ -36,7 +36,9 @@ class PartitionColumns:
         self._table = table if all(c.num_chunks == 1 for c in table.columns) else table.combine_chunks()
         self._dimensions = dimensions
         ids = self._table.column("id")
-        hashes = np.fromiter(map(hash, ids.to_pylist()), np.int64, len(ids)).view(np.uint64)
+        # The stable hash, not Python's: a state pickled to a Spark task is unpickled in a process whose
+        # ``hash`` of a str differs (PYTHONHASHSEED), and must find its partitions there too.
+        hashes = hash_strings(one_array(ids))
         rows_by_hash = np.argsort(hashes).astype(np.int32)
         # Partitions made lately, by row: the commit path asks for the same few leaves again and again.
         self._made: dict[int, Partition] = {}
@@ -160,7 +162,7 @@ class PartitionIds:
 
     def row_of(self, partition_id: str) -> int | None:
         """The row of the partition ``partition_id``, or None."""
-        h = hash(partition_id) & _ALL_BITS
+        h = hash_string(partition_id)
         search = self._search
         if search is None:
             search = self._search = HashSearch(self._sorted_hashes)
