@@ -260,13 +260,19 @@ def frozen_states() -> Iterator[None]:
     gc.unfreeze()
 
 
+def snapshotted_tables(h: Harness, count: int) -> list[str]:
+    """Tables with files and a snapshot each: loads come from snapshots, which freeze what they load."""
+    table_ids = tables_with_files(h, count, FILES_PER_TABLE)
+    for table_id in table_ids:
+        h.store(table_id).create_snapshot()
+    return table_ids
+
+
 def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
     h: Harness, frozen_states: None
 ) -> None:
     # Frozen objects are never collected as cycles: an evicted state must be freed by reference counting.
-    table_ids = tables_with_files(h, 4, FILES_PER_TABLE)
-    for table_id in table_ids:
-        h.store(table_id).create_snapshot()  # loads come from snapshots, which freeze what they load
+    table_ids = snapshotted_tables(h, 4)
     committer = h.committer(warm_budget=WarmBudget(BUDGET))
     assert committer.snapshots is not None
     snapshots, read = committer.snapshots, committer.snapshots.read
@@ -294,9 +300,7 @@ def test_a_dropped_committers_states_are_freed_where_loaded_states_are_frozen(
 ) -> None:
     # Nothing a warm table holds may lead back to the committer: a cycle through frozen objects is never
     # collected, and would keep every state of a dropped committer (a rebuilt one, a benchmark's) for good.
-    table_ids = tables_with_files(h, 2, FILES_PER_TABLE)
-    for table_id in table_ids:
-        h.store(table_id).create_snapshot()  # loads come from snapshots, which freeze what they load
+    table_ids = snapshotted_tables(h, 2)
     committer = h.committer(warm_budget=WarmBudget(BUDGET))
     for table_id in table_ids:
         committer.process([message(add_files(table_id, "a"))])

@@ -75,26 +75,37 @@ def test_the_committer_and_the_snapshot_stores_get_the_budget_from_the_environme
     )
 
 
-def test_the_snapshot_worker_keeps_its_tables_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    one_table = warm_state_bytes(3, len(tree(INT_SCHEMA)))
-    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * one_table / MIB))
-    rt = Runtime.in_memory()
+def tables_with_files(rt: Runtime, *files: int) -> list[str]:
+    """A table per count in ``files``, each with that many files."""
     table_ids = []
-    for i in range(4):
+    for i, count in enumerate(files):
         info = TableInfo.new(f"t{i}", INT_SCHEMA)
         rt.tables.create(info)
         store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
         store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
-        store.commit(AddFiles(tuple(ref(data_key(info.table_id, f"f{n}")) for n in range(3))))
+        store.commit(AddFiles(tuple(ref(data_key(info.table_id, f"f{n}")) for n in range(count))))
         table_ids.append(info.table_id)
+    return table_ids
+
+
+def snapshot_by_the_worker(rt: Runtime, table_id: str) -> None:
+    """One snapshot work item run as the snapshot function runs it, its warm stores settled after."""
+    work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 0, 60_000)
+    outcome = run_snapshot_work(
+        work, rt.tables, rt.log, rt.snapshots, first_received_at=1, stores=rt.snapshot_stores
+    )
+    assert outcome.snapshot is not None, outcome
+    rt.snapshot_stores.settle()
+
+
+def test_the_snapshot_worker_keeps_its_tables_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    one_table = warm_state_bytes(3, len(tree(INT_SCHEMA)))
+    monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * one_table / MIB))
+    rt = Runtime.in_memory()
+    table_ids = tables_with_files(rt, 3, 3, 3, 3)
 
     for table_id in table_ids:
-        work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 0, 60_000)
-        outcome = run_snapshot_work(
-            work, rt.tables, rt.log, rt.snapshots, first_received_at=1, stores=rt.snapshot_stores
-        )
-        assert outcome.snapshot is not None, outcome
-        rt.snapshot_stores.settle()
+        snapshot_by_the_worker(rt, table_id)
 
     assert list(rt.snapshot_stores) == table_ids[-1:]
     assert rt.snapshot_stores.counts.evictions == 3
@@ -109,31 +120,16 @@ def test_the_snapshot_worker_makes_room_as_a_table_outgrows_its_last_snapshot(
     small, imported = 100, 300
     monkeypatch.setenv("STATESTORE_WARM_CACHE_MB", str(1.5 * warm_state_bytes(imported, partitions) / MIB))
     rt = Runtime.in_memory()
-    table_ids = []
-    for i in range(4):
-        info = TableInfo.new(f"t{i}", INT_SCHEMA)
-        rt.tables.create(info)
-        store = TransactionLogStateStore(info.table_id, INT_SCHEMA, rt.log, rt.snapshots)
-        store.commit(InitialisePartitions(tuple(tree(INT_SCHEMA))))
-        files = 3 if i == 3 else small  # the last one is small when snapshotted
-        store.commit(AddFiles(tuple(ref(data_key(info.table_id, f"f{n}")) for n in range(files))))
-        table_ids.append(info.table_id)
-    *others, big = table_ids
+    *others, big = tables_with_files(rt, small, small, small, 3)  # the last one is small when snapshotted
     cache = rt.snapshot_stores
 
-    def snapshot(table_id: str) -> None:
-        work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, 0, 60_000)
-        outcome = run_snapshot_work(work, rt.tables, rt.log, rt.snapshots, first_received_at=1, stores=cache)
-        assert outcome.snapshot is not None, outcome
-        cache.settle()
-
-    snapshot(big)
+    snapshot_by_the_worker(rt, big)
     del cache[big]  # as after the container's next start: its size is known from its snapshot alone
     writer = TransactionLogStateStore(big, INT_SCHEMA, rt.log, rt.snapshots)
     for n in range(imported // 30):  # an import since: ten entries of 30 files
         writer.commit(AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(30))))
     for table_id in others:
-        snapshot(table_id)
+        snapshot_by_the_worker(rt, table_id)
     assert list(cache) == others
     kept_beside: list[int] = []  # the others' bytes kept, as each entry is applied to the table
     apply = AddFiles.apply
@@ -147,7 +143,7 @@ def test_the_snapshot_worker_makes_room_as_a_table_outgrows_its_last_snapshot(
 
     monkeypatch.setattr(AddFiles, "apply", apply_and_watch)
 
-    snapshot(big)
+    snapshot_by_the_worker(rt, big)
 
     assert len(kept_beside) >= imported // 30
     assert cache.counts.evictions >= 2
