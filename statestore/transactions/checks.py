@@ -151,9 +151,7 @@ def well_formed_names(
     ``columns`` gives the references' fields as columns (the AddFiles transposes them once)."""
     if set(map(type, references)) != {FileReference}:
         return None
-    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = (
-        columns()
-    )  # transposed once, by the AddFiles
+    filenames, partition_ids, rows, approximate, whole_file, job_ids, times = columns()
     if set(map(type, filenames)) != {str}:
         return None
     names = set(filenames)
