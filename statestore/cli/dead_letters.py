@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from statestore.adapters.aws.sqs_queue import SqsCommitQueue
     from statestore.cli.session import Session
     from statestore.services.upkeep import UpkeepKind
-    from statestore.store.ports import DeadLetter, DeadLetterQueue
+    from statestore.store.dead_letter_ports import DeadLetter, DeadLetterQueue
 
 QUEUES = ("commit", "upkeep")
 

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 from statestore.engine.requests import parse_request
 from statestore.errors import CodecError, DeadLetterNotFoundError, UnredrivableDeadLetterError
 from statestore.model.clock import now_millis
-from statestore.store.ports import CommitQueue, DeadLetter, DeadLetterQueue, QueueMessage
+from statestore.store.dead_letter_ports import DeadLetter, DeadLetterQueue
+from statestore.store.ports import CommitQueue, QueueMessage
 
 if (
     TYPE_CHECKING

@@ -23,6 +23,7 @@ from statestore.errors import (
     TransactionNumberTakenError,
 )
 from statestore.model.clock import now_millis
+from statestore.store.dead_letter_ports import DeadLetter, DeadLetterQueue
 from statestore.store.ports import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     LIST_PAGE_SIZE,
@@ -31,8 +32,6 @@ from statestore.store.ports import (
     CommitQueue,
     CommitStatus,
     CommitStatusStore,
-    DeadLetter,
-    DeadLetterQueue,
     LogEntry,
     LogTail,
     QueueMessage,

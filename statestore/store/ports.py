@@ -3,7 +3,7 @@
 same interfaces; one behaviour suite runs against all. Implementations raise only :mod:`statestore.errors`
 exceptions, never a backend's own. :class:`TableIndex`'s values are in ``tables.py``. The queryable
 view's port is in ``view_ports.py``, the committer switch's in ``switch_ports.py``, the snapshot records' in
-``snapshot_ports.py``.
+``snapshot_ports.py``, the dead-letter queues' in ``dead_letter_ports.py``.
 """
 
 from __future__ import annotations
@@ -320,41 +320,6 @@ class CommitStatusStore(ABC):
     @abstractmethod
     def get_many(self, keys: Iterable[RequestKey]) -> dict[RequestKey, CommitStatus]:
         """Statuses by request key for those of ``keys`` that have one (strongly consistent)."""
-
-
-# --- dead letters --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message on the dead-letter queue, as received (and left there).
-
-    ``reason`` is the committer's (the message attribute it sends a dead letter with), None when the commit
-    queue's redrive policy moved the message (received too often without being acknowledged).
-    ``receive_count`` counts receives from the dead-letter queue itself (listing it receives too).
-    """
-
-    message_id: str
-    body: str
-    group_id: str
-    sent_time: int  # epoch ms, when the message reached the dead-letter queue
-    reason: str | None = None
-    source_message_id: str | None = None
-    receive_count: int = 1
-
-
-class DeadLetterQueue(ABC):
-    """A dead-letter queue (the commit queue's, or the upkeep work queues'), for an operator: look at the
-    messages, remove chosen ones."""
-
-    @abstractmethod
-    def peek(self) -> list[DeadLetter]:
-        """Every message on the queue, oldest first; they stay on it. Raises StoreUnavailableError."""
-
-    @abstractmethod
-    def delete(self, message_ids: Collection[str]) -> list[str]:
-        """Delete the messages with these ids; returns the ids deleted (an id not on the queue is not).
-        Raises StoreUnavailableError."""
 
 
 # --- file references kept as rows ----------------------------------------------------------------------

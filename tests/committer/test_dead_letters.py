@@ -18,8 +18,9 @@ from statestore.engine.requests import encode_request
 from statestore.errors import DeadLetterNotFoundError, UnredrivableDeadLetterError
 from statestore.services import dead_letters
 from statestore.services.upkeep import UpkeepKind, UpkeepWork
+from statestore.store.dead_letter_ports import DeadLetterQueue
 from statestore.store.memory import InMemoryCommitQueue, InMemoryDeadLetterQueue
-from statestore.store.ports import CommitQueue, DeadLetterQueue, QueueMessage
+from statestore.store.ports import CommitQueue, QueueMessage
 from tests.builders import data_key
 from tests.committer.harness import Harness, add_files, message
 from tests.fixtures.aws_servers import unique_resources

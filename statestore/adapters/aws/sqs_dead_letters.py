@@ -16,12 +16,8 @@ from typing import Any
 
 from statestore.adapters.aws.clients import AwsCaller
 from statestore.adapters.aws.sqs_queue import delete_messages
-from statestore.store.ports import (
-    DEAD_LETTER_REASON_ATTRIBUTE,
-    SOURCE_MESSAGE_ID_ATTRIBUTE,
-    DeadLetter,
-    DeadLetterQueue,
-)
+from statestore.store.dead_letter_ports import DeadLetter, DeadLetterQueue
+from statestore.store.ports import DEAD_LETTER_REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE
 
 _BATCH = 10  # ReceiveMessage / DeleteMessageBatch / ChangeMessageVisibilityBatch limit
 SQS_FIFO_GROUP_WINDOW = 10  # messages of one group a walk can see
