@@ -128,6 +128,7 @@ class GuardedCommits:
             uuid.uuid4().hex,
             tuple(m.stored_body for m in members if m.stored_body is not None),
             leaves_added_to(batch, guard.leaf_ids),
+            batch.most_added(),
             self.index_leaves,
         )
         try:

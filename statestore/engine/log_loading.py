@@ -114,10 +114,11 @@ class LogStateLoading:
     _read_to_end_at: int
     # What a caller already read for the next load of the latest state.
     _first_reads: FirstReads | None = None
-    # Told, before each log entry that may grow the state is applied, the state's file references and
-    # partitions and what the entry adds at most (``Transaction.most_added``): a caller keeping other tables
-    # in memory makes room for a state that outgrows what it made room for (a snapshot counts only what was
-    # before it: a bulk import since then is in the log alone).
+    # Told, before each log entry that may grow the state is decoded (from the entry's ``most_added``, where
+    # written with it) and applied (from ``Transaction.most_added``), the state's file references and
+    # partitions and what the entry adds at most: a caller keeping other tables in memory makes room for a
+    # state that outgrows what it made room for (a snapshot counts only what was before it: a bulk import
+    # since then is in the log alone).
     growth_watch: Callable[[int, int, int, int], object] | None = None
 
     # --- reading --------------------------------------------------------------------------------
@@ -275,8 +276,13 @@ class LogStateLoading:
             started, entries = ahead.get()
         watch = self.growth_watch
         for entry in entries:
+            if watch is not None and entry.most_added is not None and any(entry.most_added):
+                # Room before the decode, which costs about as much as applying: from the entry's counts.
+                watch(state.reference_count(), len(state.partitions_by_id), *entry.most_added)
             transaction = decode_entry(entry, self.table_id)
             if watch is not None:
+                # From the transaction too: an entry written before the counts were kept has none (the
+                # cache asked again for room it already made does nothing).
                 references, partitions = transaction.most_added()
                 if references or partitions:
                     watch(state.reference_count(), len(state.partitions_by_id), references, partitions)

@@ -363,6 +363,7 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
                 uuid.uuid4().hex,
                 made.attachments,
                 leaves_added_to(made.transaction, state.partitions_by_id),
+                made.transaction.most_added(),
                 self.index_leaves,
             )
             try:

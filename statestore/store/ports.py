@@ -40,6 +40,11 @@ class LogEntry:
     as it was written (``transactions.leaves_added_to``; else empty); None on any other entry, and on those
     written before it was kept. A reader of some leaves may skip an entry naming none of them (read_about).
 
+    ``most_added`` is what applying the entry adds to a state at most, ``(file references, partitions)``
+    (``Transaction.most_added``), written with it; None on entries written before it was kept. A reader that
+    keeps other tables in memory makes room for the entry from it before decoding the body: decoding an
+    import of a million references costs about as much memory as applying it.
+
     ``index_leaves`` asks the log to index the entry for read_about, where it can (the entries of a table
     that keeps a queryable view): a reader trusts an index only where it records every entry of the range.
     """
@@ -52,6 +57,7 @@ class LogEntry:
     writer_token: str = ""
     attachments: tuple[tuple[str, bytes], ...] = ()
     adds_to_leaves: frozenset[str] | None = None
+    most_added: tuple[int, int] | None = None
     index_leaves: bool = field(default=False, compare=False)  # how to write it, not what it holds
 
 

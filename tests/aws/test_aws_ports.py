@@ -69,6 +69,19 @@ def test_which_partitions_an_entry_adds_to_reads_back_as_written(ports: Ports) -
     assert [e.adds_to_leaves for e in ports.log.read("t1", 1)] == [frozenset({"p1", "p2"}), frozenset(), None]
 
 
+def test_what_an_entry_adds_at_most_reads_back_as_written(ports: Ports) -> None:
+    written = [
+        dataclasses.replace(entry(1), most_added=(1_000_000, 3)),
+        dataclasses.replace(entry(2), most_added=(0, 0)),  # only changes or removes
+        entry(3),  # written before the counts were kept
+        dataclasses.replace(entry(4, b"x" * (MAX_INLINE_BODY_BYTES + 1)), most_added=(7, 0)),  # body aside
+    ]
+    for e in written:
+        ports.log.append("t1", e)
+
+    assert [e.most_added for e in ports.log.read("t1", 1)] == [(1_000_000, 3), (0, 0), None, (7, 0)]
+
+
 def test_a_read_about_some_partitions_skips_only_entries_that_add_to_others(ports: Ports) -> None:
     adds = {1: {"a"}, 2: {"b"}, 3: {"a", "c"}, 5: set(), 6: {"c"}, 8: {"b", "d"}}
     written = [

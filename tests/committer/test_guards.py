@@ -80,6 +80,21 @@ def test_new_files_for_an_evicted_table_are_appended_from_its_guard_without_load
     assert h.log_length(table_id) == before + 1
 
 
+def test_the_entry_from_a_guard_carries_what_it_adds_at_most_as_the_states_would(h: Harness) -> None:
+    """A reader makes room for an entry from its counts before decoding it: the guard's batch writes them."""
+    committer, (table_id, _) = demoted(h)
+
+    requests = [add_files(table_id, "a", "b", "c"), add_files(table_id, "d")]
+    results = committer.process([message(request) for request in requests])
+
+    assert [r.outcome for r in results] == [MessageOutcome.COMMITTED] * 2
+    assert committer.last_batch.guarded == 1  # the table's batch, appended from its guard
+    number = results[0].transaction_number
+    assert number is not None and results[1].transaction_number == number  # one entry for both
+    [entry] = h.log.read(table_id, number, number)
+    assert entry.most_added == (4, 0)
+
+
 def test_the_entry_from_a_guard_lists_the_leaves_it_adds_to_as_the_states_would(h: Harness) -> None:
     committer, (table_id, _) = demoted(h)
     leaves = sorted(p.id for p in h.state(table_id).leaf_partitions())

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from statestore.codec.parquet import freeze_loaded_states
+from statestore.engine import log_loading
 from statestore.engine.snapshots import Copy
 from statestore.errors import StoreUnavailableError
 from statestore.model.schema import Schema
@@ -20,7 +21,7 @@ from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransacti
 from statestore.store.ports import CommitStatus, LogEntry
 from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import QUERYABLE_VIEW_PROPERTY
-from statestore.transactions import AddFiles
+from statestore.transactions import AddFiles, Transaction
 from tests.builders import data_key, ref
 from tests.committer.harness import Harness, add_files, message, redelivered
 
@@ -347,6 +348,32 @@ def test_a_warm_table_whose_view_is_switched_asks_for_the_leaf_index_from_the_ne
     assert log.asked[-3:] == [False, True, False]
 
 
+IMPORTS, PER_IMPORT = 4, 100  # entries in the log of a table since its snapshot, and the references each adds
+
+
+def outgrown_table(h: Harness) -> tuple[str, WarmBudget, BatchCommitter]:
+    """A table whose snapshot counts 40 references and whose log then adds ten times as many, in imports; a
+    committer whose budget holds its largest entry's peak and two small tables beside it, keeping five."""
+    small = tables_with_files(h, 5, FILES_PER_TABLE)
+    [big] = tables_with_files(h, 1, FILES_PER_TABLE, "big")
+    h.store(big).create_snapshot()
+    for n in range(IMPORTS):
+        h.store(big).commit(AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(PER_IMPORT))))
+    largest_peak = warm_state_bytes(FILES_PER_TABLE + (IMPORTS - 1) * PER_IMPORT, PARTITIONS) + round(
+        3 * warm_state_bytes(PER_IMPORT, 0)
+    )
+    budget = WarmBudget(largest_peak + 2 * TABLE_BYTES, 3.0)
+    committer = h.committer(warm_budget=budget)
+    for table_id in small:
+        committer.process([message(add_files(table_id, "a"))])
+    assert len(committer.warm_tables) == 5
+    return big, budget, committer
+
+
+def others_kept(committer: BatchCommitter, table_id: str) -> int:
+    return sum(size for t, size in committer.warm_tables.items() if t != table_id)
+
+
 def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applies_the_log(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -354,29 +381,15 @@ def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applie
     the room its snapshot's counts made. Room is made again as the load applies the log, before each entry
     that grows the state: the others kept and each entry's peak (the state, and the load factor times what
     the entry adds) stay within the budget throughout."""
-    small = tables_with_files(h, 5, FILES_PER_TABLE)
-    [big] = tables_with_files(h, 1, FILES_PER_TABLE, "big")
-    h.store(big).create_snapshot()  # counts 40 references; the log then adds ten times as many
-    imports, per_import = 4, 100
-    for n in range(imports):
-        h.store(big).commit(AddFiles(tuple(ref(data_key(big, f"import-{n}-{i}")) for i in range(per_import))))
-    largest_peak = warm_state_bytes(FILES_PER_TABLE + (imports - 1) * per_import, PARTITIONS) + round(
-        3 * warm_state_bytes(per_import, 0)
-    )
-    budget = WarmBudget(largest_peak + 2 * TABLE_BYTES, 3.0)  # not the five small tables beside it
-    committer = h.committer(warm_budget=budget)
-    for table_id in small:
-        committer.process([message(add_files(table_id, "a"))])
-    assert len(committer.warm_tables) == 5
+    big, budget, committer = outgrown_table(h)
     peaks: list[tuple[int, int]] = []  # (others kept, the entry's peak) as each entry is applied to it
     apply = AddFiles.apply
 
     def apply_and_watch(self: AddFiles, state: TableState, update_time: int) -> None:
         if state.data_prefix is not None and big in state.data_prefix:
-            others = sum(size for t, size in committer.warm_tables.items() if t != big)
             before = warm_state_bytes(state.reference_count(), PARTITIONS)
             added = round(budget.load_factor * warm_state_bytes(len(self.references), 0))
-            peaks.append((others, before + added))
+            peaks.append((others_kept(committer, big), before + added))
         apply(self, state, update_time)
 
     monkeypatch.setattr(AddFiles, "apply", apply_and_watch)
@@ -384,7 +397,44 @@ def test_a_table_whose_log_outgrew_its_snapshot_has_room_made_as_its_load_applie
     [result] = committer.process([message(add_files(big, "b"))])
 
     assert result.outcome is MessageOutcome.COMMITTED
-    assert len(peaks) == imports + 1  # the entries since the snapshot, then the request's own
+    assert len(peaks) == IMPORTS + 1  # the entries since the snapshot, then the request's own
     assert all(others + peak <= budget.bytes for others, peak in peaks), (budget.bytes, peaks)
     assert committer.last_batch.demotions >= 2
-    assert h.state(big).reference_count() == FILES_PER_TABLE + imports * per_import + 1
+    assert h.state(big).reference_count() == FILES_PER_TABLE + IMPORTS * PER_IMPORT + 1
+
+
+def test_room_for_a_log_entry_is_made_before_its_body_is_decoded(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding an entry costs about as much memory as applying it (a million-reference import is a million
+    decoded references before it is applied). Each entry carries what it adds at most, written with it: the
+    room is made from that before the body is decoded, not from the decoded transaction after."""
+    big, budget, committer = outgrown_table(h)
+    entries = list(h.log.read(big, 1))
+    assert [e.most_added for e in entries[-IMPORTS:]] == [(PER_IMPORT, 0)] * IMPORTS  # written with each
+    decoded: list[tuple[int, int]] = []  # (others kept, the entry's peak) as each import's body is decoded
+    references = {"now": FILES_PER_TABLE}  # the big table's as its load applies the log: the snapshot's first
+    decode = log_loading.decode_entry
+
+    def decode_and_watch(entry: LogEntry, table_id: str = "?") -> Transaction:
+        if table_id == big and entry.most_added == (PER_IMPORT, 0):
+            before = warm_state_bytes(references["now"], PARTITIONS)
+            added = round(budget.load_factor * warm_state_bytes(PER_IMPORT, 0))
+            decoded.append((others_kept(committer, big), before + added))
+        return decode(entry, table_id)
+
+    apply = AddFiles.apply
+
+    def apply_and_count(self: AddFiles, state: TableState, update_time: int) -> None:
+        apply(self, state, update_time)
+        if state.data_prefix is not None and big in state.data_prefix:
+            references["now"] = state.reference_count()
+
+    monkeypatch.setattr(log_loading, "decode_entry", decode_and_watch)
+    monkeypatch.setattr(AddFiles, "apply", apply_and_count)
+
+    [result] = committer.process([message(add_files(big, "b"))])
+
+    assert result.outcome is MessageOutcome.COMMITTED
+    assert len(decoded) == IMPORTS
+    assert all(others + peak <= budget.bytes for others, peak in decoded), (budget.bytes, decoded)

@@ -27,6 +27,7 @@ from statestore.adapters.aws.log_items import (
     BODY,
     BODY_KEY,
     COMPRESSED,
+    MOST_ADDED,
     NUMBER,
     TABLE_ID,
     TYPE,
@@ -34,6 +35,7 @@ from statestore.adapters.aws.log_items import (
     WRITER,
     body_value,
     entry_of,
+    most_added_value,
     object_keys,
 )
 from statestore.errors import (
@@ -131,6 +133,8 @@ class DynamoDBTransactionLog(TransactionLogStore):
             item[ADDS_ONLY] = {"BOOL": True}
             if entry.adds_to_leaves:
                 item[ADDS_TO_LEAVES] = {"SS": sorted(entry.adds_to_leaves)}
+        if entry.most_added is not None:
+            item[MOST_ADDED] = most_added_value(entry.most_added)
         body_key: str | None = None
         size = len(entry.body)
         if size > self.max_blob_bytes:
