@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from statestore.engine.log_store import TransactionLogStateStore
+from statestore.errors import RequestsAlreadyDecidedError, TransactionNumberTakenError
 from statestore.services import cleanup
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry
@@ -38,14 +39,15 @@ def test_every_invariant_holds_under_lost_responses_crashes_throttling_redeliver
 
 
 def test_the_simulation_exercises_every_kind_of_fault_and_commits_through_every_path() -> None:
-    worlds = [run_seed(seed, STEPS) for seed in range(10)]
+    worlds = [run_seed(seed, STEPS) for seed in range(15)]
 
     faults = {kind for w in worlds for kind in w.faults.injected}
     kinds = {"crash-after", "crash-before", "damaged-snapshot", "lost-response", "preempt", "throttle"}
     assert faults == kinds
-    assert sum(w.summary()["entries"] for w in worlds) > 10 * STEPS // 4
+    assert sum(w.summary()["entries"] for w in worlds) > 15 * STEPS // 4
     assert any(w.queue.redriven or w.dead_letters.letters for w in worlds)
     assert sum(w.summary()["guarded_commits"] for w in worlds) > 0  # appended from an evicted table's guard
+    assert sum(w.summary()["deleted_tables"] for w in worlds) > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -121,3 +123,34 @@ def test_the_simulation_catches_a_committer_that_forgets_statuses_with_the_entry
         except InvariantViolation as e:
             caught.append(str(e))
     assert caught, "the harness did not notice a request applied twice or reported wrongly"
+
+
+def test_the_simulation_catches_an_append_to_a_table_whose_log_was_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A log whose appends did not rest on the entry before them: a committer or writer holding a deleted
+    # table's state appended its next entry after the delete, and the table's log began again from it.
+    def append_anywhere(
+        self: InMemoryTransactionLog, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()
+    ) -> None:
+        with self._lock:
+            entries = self._entries.setdefault(table_id, {})
+            if entry.transaction_number in entries:
+                raise TransactionNumberTakenError(table_id, entry.transaction_number)
+            with self._statuses._lock:
+                decided = self._statuses._final_among(outcomes)
+                if decided:
+                    raise RequestsAlreadyDecidedError(table_id, decided)
+                self._add(table_id, entries, entry)
+                self._statuses._put_all(outcomes)
+
+    monkeypatch.setattr(InMemoryTransactionLog, "append", append_anywhere)
+
+    caught = []
+    for seed in range(40):
+        try:
+            run_seed(seed, 150)
+        except InvariantViolation as e:
+            caught.append(str(e))
+    assert caught, "the harness did not notice an entry appended to a deleted table"
+    assert "was appended after its log was deleted" in caught[0]

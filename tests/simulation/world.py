@@ -17,7 +17,10 @@ replays exactly. Actors share a few tables:
 - the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims;
 - a **vandal** truncates a snapshot object or flips a bit in it, where an intact snapshot before it and the
   log after that still cover the state (never inside another actor's call: damage between cleanup's check
-  of its base and its trimming of the log cannot be survived by anything).
+  of its base and its trimming of the log cannot be survived by anything);
+- an **operator** deletes a table as ``statestore tables delete`` does (running an interrupted delete again
+  until it finishes) and creates another, half the time under the deleted one's name; producers go on
+  sending to deleted tables now and then, and writers and committers keep what they held of them.
 
 Faults are injected at every port call of every actor: throttling before a call, a lost response after a
 write that landed (seen as a connection error, or as botocore's retry failing the condition), a crash
@@ -37,7 +40,10 @@ appended (cleanup deletes entries from the log, not from the oracle):
    no gaps;
 5. no data file the state references is deleted; no claim outlives its job for ever: once a cleanup of a
    table succeeds, the table holds no claim older than the expiry it swept with;
-6. log update times never run backwards, whatever the writers' clocks say.
+6. log update times never run backwards, whatever the writers' clocks say;
+7. nothing is appended to a table's log once its delete has deleted the log.
+
+Invariants 4 and 5 are checked on the tables not being deleted; the others on every table.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from statestore.errors import (
     CommitConflictError,
     StateStoreError,
     StoreUnavailableError,
+    TableNotFoundError,
     TransactionNumberTakenError,
     TransactionValidationError,
 )
@@ -69,6 +76,7 @@ from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
 from statestore.services.cleanup import cleanup_tables, snapshot_tables
 from statestore.services.cleanup_policy import CleanupPolicy
+from statestore.services.client import StateStoreClient
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
 from statestore.sizing import WarmBudget
@@ -204,6 +212,9 @@ class FaultyLog(TransactionLogStore):
     def append(self, table_id: str, entry: LogEntry, outcomes: Sequence[CommitStatus] = ()) -> None:
         def put() -> None:
             self.inner.append(table_id, entry, outcomes)
+            if table_id in self.world.log_deleted:  # 7
+                n = entry.transaction_number
+                self.world.violation(f"table {table_id}: entry {n} was appended after its log was deleted")
             self.world.oracle(table_id).appended(entry)
             for status in outcomes:
                 self.world.saw_status(self.inner.request_statuses.get(status.table_id, status.request_id))
@@ -227,7 +238,12 @@ class FaultyLog(TransactionLogStore):
         return self.faults.call(lambda: self.inner.delete_up_to(table_id, transaction_number), write=True)
 
     def delete_table(self, table_id: str) -> None:
-        self.faults.call(lambda: self.inner.delete_table(table_id), write=True)
+        def delete() -> None:
+            self.inner.delete_table(table_id)
+            if table_id in self.world.deleting:  # not a create undoing its table
+                self.world.log_deleted.add(table_id)
+
+        self.faults.call(delete, write=True)
 
     def stored_body_keys(self, table_id: str) -> set[str]:
         return self.faults.call(lambda: self.inner.stored_body_keys(table_id), write=False)
@@ -462,7 +478,8 @@ class Producer(Actor):
 
     def step(self, world: World) -> None:
         rng = world.rng
-        table_id = rng.choice(world.table_ids)
+        gone = sorted(world.log_deleted)
+        table_id = rng.choice(gone if gone and rng.random() < 0.05 else world.table_ids)  # a job sending late
         roll = rng.random()
         if roll < 0.12 and self.sent:  # the same request again, maybe after the deduplication window
             old = rng.choice(self.sent).request
@@ -571,6 +588,8 @@ class SyncWriter(Actor):
             state = store.state()
         except StateStoreError:
             return
+        if not state.partitions_by_id:  # a table whose delete deleted its log: nothing to write to
+            return
         roll = rng.random()
         if roll < 0.1:
             self._split(world, store, state)
@@ -660,7 +679,7 @@ class Vandal(Actor):
 
     def step(self, world: World) -> None:
         rng = world.rng
-        table_id = rng.choice(world.table_ids)
+        table_id = rng.choice(world.checked_tables())
         recorded = world.raw_snapshot_metadata.list(table_id)
         first = next(world.raw_log.read(table_id, 0), None)
         intact = [s for s in recorded if s.partitions_key not in world.damaged]
@@ -698,8 +717,12 @@ class Cleaner(Actor):
         # 5: a cleanup that succeeded left no claim older than the expiry it swept with.
         cutoff = clock() - CLAIM_EXPIRY_MS
         for outcome in outcomes:
-            if outcome.report is None:
-                continue
+            if (
+                outcome.report is None
+                or outcome.table_id in world.deleting
+                or outcome.table_id in world.log_deleted
+            ):
+                continue  # a table deleted meanwhile may have been cleaned up as the empty log it became
             oracle = world.oracle(outcome.table_id)
             oracle.advance()
             for ref in oracle.state.file_references():
@@ -708,6 +731,36 @@ class Cleaner(Actor):
                         f"table {outcome.table_id}: after a cleanup, job {ref.job_id}'s claim on "
                         f"{ref.filename} (made at {ref.last_update_time}) outlives the expiry ({cutoff})"
                     )
+
+
+@dataclass(eq=False)
+class Operator(Actor):
+    """Deletes a table through the client, as ``statestore tables delete`` does, running a delete a fault
+    interrupted again until it finishes; then creates another in its place, half the time under the deleted
+    one's name."""
+
+    def step(self, world: World) -> None:
+        client = StateStoreClient(world.tables, world.log, world.snapshot_metadata, world.blobs)
+        # Deletes now and then (it is also picked to run inside other actors' calls): tables live long
+        # enough for snapshots and cleanup to reach them.
+        if not world.deleting and len(world.checked_tables()) > 1 and world.rng.random() < 0.3:
+            table_id = world.rng.choice(world.checked_tables())
+            same_name = world.rng.random() < 0.5
+            world.deleting[table_id] = world.tables.get(table_id).table_name if same_name else ""
+        for table_id, name in list(world.deleting.items()):
+            try:
+                client.delete_table(table_id)
+            except TableNotFoundError:
+                pass  # an earlier run finished it, and was cut short after
+            world.log_deleted.add(table_id)  # deleted by now, whichever run did it
+            del world.deleting[table_id]
+            world.table_ids.remove(table_id)
+            world.deleted_tables += 1
+            world.to_create.append(name or f"t{world.next_id()}")
+        while world.to_create:
+            table = client.create_table(world.to_create[0], SCHEMA, [0])
+            world.to_create.pop(0)
+            world.table_ids.append(table.table_id)
 
 
 class _DecodedOnce(SnapshotStore):
@@ -748,9 +801,8 @@ class World:
         self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
         self.log = FaultyLog(self.raw_log, self.faults, self)
         self.blobs = FaultyBlobs(self.raw_blobs, self.faults)
-        self.snapshots = SnapshotStore(
-            FaultySnapshotMetadata(self.raw_snapshot_metadata, self.faults), self.blobs
-        )
+        self.snapshot_metadata = FaultySnapshotMetadata(self.raw_snapshot_metadata, self.faults)
+        self.snapshots = SnapshotStore(self.snapshot_metadata, self.blobs)
         self.statuses = FaultyStatuses(self.raw_statuses, self.faults, self)
         self.dead_letters = FaultyDeadLetters(self.faults)
         self.tables = InMemoryTableIndex()
@@ -762,7 +814,12 @@ class World:
         self._oracles: dict[str, Oracle] = {}
         self._loaded: dict[str, tuple[int, str | None, int | None, int]] = {}  # what the last fresh load saw
         self._check_snapshots = _DecodedOnce(self.raw_snapshot_metadata, self.raw_blobs)
-        self.table_ids: list[str] = []
+        self.table_ids: list[str] = []  # the tables in the index (being deleted or not)
+        # Tables whose delete began, and the name to create a table under once it is done ("": a new one).
+        self.deleting: dict[str, str] = {}
+        self.to_create: list[str] = []  # names of tables to create (a create that failed is made again)
+        self.log_deleted: set[str] = set()  # tables whose delete deleted their log (7)
+        self.deleted_tables = 0
         for i in range(tables):
             self._create_table(f"t{i}")
         self.actors: list[Actor] = [
@@ -773,8 +830,9 @@ class World:
             Snapshotter("snapshot"),
             Cleaner("cleanup"),
             Vandal("vandal"),
+            Operator("operator"),
         ]
-        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1, 0.1]
+        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1, 0.1, 0.2]
         self.damaged: set[str] = set()  # the partitions keys of snapshots whose objects were damaged
 
     def _create_table(self, name: str) -> None:
@@ -784,6 +842,10 @@ class World:
         store = TransactionLogStateStore(info.table_id, SCHEMA, self.log, clock=lambda: self.now)
         store.commit(InitialisePartitions(tuple(partitions_from_split_points(SCHEMA, [0]))))
         self.oracle(info.table_id).advance()
+
+    def checked_tables(self) -> list[str]:
+        """The tables whose state invariants 4 and 5 hold: those not being deleted."""
+        return [t for t in self.table_ids if t not in self.deleting]
 
     def next_id(self) -> int:
         self._ids += 1
@@ -863,14 +925,22 @@ class World:
             self.violation(f"final status of {status.request_id} changed from {first} to {status}")
 
     def check_result(self, result: Any) -> None:
-        if result.outcome is MessageOutcome.REJECTED and result.request_id in self.requests:
-            table_id = self.requests[result.request_id].table_id
-            self.oracle(table_id).advance()
-            if result.request_id in self.oracle(table_id).requests:
-                self.violation(f"request {result.request_id} was reported rejected but is in the log")
+        if result.request_id not in self.requests:
+            return
+        oracle = self.oracle(self.requests[result.request_id].table_id)
+        oracle.advance()
+        held = oracle.requests.get(result.request_id)
+        if result.outcome is MessageOutcome.REJECTED and held is not None:
+            self.violation(f"request {result.request_id} was reported rejected but is in entry {held}")
+        if result.outcome is MessageOutcome.COMMITTED and held != result.transaction_number:
+            # 2, as the committer reports it (a deleted table's statuses may be gone with its log)
+            self.violation(
+                f"request {result.request_id} was reported committed at {result.transaction_number} "
+                f"but the log holds it in {held}"
+            )
 
     def check(self) -> None:
-        for table_id in self.table_ids:
+        for table_id in self.checked_tables():
             oracle = self.oracle(table_id)
             oracle.advance()
             # 4: a fresh load (latest snapshot + the log after it) equals the full replay
@@ -928,6 +998,7 @@ class World:
             "redrives": self.redrives,
             "violations": len(self.violations),
             "guarded_commits": self.guarded_commits,
+            "deleted_tables": self.deleted_tables,
         }
 
 
