@@ -77,8 +77,8 @@ class SnapshotStore:
             for key, data in objects.items():
                 self.blobs.put(key, data)
                 written.append(key)
-            for key, data in objects.items():
-                if checksum(self.blobs.get(key)) != checksum(data):
+            for key, expected in zip(objects, info.checksums, strict=True):
+                if checksum(self.blobs.get(key)) != expected:
                     raise StoreUnavailableError(
                         f"table {table_id!r}: snapshot {state.transaction_number}'s object {key!r} reads "
                         "back other bytes than were written; not recorded"
@@ -174,9 +174,12 @@ class SnapshotStore:
         else:  # both at once: their round trips overlap
             read = overlap.both(lambda: get(info.files_key), lambda: get(info.partitions_key))
             objects = [read[1].get(), read[0].get()]
-        # No checksums: a snapshot recorded before they were kept (Parquet's page CRCs still apply).
-        for key, data, expected in zip(keys, objects, info.checksums or (None, None), strict=True):
-            if expected is None:
+        # No checksums: a snapshot recorded before they were kept (Parquet's page CRCs still apply). An
+        # object taken from the copy was checked as it was taken.
+        for key, data, expected, was_copied in zip(
+            keys, objects, info.checksums or (None, None), copied, strict=True
+        ):
+            if expected is None or was_copied is not None:
                 continue
             if checksum(data) != expected:
                 raise UnreadableSnapshotError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from statestore.engine import snapshots
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     SnapshotNotFoundError,
@@ -185,3 +186,33 @@ def test_a_snapshot_that_truly_lost_the_race_leaves_no_objects() -> None:
     assert [blobs.get(key) for key in copies] == [blobs.get(info.partitions_key), blobs.get(info.files_key)]
     # the newer snapshot's two objects and their latest copy only
     assert len(blobs.list(layout.snapshot_prefix(TABLE))) == 4
+
+
+def test_each_object_is_checksummed_once_on_write_and_on_read_in_part_from_the_latest_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CRC-32 costs a pass over the object (~30 MB for a million references): written, each object is
+    summed for its record and once more as read back; read with one object from the latest copy, each is
+    summed once (the copied one as it is judged to be this snapshot's), not the copied one again."""
+    blobs = InMemoryBlobStore()
+    store = SnapshotStore(InMemorySnapshotMetadataStore(), blobs)
+    summed: list[bytes] = []
+    real = snapshots.checksum
+
+    def counted(data: bytes) -> str:
+        summed.append(data)
+        return real(data)
+
+    monkeypatch.setattr(snapshots, "checksum", counted)
+    state = busy_state()
+
+    info = store.write(TABLE, state, created_time=9_000)
+
+    written = [blobs.get(info.partitions_key), blobs.get(info.files_key)]
+    assert sorted(summed) == sorted(written * 2)
+    summed.clear()
+    partitions_copy, _ = store.latest_copy(TABLE, 1 << 20)
+    assert partitions_copy == written[0]
+
+    assert store.read(info, STRING_SCHEMA, (partitions_copy, None)) == state
+    assert sorted(summed) == sorted(written)
