@@ -19,12 +19,14 @@ only add files, has the guard take them (:meth:`FileGuard.take_entry`); any othe
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from statestore.state.hash_search import HashSearch
+from statestore.state.partition_columns import PartitionIds
 from statestore.state.string_column import _hash_of, split_filename
 
 
@@ -43,12 +45,12 @@ class GuardCannotTell(Exception):
     """A guard cannot decide what it was asked (a name whose hash it holds): load the state."""
 
 
-# Bytes a guard costs beyond its hashes: the partitions' ids (a snapshot's index of them, or two sets), the
-# names added since, and the guard itself (its objects and arrays; the fault simulation, whose tables are
-# tiny, counts none).
-_BYTES_PER_PARTITION = 150
+# Bytes a guard costs beyond its arrays and its partitions' ids (both counted as they are): each name added
+# since (a hash in a set), and the guard itself (its objects and the views on its arrays: ~1.6 KB, ~3.6 KB
+# with a snapshot's index of its partitions, tests/unit/test_file_guard.py; the fault simulation, whose
+# tables are tiny, counts none).
 _BYTES_PER_ADDED_NAME = 100
-GUARD_OVERHEAD_BYTES = 2_000
+GUARD_OVERHEAD_BYTES = 4_000
 
 
 class FileGuard:
@@ -61,6 +63,7 @@ class FileGuard:
 
     __slots__ = (
         "_search",
+        "_partition_bytes",
         "_mask",
         "_added",
         "_pending",
@@ -94,6 +97,7 @@ class FileGuard:
         self.data_prefix = data_prefix
         self.partition_ids = partition_ids
         self.leaf_ids = leaf_ids
+        self._partition_bytes = _bytes_of_ids(partition_ids, leaf_ids)
         self.transaction_number = transaction_number
         self.last_update_time = last_update_time
         self.references = references
@@ -150,8 +154,8 @@ class FileGuard:
     def estimated_bytes(self) -> int:
         """What the guard keeps in memory, estimated as the warm cache counts a state."""
         return (
-            8 * len(self._search)
-            + _BYTES_PER_PARTITION * len(self.partition_ids)
+            self._search.nbytes
+            + self._partition_bytes
             + _BYTES_PER_ADDED_NAME * len(self._added)
             + GUARD_OVERHEAD_BYTES
         )
@@ -172,3 +176,16 @@ class FileGuard:
         search = self._search
         position = search.position(h)
         return position < len(search) and search.at(position) == h
+
+
+def _bytes_of_ids(partition_ids: Collection[str], leaf_ids: Collection[str]) -> int:
+    """What a guard's partition ids cost it, the state they came from being gone: a snapshot's index of them
+    its arrays (the leaves' view of it nothing); collections of their own, the collections and the ids
+    (each leaf's id is one of the partitions')."""
+    if isinstance(partition_ids, PartitionIds):
+        return partition_ids.nbytes
+    return (
+        sys.getsizeof(partition_ids)
+        + sys.getsizeof(leaf_ids)
+        + sum(sys.getsizeof(partition_id) for partition_id in partition_ids)
+    )

@@ -52,3 +52,14 @@ class HashSearch:
 
     def __len__(self) -> int:
         return len(self._hashes)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays: the hashes (shared with the array it was made from, where that was
+        contiguous ``uint64``) and its bucket index."""
+        return self._hashes.nbytes + self._starts.nbytes
+
+    @property
+    def index_nbytes(self) -> int:
+        """The bytes of its bucket index alone: what it holds beyond the hashes it was made from."""
+        return self._starts.nbytes

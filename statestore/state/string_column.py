@@ -71,6 +71,11 @@ class StringColumn:
         self._offsets = offsets.data
         self._data = data.data
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the buffers it reads: the offsets and the characters."""
+        return self._offsets.nbytes + self._data.nbytes
+
     def __getstate__(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self._offsets), np.asarray(self._data)
 

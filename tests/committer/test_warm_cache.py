@@ -16,6 +16,7 @@ from statestore.errors import StoreUnavailableError
 from statestore.model.schema import Schema
 from statestore.services.committer import BatchCommitter, MessageOutcome, MessageResult, ReceivedMessage
 from statestore.sizing import WarmBudget, warm_state_bytes
+from statestore.state.file_guard import GUARD_OVERHEAD_BYTES
 from statestore.state.table_state import TableState
 from statestore.store.memory import InMemoryCommitStatusStore, InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry
@@ -31,7 +32,7 @@ PARTITIONS = 1  # each table's tree: the root alone
 TABLE_BYTES = warm_state_bytes(FILES_PER_TABLE, PARTITIONS)
 KEPT = 3  # tables the budget holds as they start (they grow as they are committed to)
 BUDGET = KEPT * TABLE_BYTES + TABLE_BYTES // 2
-GUARD_BYTES = 8 * FILES_PER_TABLE + 150 * PARTITIONS + 2_000  # what a table's guard keeps (file_guard)
+GUARD_BYTES = 8 * FILES_PER_TABLE + GUARD_OVERHEAD_BYTES  # a guard keeps at least its hashes and itself
 
 
 @pytest.fixture
@@ -209,7 +210,8 @@ def test_a_never_seen_table_of_unknown_size_has_a_load_factor_th_of_the_budget_k
 ) -> None:
     table_ids = tables_with_files(h, 7, FILES_PER_TABLE)
     unknown = table_ids.pop()  # no snapshot: its size is known only once loaded
-    budget = WarmBudget(9 * TABLE_BYTES + TABLE_BYTES // 2, 3.0)  # six beside the peak of one more
+    # Six states; a third of it holds one state and five guards (~4.5 KB each), not two states and four.
+    budget = WarmBudget(12 * TABLE_BYTES, 3.0)
     committer = h.committer(warm_budget=budget)
     for table_id in table_ids:
         h.store(table_id).create_snapshot()
@@ -274,7 +276,8 @@ def test_an_evicted_tables_state_is_freed_where_loaded_states_are_frozen(
 ) -> None:
     # Frozen objects are never collected as cycles: an evicted state must be freed by reference counting.
     table_ids = snapshotted_tables(h, 4)
-    committer = h.committer(warm_budget=WarmBudget(BUDGET))
+    # KEPT states, and room beside them for the guard the oldest of them becomes to make room for the next.
+    committer = h.committer(warm_budget=WarmBudget(BUDGET + GUARD_OVERHEAD_BYTES))
     assert committer.snapshots is not None
     snapshots, read = committer.snapshots, committer.snapshots.read
     seen: dict[str, weakref.ref[TableState]] = {}

@@ -4,13 +4,15 @@ checks an ``AddFiles`` makes run against it as against the state."""
 from __future__ import annotations
 
 import gc
+import tracemalloc
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from statestore.codec.parquet import state_from_parquet, state_to_parquet
 from statestore.errors import FileAlreadyExistsError, PartitionNotFoundError
-from statestore.state.file_guard import FileGuard, GuardCannotTell
+from statestore.state.file_guard import GUARD_OVERHEAD_BYTES, FileGuard, GuardCannotTell
 from statestore.state.partition_columns import PartitionIds
 from statestore.state.table_state import TableState
 from statestore.transactions import AddFiles, InitialisePartitions, SplitPartition, leaves_added_to
@@ -192,3 +194,35 @@ def test_a_guard_shares_its_states_search_over_the_name_hashes_rather_than_makin
     assert guard.files_present([f"{PREFIX}c"]) == [False]
     with pytest.raises(GuardCannotTell):
         guard.files_present([f"{PREFIX}b"])
+
+
+@pytest.mark.parametrize("from_snapshot", [True, False])
+@pytest.mark.parametrize("leaves", [100, 3_000])
+def test_a_guards_estimate_is_what_dropping_it_frees(from_snapshot: bool, leaves: int) -> None:
+    """The warm cache keeps guards by their estimate: one that runs low lets the cache outgrow its budget,
+    one that runs high keeps fewer than it could. Its partitions' ids are counted as they are kept: a
+    snapshot's index of them (arrays, ~55 B a partition), or sets of their own (~190)."""
+    tracemalloc.start()
+    try:
+        state = TableState(INT_SCHEMA)
+        InitialisePartitions(tuple(tree(INT_SCHEMA, list(range(1, leaves))))).apply(state, 1)
+        leaf_ids = sorted(p.id for p in state.leaf_partitions())
+        names = [f"{PREFIX}{leaf_ids[i % leaves]}/{i:08d}.parquet" for i in range(10_000)]
+        AddFiles(tuple(ref(name, leaf_ids[i % leaves]) for i, name in enumerate(names))).apply(state, 2)
+        state.transaction_number = 2
+        if from_snapshot:
+            state = state_from_parquet(INT_SCHEMA, *state_to_parquet(state), 2)
+        state.data_prefix = PREFIX
+        guard = guard_of(state)
+        assert isinstance(guard.partition_ids, PartitionIds) is from_snapshot
+        estimate = guard.estimated_bytes
+        del state, leaf_ids, names  # the guard alone holds what it keeps
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] + pa.total_allocated_bytes()
+        del guard
+        gc.collect()
+        freed = held - tracemalloc.get_traced_memory()[0] - pa.total_allocated_bytes()
+    finally:
+        tracemalloc.stop()
+
+    assert freed <= estimate <= 1.05 * freed + GUARD_OVERHEAD_BYTES, (freed, estimate)
