@@ -97,7 +97,9 @@ class FileGuard:
         self.data_prefix = data_prefix
         self.partition_ids = partition_ids
         self.leaf_ids = leaf_ids
-        self._partition_bytes = _bytes_of_ids(partition_ids, leaf_ids)
+        # Sets of its own are counted once (a snapshot's index of them as asked: it makes its search later).
+        own = not isinstance(partition_ids, PartitionIds)
+        self._partition_bytes = _bytes_of_sets(partition_ids, leaf_ids) if own else None
         self.transaction_number = transaction_number
         self.last_update_time = last_update_time
         self.references = references
@@ -153,9 +155,10 @@ class FileGuard:
     @property
     def estimated_bytes(self) -> int:
         """What the guard keeps in memory, estimated as the warm cache counts a state."""
+        ids = self.partition_ids
         return (
             self._search.nbytes
-            + self._partition_bytes
+            + (ids.nbytes if isinstance(ids, PartitionIds) else self._partition_bytes or 0)
             + _BYTES_PER_ADDED_NAME * len(self._added)
             + GUARD_OVERHEAD_BYTES
         )
@@ -178,12 +181,9 @@ class FileGuard:
         return position < len(search) and search.at(position) == h
 
 
-def _bytes_of_ids(partition_ids: Collection[str], leaf_ids: Collection[str]) -> int:
-    """What a guard's partition ids cost it, the state they came from being gone: a snapshot's index of them
-    its arrays (the leaves' view of it nothing); collections of their own, the collections and the ids
-    (each leaf's id is one of the partitions')."""
-    if isinstance(partition_ids, PartitionIds):
-        return partition_ids.nbytes
+def _bytes_of_sets(partition_ids: Collection[str], leaf_ids: Collection[str]) -> int:
+    """What a guard's own collections of partition ids cost it, the state they came from being gone: the
+    collections and the ids (each leaf's id is one of the partitions')."""
     return (
         sys.getsizeof(partition_ids)
         + sys.getsizeof(leaf_ids)
