@@ -58,18 +58,25 @@ def test_a_seed_replays_exactly() -> None:
         assert list(first.raw_log.read(a, 0)) == list(second.raw_log.read(b, 0))
 
 
+def violations_in_seeds(seeds: int, steps: int = 150) -> list[str]:
+    """What each of the first ``seeds`` seeds stopped at, under the defect a test put in: how a test shows
+    the simulation notices it."""
+    caught = []
+    for seed in range(seeds):
+        try:
+            run_seed(seed, steps)
+        except InvariantViolation as e:
+            caught.append(str(e))
+    return caught
+
+
 def test_the_simulation_catches_a_writer_that_does_not_recognise_its_own_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The engine before writer tokens: a put whose response was lost looks like a lost race.
     monkeypatch.setattr(TransactionLogStateStore, "_writer_at", lambda self, number: "another writer")
 
-    caught = []
-    for seed in range(40):
-        try:
-            run_seed(seed, 150)
-        except InvariantViolation as e:
-            caught.append(str(e))
+    caught = violations_in_seeds(40)
     assert caught, "the harness did not notice commits that landed being reported as failed"
     assert "replay: python -m tests.simulation --seed" in caught[0]
 
@@ -78,12 +85,7 @@ def test_the_simulation_catches_a_cleanup_that_leaves_expired_claims(monkeypatch
     # Cleanup before claims could be released: a job that died after claiming held its files for ever.
     monkeypatch.setattr(cleanup, "release_expired_claims", lambda store, before: ((), 0))
 
-    caught = []
-    for seed in range(20):
-        try:
-            run_seed(seed, 150)
-        except InvariantViolation as e:
-            caught.append(str(e))
+    caught = violations_in_seeds(20)
     assert caught, "the harness did not notice claims outliving their job"
     assert "outlives the expiry" in caught[0]
 
@@ -92,12 +94,7 @@ def test_the_simulation_catches_log_times_running_backwards(monkeypatch: pytest.
     # The engine before log times were kept monotonic: each entry stamped with its writer's clock.
     monkeypatch.setattr(TransactionLogStateStore, "_last_update_time", lambda self, state: 0)
 
-    caught = []
-    for seed in range(20):
-        try:
-            run_seed(seed, 150)
-        except InvariantViolation as e:
-            caught.append(str(e))
+    caught = violations_in_seeds(20)
     assert caught, "the harness did not notice an entry stamped before the one it follows"
     assert "is before the previous entry's" in caught[0]
 
@@ -116,12 +113,7 @@ def test_the_simulation_catches_a_committer_that_forgets_statuses_with_the_entry
 
     monkeypatch.setattr(InMemoryTransactionLog, "append", append_without_outcomes)
 
-    caught = []
-    for seed in range(40):
-        try:
-            run_seed(seed, 150)
-        except InvariantViolation as e:
-            caught.append(str(e))
+    caught = violations_in_seeds(40)
     assert caught, "the harness did not notice a request applied twice or reported wrongly"
 
 
@@ -146,11 +138,6 @@ def test_the_simulation_catches_an_append_to_a_table_whose_log_was_deleted(
 
     monkeypatch.setattr(InMemoryTransactionLog, "append", append_anywhere)
 
-    caught = []
-    for seed in range(40):
-        try:
-            run_seed(seed, 150)
-        except InvariantViolation as e:
-            caught.append(str(e))
+    caught = violations_in_seeds(40)
     assert caught, "the harness did not notice an entry appended to a deleted table"
     assert "was appended after its log was deleted" in caught[0]
