@@ -144,7 +144,7 @@ class StatestoreStack(Stack):
         for name, value in config.warm_cache_environment.items():  # the warm budget, when set
             self.committer.function.add_environment(name, value)
             self.snapshot.function.add_environment(name, value)
-        self._grant(queryable_views=config.queryable_views)
+        self._grant()
         if self.postgres is not None:
             # The committer applies file-reference transactions; the cleanup marks and collects garbage
             # files. The snapshot function only touches partitions (always on the log): no database.
@@ -230,7 +230,7 @@ class StatestoreStack(Stack):
         )
         self._outputs()
 
-    def _grant(self, *, queryable_views: bool) -> None:
+    def _grant(self) -> None:
         """Each function's grants, from the calls its handler makes through statestore.adapters.aws. Every one
         loads tables, which is :meth:`StateStoreGrants.grant_read_state`; the rest is its own."""
         state, data, commits = self.state, self.data, self.commits
@@ -252,18 +252,18 @@ class StatestoreStack(Stack):
 
         # Snapshot: plans (lists the tables, reads each one's log head and latest snapshot record, queues
         # work), then loads one table per message and records a snapshot; it never writes the log. It deletes
-        # only the objects of a snapshot whose recording lost a race (SnapshotStore.write). Consuming its
-        # work queue is granted by its event source.
+        # the objects of a snapshot whose recording lost a race (SnapshotStore.write), and a table's snapshot
+        # records and objects (and view items) again when the table's delete began while it wrote them
+        # (in batches of 25). The queryable views' items sit beside the snapshot records (view#...), written
+        # and deleted in batches too; their meta moves with a conditional PutItem. Consuming its work queue
+        # is granted by its event source.
         snapshot = self.snapshot.function
         self.grants.grant_read_state(snapshot)
         self.upkeep.snapshot_queue.grant_send_messages(snapshot)
         state.snapshots.grant(snapshot, *PUT)
+        state.snapshots.grant(snapshot, *BATCH_WRITE)
         data.grant_put(snapshot, objects.SNAPSHOT_OBJECTS)
         data.grant_delete(snapshot, objects.SNAPSHOT_OBJECTS)
-        if queryable_views:
-            # The queryable views' items, beside the snapshot records (view#...): written and deleted in
-            # batches of 25; their meta moves with a conditional PutItem, granted above.
-            state.snapshots.grant(snapshot, *BATCH_WRITE)
 
         # Cleanup: deletes old log entries with their bodies and old snapshots (records and objects),
         # garbage-collects unreferenced data files and stale request bodies, and commits DeleteFiles

@@ -114,7 +114,12 @@ def plan_latest(
     full load of ``state_store``. The same parts either way."""
     if view is not None and max_leaves > 0 and regions:
         try:
-            parts, number = _through_view(view, regions, max_leaves)
+            try:
+                parts, number = _through_view(view, regions, max_leaves)
+            except StateStoreError:
+                state_store.confirm_table()  # a table whose delete began says so, not what it met
+                raise
+            state_store.confirm_table()  # as the store's own reads end: not a table being deleted
             logger.debug("table %r: read planned through the queryable view at %d", view.table_id, number)
             return PlannedRead(parts, number, through_view=True)
         except _Declined as e:

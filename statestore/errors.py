@@ -314,6 +314,21 @@ class TableNotFoundError(StateStoreError):
         self.table = table
 
 
+class TableBeingDeletedError(TableNotFoundError):
+    """The table's delete has begun: its record is marked (the first thing a delete writes), and its log,
+    snapshots and objects may be partly gone. Nothing of it is read or written any more; running the
+    delete again finishes it."""
+
+    def __init__(self, table_id: str, table_name: str) -> None:
+        StateStoreError.__init__(
+            self,
+            f"table {table_name!r} ({table_id}) is being deleted: nothing of it is read or written any "
+            "more (if its delete was interrupted, run it again to finish it)",
+        )
+        self.table = table_id
+        self.table_name = table_name
+
+
 class TableLogGoneError(TableNotFoundError):
     """A writer's state is at a transaction the log no longer holds, and the log has nothing after it. The
     log always keeps its latest entry, so it was emptied: the table was deleted (or its log restored to an

@@ -142,7 +142,8 @@ def cmd_cleanup(s: Session) -> int:
         )
     except ValueError as e:
         raise CliError(str(e), EXIT_USAGE) from None
-    tables = [s.table(s.args.table)] if s.args.table else s.client.list_tables()
+    everyone = [t for t in s.client.list_tables() if not t.deleting]  # a marked table: its delete's to finish
+    tables = [s.table(s.args.table)] if s.args.table else everyone
     reports, errors = [], {}
     for table in tables:
         s.out.progress(f"cleaning up table {table.table_name!r}")

@@ -198,6 +198,7 @@ def table_json(table: TableInfo) -> dict[str, Any]:
         "created_time": table.created_time,
         "file_store": table.file_store,
         "allowed_senders": list(table.allowed_senders),
+        **({"deleting": True} if table.deleting else {}),
     }
 
 

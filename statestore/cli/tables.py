@@ -264,7 +264,7 @@ def cmd_tables_list(s: Session) -> int:
         header = ["NAME", "TABLE ID", "ROW KEYS", *(["FILES IN"] if show_file_store else []), "TRANSACTIONS"]
         rows = [
             [
-                t.table_name,
+                f"{t.table_name} (being deleted)" if t.deleting else t.table_name,
                 t.table_id,
                 fmt.schema_text(t.schema.row_keys),
                 *([t.file_store] if show_file_store else []),
@@ -354,7 +354,7 @@ def cmd_tables_rename(s: Session) -> int:
 
 
 def cmd_tables_delete(s: Session) -> int:
-    table = s.table(s.args.name)
+    table = s.client.table_record(s.args.name)  # one whose delete was interrupted too: it is run again
     if not s.args.yes:
         if not sys.stdin.isatty():
             raise CliError(

@@ -120,6 +120,10 @@ class LogStateLoading:
     # state that outgrows what it made room for (a snapshot counts only what was before it: a bulk import
     # since then is in the log alone).
     growth_watch: Callable[[int, int, int, int], object] | None = None
+    # Called after each read of the log (and when one fails): raises TableNotFoundError (or
+    # TableBeingDeletedError) for a table whose delete began before it returns. The mark is the first thing a
+    # delete writes, so a read it lets through saw the log whole, not part way through being deleted.
+    table_check: Callable[[], object] | None = None
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class LogStateLoading:
         if self._state is None:
             self._state = self.load()
         else:
-            self._state = self._catch_up(self._state)
+            self._state = self._checked(partial(self._catch_up, self._state))
         return self._state
 
     @property
@@ -153,7 +157,7 @@ class LogStateLoading:
         if self._state is None:
             self._state = self.load()
         elif self._clock() - self._read_to_end_at > self.max_unread_ms:
-            self._state = self._catch_up(self._state)
+            self._state = self._checked(partial(self._catch_up, self._state))
         return self._state
 
     def load(self, as_of: int | None = None) -> TableState:
@@ -166,9 +170,32 @@ class LogStateLoading:
         TransactionNotRetainedError when cleanup already deleted the entries needed, and StateStoreError
         when ``as_of`` is beyond the log.
         """
+        if as_of is not None and as_of < 0:
+            raise StateStoreError(f"transaction number must be >= 0, got {as_of}")
+        return self._checked(partial(self._fresh_at, as_of))
+
+    def confirm_table(self) -> None:
+        """Run :attr:`table_check`, if given: after a read made beside the store (through the queryable
+        view), as the store's own reads end with it."""
+        if self.table_check is not None:
+            self.table_check()
+
+    def _checked(self, read: Callable[[], TableState]) -> TableState:
+        """``read()``, then :attr:`table_check` (also when the read fails: a table whose delete began says
+        so, rather than what its partly deleted log and snapshots looked like)."""
+        check = self.table_check
+        if check is None:
+            return read()
+        try:
+            state = read()
+        except StateStoreError:
+            check()
+            raise
+        check()
+        return state
+
+    def _fresh_at(self, as_of: int | None) -> TableState:
         if as_of is not None:
-            if as_of < 0:
-                raise StateStoreError(f"transaction number must be >= 0, got {as_of}")
             latest = self.log.latest_number(self.table_id)
             if as_of > latest:
                 raise StateStoreError(

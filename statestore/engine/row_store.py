@@ -192,6 +192,9 @@ class RowFilesStateStore:
         files = self.file_store.files(self.table_id)
         return self._combined(self.partition_log.load(), files)
 
+    def confirm_table(self) -> None:
+        self.partition_log.confirm_table()
+
     def read_log_to_end(self) -> int:
         """Catch the partition tree up with the log; returns the number of its last entry."""
         return self.partition_log.state().transaction_number
@@ -442,9 +445,13 @@ def open_state_store(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     creating: bool = False,
+    table_check: Callable[[], object] | None = None,
 ) -> TableStateStore:
     """The state store of ``info``'s table, as its record says: on the log, or partitions on the log and
     files in ``file_store``. The one place that decides, for the client, the committer and cleanup.
+
+    ``table_check`` runs after each read of the log (``LogStateLoading.table_check``): a reader gives one
+    that raises for a table whose delete began, so it never answers with a partly deleted table's state.
 
     Only the store of a table being ``creating`` may append its transaction 1: any other raises
     TableNotInitialisedError on a commit to a table whose log and snapshots hold nothing (it is being
@@ -454,7 +461,7 @@ def open_state_store(
     message ending with ``missing_file_store`` (what the caller's user can do about it).
     """
     if not info.files_in_rows:
-        return TransactionLogStateStore(
+        store = TransactionLogStateStore(
             info.table_id,
             info.schema,
             log,
@@ -466,23 +473,19 @@ def open_state_store(
             index_leaves=asks_for_leaf_index(info),
             creating=creating,
         )
+        store.table_check = table_check
+        return store
     if file_store is None:
         raise StateStoreError(
             f"table {info.table_name!r} keeps its file references in {info.file_store}, and "
             + missing_file_store
         )
-    return RowFilesStateStore(
-        info.table_id,
-        info.schema,
-        log,
-        file_store,
-        snapshots,
-        retry=retry,
-        clock=clock,
-        sleep=sleep,
-        rng=rng,
-        creating=creating,
-    )
+    rows = RowFilesStateStore(
+        info.table_id, info.schema, log, file_store, snapshots,
+        retry=retry, clock=clock, sleep=sleep, rng=rng, creating=creating,
+    )  # fmt: skip
+    rows.partition_log.table_check = table_check  # read after the files: the check follows both
+    return rows
 
 
 def asks_for_leaf_index(info: TableInfo) -> bool:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from functools import partial
 
 from statestore import instance
 from statestore.engine.jobs_reader import save_job_model_beside_snapshot
@@ -54,6 +55,7 @@ from statestore.errors import (
     SnapshotNotFoundError,
     StaleSnapshotError,
     StateStoreError,
+    TableNotFoundError,
     TransactionValidationError,
     UnreadableSnapshotError,
 )
@@ -310,10 +312,13 @@ def snapshot_tables(
     """Snapshot every table whose log moved at least ``min_transactions`` since its latest snapshot, one
     after another (see :func:`snapshot_table`). A failing table is reported and the others go on."""
     stores = {} if stores is None else stores
-    return [
-        snapshot_table(table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores)
-        for table in tables.list()
-    ]
+    snap = partial(snapshot_table, log=log, snapshots=snapshots, min_transactions=min_transactions)
+    outcomes = []
+    for table in tables.list():
+        if not table.deleting:
+            check = partial(tables.check_live, table.table_id)
+            outcomes.append(snap(table, clock=clock, stores=stores, table_check=check))
+    return outcomes
 
 
 def transactions_since_snapshot(table_id: str, log: TransactionLogStore, snapshots: SnapshotStore) -> int:
@@ -331,6 +336,7 @@ def snapshot_table(
     min_transactions: int = 1,
     clock: Callable[[], int] = now_millis,
     stores: MutableMapping[str, TransactionLogStateStore] | None = None,
+    table_check: Callable[[], object] | None = None,
 ) -> SnapshotOutcome:
     """Snapshot ``table`` if its log moved at least ``min_transactions`` since its latest snapshot.
 
@@ -339,8 +345,44 @@ def snapshot_table(
     the files and needs no snapshot), and it moves only when its partitions do.
     ``stores`` keeps tables' states warm between calls (a Lambda container's). A failure of the store is
     reported in the outcome, not raised.
+
+    ``table_check`` (``TableIndex.check_live``) runs after the load and after the writes. A table whose
+    delete began before the load is skipped; one whose delete began before the writes were done has its
+    snapshots deleted again (the delete's own pass may have run before they were written), and is skipped.
     """
     stores = {} if stores is None else stores
+    table_id = table.table_id
+    try:
+        return _snapshot_table(table, log, snapshots, min_transactions, clock, stores, table_check)
+    except TableNotFoundError as e:  # the check after the load (nothing written), or the log gone
+        stores.pop(table_id, None)
+        if deleted_meanwhile(table_check) is None:
+            logger.exception("could not snapshot table %r", table_id)
+            return SnapshotOutcome(table_id, error=str(e))
+        return SnapshotOutcome(table_id, skipped=str(e))
+
+
+def deleted_meanwhile(table_check: Callable[[], object] | None) -> str | None:
+    """Why the table is gone, or is being deleted (``table_check`` raised TableNotFoundError); None when it
+    is not, or there is no check."""
+    if table_check is None:
+        return None
+    try:
+        table_check()
+    except TableNotFoundError as e:
+        return str(e)
+    return None
+
+
+def _snapshot_table(
+    table: TableInfo,
+    log: TransactionLogStore,
+    snapshots: SnapshotStore,
+    min_transactions: int,
+    clock: Callable[[], int],
+    stores: MutableMapping[str, TransactionLogStateStore],
+    table_check: Callable[[], object] | None,
+) -> SnapshotOutcome:
     table_id = table.table_id
     try:
         since = transactions_since_snapshot(table_id, log, snapshots)
@@ -353,6 +395,7 @@ def snapshot_table(
             )
             if isinstance(stores, WarmCache):  # the log since the snapshot may hold far more than it
                 store.growth_watch = stores.growth_watch(table_id)
+        store.table_check = table_check
         state = store.state()
         try:
             written = snapshots.write(table_id, state, clock())
@@ -360,7 +403,14 @@ def snapshot_table(
             return SnapshotOutcome(table_id, skipped=f"another snapshot won the race: {e}")
         if not table.files_in_rows:  # a postgres table's log holds no file transaction: no job history
             save_job_model_beside_snapshot(table_id, table.schema, log, snapshots, written.transaction_number)
+        deleted = deleted_meanwhile(table_check)
+        if deleted is not None:
+            stores.pop(table_id, None)
+            snapshots.delete_table(table_id)
+            return SnapshotOutcome(table_id, skipped=f"{deleted}; the snapshot written meanwhile is deleted")
         return SnapshotOutcome(table_id, snapshot=written)
+    except TableNotFoundError:
+        raise
     except StateStoreError as e:
         logger.exception("could not snapshot table %r", table_id)
         stores.pop(table_id, None)
@@ -387,9 +437,11 @@ def cleanup_tables(
 ) -> list[CleanupOutcome]:
     """Clean up every table, one after another (see :func:`cleanup_one`); a failing table is reported and the
     others go on."""
+    clean = partial(cleanup_one, log=log, snapshots=snapshots, blobs=blobs, policy=policy, clock=clock)
+    live = [table for table in tables.list() if not table.deleting]
     return [
-        cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)
-        for table in tables.list()
+        clean(table, file_store=file_store, table_check=partial(tables.check_live, table.table_id))
+        for table in live
     ]
 
 
@@ -402,10 +454,15 @@ def cleanup_one(
     policy: CleanupPolicy | None = None,
     clock: Callable[[], int] = now_millis,
     file_store: FileReferenceStore | None = None,
+    table_check: Callable[[], object] | None = None,
 ) -> CleanupOutcome:
     """Clean up ``table`` (see :func:`cleanup_table`); a failure of the store is reported, not raised.
     ``file_store`` holds the files of a table that keeps them as rows (without it such a table is reported
-    as an error)."""
+    as an error).
+
+    ``table_check`` (``TableIndex.check_live``) runs after each load and at the end: a table whose delete
+    began meanwhile is reported skipped, never cleaned up as the partly deleted table it became.
+    """
     try:
         store = open_state_store(
             table,
@@ -414,8 +471,17 @@ def cleanup_one(
             file_store,
             missing_file_store="cleanup was given no file store (set STATESTORE_POSTGRES_URL)",
             clock=clock,
+            table_check=table_check,
         )
         report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
+        deleted = deleted_meanwhile(table_check)
+        if deleted is not None:
+            return CleanupOutcome(table.table_id, skipped=deleted)
+    except TableNotFoundError as e:
+        if deleted_meanwhile(table_check) is None:
+            logger.exception("could not clean up table %r", table.table_id)
+            return CleanupOutcome(table.table_id, error=str(e))
+        return CleanupOutcome(table.table_id, skipped=str(e))
     except StateStoreError as e:
         logger.exception("could not clean up table %r", table.table_id)
         return CleanupOutcome(table.table_id, error=str(e))

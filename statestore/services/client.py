@@ -7,6 +7,7 @@ local endpoint (:meth:`StateStoreClient.for_aws`). AWS modules are imported only
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from statestore.engine.jobs_reader import JobStatusReader, save_job_model_beside_snapshot
@@ -40,7 +41,7 @@ from statestore.store.tables import FILE_STORE_LOG, TableInfo, parse_schema
 from statestore.store.view_ports import QueryableViewStore
 from statestore.transactions import InitialisePartitions, Transaction
 from statestore.views import reports
-from statestore.views.jobs_model import JobRun, JobState
+from statestore.views.jobs_model import JobRun, JobsModel, JobState
 
 _NO_FILE_STORE = (
     "this client has no file store: give one (the CLI's --postgres-url or STATESTORE_POSTGRES_URL, or "
@@ -171,7 +172,14 @@ class StateStoreClient(QueryableViewQueries):
         return self.table_index.set_allowed_senders(self.get_table(table).table_id, senders)
 
     def get_table(self, table: str) -> TableInfo:
-        """The table with this name, or else this id. Raises TableNotFoundError."""
+        """The table with this name, or else this id. Raises TableNotFoundError, TableBeingDeletedError
+        (one of them) once its delete has begun."""
+        return self.table_record(table).live()
+
+    def table_record(self, table: str) -> TableInfo:
+        """The record of the table with this name, or else this id, its delete begun or not
+        (:attr:`TableInfo.deleting`): what running an interrupted delete again needs. Raises
+        TableNotFoundError."""
         try:
             return self.table_index.get_by_name(table)
         except TableNotFoundError:
@@ -182,6 +190,7 @@ class StateStoreClient(QueryableViewQueries):
             raise TableNotFoundError(table) from None
 
     def list_tables(self) -> list[TableInfo]:
+        """Every table, ordered by name; a table whose delete began too (:attr:`TableInfo.deleting`)."""
         return self.table_index.list()
 
     def rename_table(self, table: str, new_name: str) -> TableInfo:
@@ -189,9 +198,10 @@ class StateStoreClient(QueryableViewQueries):
         return self.table_index.rename(self.get_table(table).table_id, new_name)
 
     def delete_table(self, table: str) -> None:
-        """Delete a table: its log with the bodies, its snapshots, every object under its prefix, and last
-        its index entries, so an interrupted delete can simply be run again."""
-        info = self.get_table(table)
+        """Delete a table: first mark its record (from then on, nothing of it is read or written: readers
+        are told it is being deleted), then its log with the bodies, its snapshots, every object under its
+        prefix, and last its index entries, so an interrupted delete can simply be run again."""
+        info = self.table_index.mark_deleting(self.table_record(table).table_id)
         if info.files_in_rows:
             self._require_file_store(info).delete_table(info.table_id)
         self.log.delete_table(info.table_id)
@@ -208,6 +218,8 @@ class StateStoreClient(QueryableViewQueries):
         return self._open(self.get_table(table))
 
     def _open(self, info: TableInfo, creating: bool = False) -> TableStateStore:
+        """The table's state store, whose reads end by checking the table's delete has not begun (one read
+        of its record): they never answer with a partly deleted table's state."""
         return open_state_store(
             info,
             self.log,
@@ -216,7 +228,11 @@ class StateStoreClient(QueryableViewQueries):
             missing_file_store=_NO_FILE_STORE,
             retry=self.retry,
             creating=creating,
+            table_check=partial(self._check_live, info.table_id),
         )
+
+    def _check_live(self, table_id: str) -> None:
+        self.table_index.check_live(table_id)
 
     def _require_file_store(self, info: TableInfo) -> FileReferenceStore:
         """This client's file store, for a table that keeps its files in one. Raises StateStoreError when
@@ -294,6 +310,11 @@ class StateStoreClient(QueryableViewQueries):
             save_job_model_beside_snapshot(
                 info.table_id, info.schema, self.log, self.snapshots, written.transaction_number
             )
+        try:
+            self._check_live(info.table_id)
+        except TableNotFoundError:  # its delete began meanwhile, and may have swept its snapshots before
+            self.snapshots.delete_table(info.table_id)
+            raise
         return written
 
     # --- jobs -----------------------------------------------------------------------------------
@@ -315,9 +336,14 @@ class StateStoreClient(QueryableViewQueries):
         until: int | None = None,
     ) -> list[JobRun]:
         """Runs of the table's compaction jobs, filtered as :meth:`JobsModel.find_runs` does."""
-        model = self.job_status_reader(table).model()
-        return model.find_runs(states=states, job_id=job_id, since=since, until=until)
+        return self._jobs_model(table).find_runs(states=states, job_id=job_id, since=since, until=until)
 
     def job(self, table: str, job_id: str) -> tuple[JobRun, ...]:
         """Every run of one compaction job, oldest first. Raises JobNotFoundError."""
-        return self.job_status_reader(table).model().job(job_id)
+        return self._jobs_model(table).job(job_id)
+
+    def _jobs_model(self, table: str) -> JobsModel:
+        reader = self.job_status_reader(table)
+        model = reader.model()
+        self._check_live(reader.table_id)  # read from the log: checked as the state stores' reads are
+        return model

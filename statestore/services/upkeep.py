@@ -33,15 +33,17 @@ import random
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import partial
 
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import StateStoreError, TableNotFoundError
+from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.cleanup import (
     CleanupOutcome,
     SnapshotOutcome,
     cleanup_one,
+    deleted_meanwhile,
     snapshot_table,
 )
 from statestore.services.cleanup_policy import CleanupPolicy
@@ -171,6 +173,8 @@ def plan_snapshots(
     skipped: list[str] = []
     errors: dict[str, str] = {}
     for table in tables.list():
+        if table.deleting:
+            continue
         try:
             head = log.latest_number(table.table_id)
             latest = snapshots.metadata.latest(table.table_id)
@@ -200,7 +204,7 @@ def plan_cleanup(
 ) -> UpkeepPlan:
     """Queue a cleanup of every table."""
     now = now_millis() if now is None else now
-    planned = [table.table_id for table in tables.list()]
+    planned = [table.table_id for table in tables.list() if not table.deleting]
     _send(queue, UpkeepKind.CLEANUP, planned, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned))
 
@@ -230,7 +234,9 @@ def _table_for(work: UpkeepWork, tables: TableIndex, first_received_at: int) -> 
             f"the {work.period_ms} ms period; a newer plan queued the table again"
         )
     try:
-        return tables.get(work.table_id)
+        return tables.get(work.table_id).live()
+    except TableBeingDeletedError:
+        return "the table is being deleted"
     except TableNotFoundError:
         return "the table was deleted after the plan"
 
@@ -258,9 +264,11 @@ def run_snapshot_work(
     if isinstance(table, str):
         return SnapshotOutcome(work.table_id, skipped=table)
     stores = {} if stores is None else stores
+    check = partial(tables.check_live, table.table_id)
     outcome = snapshot_table(
-        table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores
-    )
+        table, log, snapshots, min_transactions=min_transactions, clock=clock, stores=stores,
+        table_check=check,
+    )  # fmt: skip
     if views is None:
         return outcome
     try:
@@ -278,9 +286,19 @@ def run_snapshot_work(
         store = stores.get(info.table_id)
         if store is None or store.schema != info.schema:
             store = TransactionLogStateStore(info.table_id, info.schema, log, snapshots, clock=clock)
+        store.table_check = check
         return store.state()
 
-    return replace(outcome, view=update_view(table, log, views, load_state))
+    view = update_view(table, log, views, load_state)
+    deleted = deleted_meanwhile(check)
+    if deleted is not None:  # the delete's own pass over the view may have run before this update wrote
+        try:
+            views.delete_table(table.table_id)
+        except StateStoreError as e:
+            logger.exception("table %r: could not delete its view again", table.table_id)
+            return replace(outcome, view=ViewOutcome(table.table_id, error=f"{deleted}: {e}"))
+        return replace(outcome, view=ViewOutcome(table.table_id, skipped=deleted))
+    return replace(outcome, view=view)
 
 
 def run_cleanup_work(
@@ -302,4 +320,7 @@ def run_cleanup_work(
     table = _table_for(work, tables, first_received_at)
     if isinstance(table, str):
         return CleanupOutcome(work.table_id, skipped=table)
-    return cleanup_one(table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store)
+    return cleanup_one(
+        table, log, snapshots, blobs, policy=policy, clock=clock, file_store=file_store,
+        table_check=partial(tables.check_live, table.table_id),
+    )  # fmt: skip

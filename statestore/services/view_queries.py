@@ -62,6 +62,8 @@ class QueryableViewQueries:
 
         def _open(self, info: TableInfo) -> TableStateStore: ...
 
+        def _check_live(self, table_id: str) -> None: ...
+
     def set_queryable_view(self, table: str, enabled: bool) -> TableInfo:
         """Switch the table's queryable view on or off (its property ``queryable_view``).
 
@@ -201,7 +203,13 @@ class QueryableViewQueries:
             return from_full_load()
         view = self._view(info)
         try:
-            return through_view(view)
+            try:
+                answer = through_view(view)
+            finally:
+                # A table whose delete began says so, rather than answer from (or fail on) its partly
+                # deleted view and log.
+                self._check_live(info.table_id)
+            return answer
         except DamagedViewItemError as e:
             if not allow_full_load:
                 raise

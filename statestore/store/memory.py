@@ -444,6 +444,14 @@ class InMemoryTableIndex(TableIndex):
             self._by_id[table_id] = changed
             return changed
 
+    def mark_deleting(self, table_id: str) -> TableInfo:
+        with self._lock:
+            table = self._by_id.get(table_id)
+            if table is None:
+                raise TableNotFoundError(table_id)
+            marked = self._by_id[table_id] = dataclasses.replace(table, deleting=True)
+            return marked
+
     def delete(self, table_id: str) -> None:
         with self._lock:
             table = self._by_id.pop(table_id, None)

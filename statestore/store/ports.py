@@ -453,6 +453,15 @@ class TableIndex(ABC):
         Raises TableNotFoundError for an unknown id, TableAlreadyExistsError if the name is taken.
         """
 
+    def check_live(self, table_id: str) -> None:
+        """Raise TableNotFoundError, or TableBeingDeletedError once the table's delete began (one read)."""
+        self.get(table_id).live()
+
+    @abstractmethod
+    def mark_deleting(self, table_id: str) -> TableInfo:
+        """Mark the table's record: its delete has begun (:attr:`TableInfo.deleting`; marking it again
+        changes nothing). Returns the marked info. Raises TableNotFoundError for an unknown id."""
+
     @abstractmethod
     def delete(self, table_id: str) -> None:
         """Forget a table (its id and its name). Raises TableNotFoundError for an unknown id."""

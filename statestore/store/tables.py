@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from statestore.errors import InvalidSchemaError, StateStoreError
+from statestore.errors import InvalidSchemaError, StateStoreError, TableBeingDeletedError
 from statestore.model import layout
 from statestore.model.clock import now_millis
 from statestore.model.schema import Schema
@@ -44,6 +44,8 @@ class TableInfo:
     created_time: int = 0  # epoch milliseconds
     file_store: str = FILE_STORE_LOG
     allowed_senders: tuple[str, ...] = ()
+    # Its delete has begun (the mark is the first thing a delete writes; the record is the last it deletes).
+    deleting: bool = False
 
     def __post_init__(self) -> None:
         check_file_store(self.file_store)
@@ -87,6 +89,12 @@ class TableInfo:
             str(uuid.uuid4()), table_name, schema, props, now_millis(), file_store, tuple(allowed_senders)
         )
 
+    def live(self) -> TableInfo:
+        """This record, for a table whose delete has not begun. Raises TableBeingDeletedError otherwise."""
+        if self.deleting:
+            raise TableBeingDeletedError(self.table_id, self.table_name)
+        return self
+
     def renamed(self, new_name: str) -> TableInfo:
         return replace(self, table_name=new_name)
 
@@ -99,6 +107,7 @@ class TableInfo:
             "created_time": self.created_time,
             "file_store": self.file_store,
             "allowed_senders": list(self.allowed_senders),
+            **({"deleting": True} if self.deleting else {}),
         }
 
     @classmethod
@@ -112,6 +121,7 @@ class TableInfo:
                 created_time=int(data.get("created_time", 0)),
                 file_store=data.get("file_store", FILE_STORE_LOG),
                 allowed_senders=tuple(data.get("allowed_senders", ())),
+                deleting=data.get("deleting", False) is True,
             )
         except KeyError as e:
             raise StateStoreError(f"table record is missing {e.args[0]!r}") from e

@@ -16,6 +16,7 @@ from statestore.errors import (
     StaleSnapshotError,
     StateStoreError,
     TableAlreadyExistsError,
+    TableBeingDeletedError,
     TableNotFoundError,
     TransactionNotRetainedError,
     TransactionNumberTakenError,
@@ -617,6 +618,39 @@ def test_renaming_onto_a_taken_name_is_refused_and_changes_nothing(ports: Ports)
 
     assert ports.table_index.get_by_name("a") == a
     assert ports.table_index.get_by_name("b") == b
+
+
+def test_a_table_whose_delete_began_reads_back_marked_under_its_id_and_name(ports: Ports) -> None:
+    table = TableInfo.new("orders", SCHEMA, {"k": "v"}, allowed_senders=["AROAEXAMPLE0000000001"])
+    other = TableInfo.new("other", SCHEMA)
+    ports.table_index.create(table)
+    ports.table_index.create(other)
+
+    marked = ports.table_index.mark_deleting(table.table_id)
+
+    assert marked == dataclasses.replace(table, deleting=True)
+    assert ports.table_index.get(table.table_id) == marked
+    assert ports.table_index.get_by_name("orders") == marked
+    assert ports.table_index.list() == [marked, other]
+    assert ports.table_index.mark_deleting(table.table_id) == marked  # run again: unchanged
+    assert ports.table_index.rename(table.table_id, "orders-old").deleting
+    assert ports.table_index.get(table.table_id).deleting  # kept by a rename, a property, the senders
+    assert ports.table_index.set_property(table.table_id, "k", "w").deleting
+    assert ports.table_index.get(table.table_id).deleting
+    with pytest.raises(TableBeingDeletedError, match="'orders-old' .* is being deleted"):
+        ports.table_index.check_live(table.table_id)
+    ports.table_index.check_live(other.table_id)
+    assert not ports.table_index.get(other.table_id).deleting
+    ports.table_index.delete(table.table_id)
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.check_live(table.table_id)
+
+
+def test_marking_an_unknown_table_is_refused_and_writes_nothing(ports: Ports) -> None:
+    with pytest.raises(TableNotFoundError):
+        ports.table_index.mark_deleting("no-such-table")
+
+    assert ports.table_index.list() == []
 
 
 def test_a_deleted_table_is_gone_and_its_name_reusable(ports: Ports) -> None:

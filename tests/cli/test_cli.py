@@ -138,6 +138,24 @@ def test_rename_and_delete_a_table(cli: Cli, tmp_path: Path) -> None:
     assert new not in [t["table_name"] for t in cli("tables", "list", "--json").json()]
 
 
+def test_a_table_whose_delete_was_interrupted_is_listed_as_such_read_by_nothing_and_deleted_again(
+    cli: Cli, tmp_path: Path
+) -> None:
+    name = unique("half")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    client = cli.runtime.client()
+    client.table_index.mark_deleting(table_id)  # a delete that began, then stopped
+    client.log.delete_table(table_id)
+
+    listed = {t["table_name"]: t for t in cli("tables", "list", "--json").json()}
+    assert listed[name]["deleting"] is True
+    assert f"{name} (being deleted)" in cli("tables", "list").out
+    shown = cli("tables", "show", name)  # before: an empty table at transaction 0
+    assert shown.code == EXIT_NOT_FOUND and "is being deleted" in shown.err
+    assert cli("tables", "delete", name, "--yes").code == EXIT_OK
+    assert name not in [t["table_name"] for t in cli("tables", "list", "--json").json()]
+
+
 # --- commits, status, log, files ------------------------------------------------------------------------
 
 

@@ -434,6 +434,19 @@ def test_a_table_whose_log_and_snapshots_hold_nothing_gets_no_commit_and_no_reje
     assert entries(h, table) == []
 
 
+def test_a_request_for_a_table_whose_delete_began_is_dead_lettered_saying_so(h: Harness) -> None:
+    table = h.create_table("t")
+    h.tables.mark_deleting(table)  # the first thing StateStoreClient.delete_table writes
+    committer = h.committer()
+
+    [result] = committer.process([message(add_files(table, "a", request_id="late"))])
+
+    assert result.outcome is MessageOutcome.DEAD_LETTERED  # before: committed, then deleted with the table
+    assert "'t' " in (result.reason or "") and "is being deleted" in (result.reason or "")
+    assert "create the table" not in (result.reason or "")
+    assert [e.transaction_number for e in entries(h, table)] == [1]
+
+
 def test_a_request_for_a_table_still_being_created_is_committed_once_its_first_transaction_is(
     h: Harness,
 ) -> None:

@@ -17,6 +17,7 @@ from spark_client.source_options import SourceOptions
 from spark_client.view_plan import DEFAULT_VIEW_MAX_LEAVES, overlapping_partitions, plan_latest, table_view
 from statestore.engine.log_store import TableStateStore
 from statestore.engine.queryable_view import QueryableView
+from statestore.errors import TableNotFoundError
 from statestore.model.files import FileReference
 from statestore.model.partitions import Region
 from statestore.model.schema import Schema
@@ -124,6 +125,26 @@ def test_a_one_leaf_region_is_planned_through_the_view_with_the_full_loads_parts
     assert len(parts) == 2
     # The view read the leaf, its ancestors and their references, not the table.
     assert table.items.items_read - read_before < len(table.items.with_prefix(table.info.table_id, ""))
+
+
+def test_a_read_planned_through_the_view_the_delete_overtook_says_the_table_is_gone(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table.update_view()
+    store = table.store()  # found before the delete began
+    read_meta = table.items.meta
+    deletes = [lambda: table.client.delete_table("t")]
+
+    def meta_then_delete(table_id: str) -> object:
+        meta = read_meta(table_id)
+        while deletes:  # once, after the plan read the view's meta
+            deletes.pop()()
+        return meta
+
+    monkeypatch.setattr(table.items, "meta", meta_then_delete)
+
+    with pytest.raises(TableNotFoundError):  # before: parts of a table that no longer exists
+        plan_latest(store, table.view, [table.region(150, 160)])
 
 
 def test_several_regions_are_planned_at_one_transaction(table: Table) -> None:

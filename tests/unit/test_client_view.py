@@ -10,6 +10,7 @@ from statestore.errors import (
     InvalidPartitionTreeError,
     QueryableViewOffError,
     StateStoreError,
+    TableNotFoundError,
     TransactionNotRetainedError,
 )
 from statestore.model.partitions import Range, Region
@@ -167,6 +168,29 @@ def test_deleting_a_table_deletes_its_view(client: StateStoreClient) -> None:
     client.delete_table("orders")
 
     assert views.meta(table_id) is None and views.with_prefix(table_id, "") == {}
+
+
+def test_a_query_the_delete_of_its_table_overtook_says_the_table_is_gone(
+    client: StateStoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.create_table("orders", INT_SCHEMA, [10], {"queryable_view": "true"})
+    fill(client, "orders")
+    client.update_queryable_view("orders")
+    views = client.queryable_view_store
+    assert views is not None
+    read_meta = views.meta
+    deletes = [lambda: client.delete_table("orders")]
+
+    def meta_then_delete(table_id: str) -> object:
+        meta = read_meta(table_id)
+        while deletes:  # once, after the query read the view's meta
+            deletes.pop()()
+        return meta
+
+    monkeypatch.setattr(views, "meta", meta_then_delete)
+
+    with pytest.raises(TableNotFoundError):  # before: an answer from what the delete left
+        client.references_in_partition("orders", "root")
 
 
 def test_a_client_without_a_view_store_says_so() -> None:

@@ -24,6 +24,7 @@ _PROPERTIES = "properties"  # JSON object of strings
 _CREATED = "created_time"
 _FILE_STORE = "file_store"  # absent on records written before tables could keep files in PostgreSQL: "log"
 _SENDERS = "allowed_senders"  # JSON list of principal ids; absent: anyone may send
+_DELETING = "deleting"  # BOOL true once the table's delete has begun; absent otherwise
 
 _RENAME_ATTEMPTS = 5
 
@@ -199,6 +200,24 @@ class DynamoDBTableIndex(TableIndex):
             f"table {table_id!r} kept changing while its property {name!r} was set; try again"
         )
 
+    def mark_deleting(self, table_id: str) -> TableInfo:
+        def missing(code: str, error: ClientError) -> StateStoreError | None:
+            return TableNotFoundError(table_id) if code == "ConditionalCheckFailedException" else None
+
+        response = self.call(
+            f"mark table {table_id!r} as being deleted",
+            self.dynamodb.update_item,
+            missing,
+            TableName=self.by_id_table,
+            Key={_ID: {"S": table_id}},
+            UpdateExpression="SET #d = :true",
+            ConditionExpression="attribute_exists(#i)",
+            ExpressionAttributeNames={"#d": _DELETING, "#i": _ID},
+            ExpressionAttributeValues={":true": {"BOOL": True}},
+            ReturnValues="ALL_NEW",
+        )
+        return _record(response["Attributes"])
+
     def delete(self, table_id: str) -> None:
         table = self.get(table_id)
 
@@ -258,6 +277,7 @@ def _record_item(table: TableInfo) -> dict[str, Any]:
         _CREATED: {"N": str(table.created_time)},
         _FILE_STORE: {"S": table.file_store},
         **({_SENDERS: {"S": json.dumps(list(table.allowed_senders))}} if table.allowed_senders else {}),
+        **({_DELETING: {"BOOL": True}} if table.deleting else {}),
     }
 
 
@@ -278,4 +298,5 @@ def _record(item: dict[str, Any]) -> TableInfo:
         created_time=int(item[_CREATED]["N"]),
         file_store=item.get(_FILE_STORE, {}).get("S", FILE_STORE_LOG),
         allowed_senders=tuple(json.loads(item[_SENDERS]["S"])) if _SENDERS in item else (),
+        deleting=item.get(_DELETING, {}).get("BOOL") is True,
     )

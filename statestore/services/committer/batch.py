@@ -14,7 +14,7 @@ from statestore.engine import overlap
 from statestore.engine.log_store import RetryPolicy, TransactionLogStateStore
 from statestore.engine.row_store import asks_for_leaf_index, open_state_store
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import StateStoreError, TableNotFoundError
+from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.committer.decisions import (
     DeadLettered,
@@ -248,6 +248,8 @@ class BatchCommitter:
         the caller retries the table's messages then."""
         try:
             table = self._table(table_id)
+        except TableBeingDeletedError as e:
+            return {request.position: DeadLettered(str(e), time=self.clock()) for request in fresh}
         except TableNotFoundError as e:
             reason = f"{e}; create the table (or fix the request's table id), then redrive the message"
             return {request.position: DeadLettered(reason, time=self.clock()) for request in fresh}
@@ -326,7 +328,7 @@ class BatchCommitter:
         if table is not None and now - table.checked_time < self.table_info_ttl_ms:
             return table
         try:
-            info = first.info.get() if first is not None else self.tables.get(table_id)
+            info = (first.info.get() if first is not None else self.tables.get(table_id)).live()
         except TableNotFoundError:
             self._tables.pop(table_id, None)
             raise
