@@ -15,6 +15,7 @@ from statestore.errors import RequestsAlreadyDecidedError, TransactionNumberTake
 from statestore.services import cleanup
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry
+from statestore.store.tables import TableInfo
 from tests.simulation.world import InvariantViolation, run_seed
 
 SEEDS = range(200)  # `make soak` runs many more, and longer
@@ -141,3 +142,15 @@ def test_the_simulation_catches_an_append_to_a_table_whose_log_was_deleted(
     caught = violations_in_seeds(40)
     assert caught, "the harness did not notice an entry appended to a deleted table"
     assert "was appended after its log was deleted" in caught[0]
+
+
+def test_the_simulation_catches_a_read_that_answers_for_a_table_being_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The client before a delete marked its table first: a read while the delete ran answered with what the
+    # partly deleted log and snapshots held (an empty table, or the table as of its latest snapshot).
+    monkeypatch.setattr(TableInfo, "live", lambda self: self)
+
+    caught = violations_in_seeds(20)
+    assert caught, "the harness did not notice a read of a table being deleted"
+    assert "after its delete began answered" in caught[0]

@@ -41,9 +41,12 @@ appended (cleanup deletes entries from the log, not from the oracle):
 5. no data file the state references is deleted; no claim outlives its job for ever: once a cleanup of a
    table succeeds, the table holds no claim older than the expiry it swept with;
 6. log update times never run backwards, whatever the writers' clocks say;
-7. nothing is appended to a table's log once its delete has deleted the log.
+7. nothing is appended to a table's log once its delete has deleted the log;
+8. once a table's delete has begun, a read of it through the client raises TableNotFoundError: it never
+   answers with what a partly deleted log and snapshots hold.
 
-Invariants 4 and 5 are checked on the tables not being deleted; the others on every table.
+Invariants 4 and 5 are checked on the tables not being deleted; the others on every table. Cleanup
+outcomes are checked (5) whenever cleanup reports one: a cleanup the delete of its table overtook says so.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from statestore import instance as resources
@@ -578,6 +582,7 @@ class SyncWriter(Actor):
                 sleep=lambda _: None,
                 rng=random.Random(world.rng.random()),
             )
+            store.table_check = partial(world.tables.check_live, table_id)  # as the client's stores
         return store
 
     def step(self, world: World) -> None:
@@ -585,11 +590,11 @@ class SyncWriter(Actor):
         table_id = rng.choice(world.table_ids)
         store = self._store(world, table_id)
         try:
-            state = store.state()
+            state = store.state()  # a table whose delete began raises (8)
         except StateStoreError:
             return
-        if not state.partitions_by_id:  # a table whose delete deleted its log: nothing to write to
-            return
+        if not state.partitions_by_id:  # 8: only a partly deleted table's log and snapshots hold none
+            world.violation(f"table {table_id}: a read after its delete began answered an empty table")
         roll = rng.random()
         if roll < 0.1:
             self._split(world, store, state)
@@ -717,12 +722,8 @@ class Cleaner(Actor):
         # 5: a cleanup that succeeded left no claim older than the expiry it swept with.
         cutoff = clock() - CLAIM_EXPIRY_MS
         for outcome in outcomes:
-            if (
-                outcome.report is None
-                or outcome.table_id in world.deleting
-                or outcome.table_id in world.log_deleted
-            ):
-                continue  # a table deleted meanwhile may have been cleaned up as the empty log it became
+            if outcome.report is None:
+                continue
             oracle = world.oracle(outcome.table_id)
             oracle.advance()
             for ref in oracle.state.file_references():
@@ -731,6 +732,25 @@ class Cleaner(Actor):
                         f"table {outcome.table_id}: after a cleanup, job {ref.job_id}'s claim on "
                         f"{ref.filename} (made at {ref.last_update_time}) outlives the expiry ({cutoff})"
                     )
+
+
+@dataclass(eq=False)
+class Reader(Actor):
+    """Reads a table's state through the client, as a user or a query plan does: any table in the index,
+    one being deleted too."""
+
+    def step(self, world: World) -> None:
+        client = StateStoreClient(world.tables, world.log, world.snapshot_metadata, world.blobs)
+        table_id = world.rng.choice(world.table_ids)
+        try:
+            state = client.state(table_id)
+        except StateStoreError:
+            return
+        if table_id in world.deleting or table_id in world.log_deleted:  # 8
+            world.violation(
+                f"table {table_id}: a read that ended after its delete began answered transaction "
+                f"{state.transaction_number}"
+            )
 
 
 @dataclass(eq=False)
@@ -831,8 +851,9 @@ class World:
             Cleaner("cleanup"),
             Vandal("vandal"),
             Operator("operator"),
+            Reader("reader"),
         ]
-        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1, 0.1, 0.2]
+        self.weights = [3, 3, *([4] * committers), 2, 2, 1, 1, 0.1, 0.2, 0.5]
         self.damaged: set[str] = set()  # the partitions keys of snapshots whose objects were damaged
 
     def _create_table(self, name: str) -> None:
@@ -972,6 +993,15 @@ class World:
             for ref in oracle.state.file_references():
                 if ref.filename not in oracle.added_without_data and not self.raw_blobs.list(ref.filename):
                     self.violation(f"table {table_id}: referenced data file {ref.filename} was deleted")
+        # 8: a table whose delete began is not read as what is left of it
+        reader = StateStoreClient(self.tables, self.raw_log, self.raw_snapshot_metadata, self.raw_blobs)
+        for table_id in self.deleting:
+            try:
+                state = reader.state(table_id)
+            except TableNotFoundError:
+                continue
+            number = state.transaction_number
+            self.violation(f"table {table_id}: a read after its delete began answered transaction {number}")
         # 2 and 3: statuses agree with the log and never change
         for request_id, request in self.requests.items():
             status = self.raw_statuses.get(request.table_id, request_id)
