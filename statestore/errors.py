@@ -360,9 +360,15 @@ class TableNotInitialisedError(TableNotFoundError):
 
 
 class TableAlreadyExistsError(StateStoreError):
-    def __init__(self, table_name: str) -> None:
-        super().__init__(f"a table named {table_name!r} already exists")
+    def __init__(self, table_name: str, being_deleted: bool = False) -> None:
+        super().__init__(
+            f"a table named {table_name!r} is being deleted: the name is free once its delete finishes (run "
+            "the delete again if it was interrupted)"
+            if being_deleted
+            else f"a table named {table_name!r} already exists"
+        )
         self.table_name = table_name
+        self.being_deleted = being_deleted
 
 
 class BlobNotFoundError(StateStoreError):

@@ -6,7 +6,8 @@ local endpoint (:meth:`StateStoreClient.for_aws`). AWS modules are imported only
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -16,6 +17,7 @@ from statestore.engine.row_store import open_state_store
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     StateStoreError,
+    TableAlreadyExistsError,
     TableNotFoundError,
     UnsupportedByFileStoreError,
 )
@@ -154,7 +156,8 @@ class StateStoreClient(QueryableViewQueries):
         table = TableInfo.new(name, parsed, properties, file_store, allowed_senders)
         if table.files_in_rows:
             self._require_file_store(table)
-        self.table_index.create(table)
+        with self._name_taken(name):
+            self.table_index.create(table)
         try:
             self._open(table, creating=True).commit(InitialisePartitions(tuple(partitions)))
         except BaseException:
@@ -195,7 +198,23 @@ class StateStoreClient(QueryableViewQueries):
 
     def rename_table(self, table: str, new_name: str) -> TableInfo:
         """Rename; the id (and so the log, snapshots and data) stays. Raises TableAlreadyExistsError."""
-        return self.table_index.rename(self.get_table(table).table_id, new_name)
+        info = self.get_table(table)
+        with self._name_taken(new_name):
+            return self.table_index.rename(info.table_id, new_name)
+
+    @contextlib.contextmanager
+    def _name_taken(self, name: str) -> Iterator[None]:
+        """Raise TableAlreadyExistsError saying so where the table holding ``name`` is being deleted."""
+        try:
+            yield
+        except TableAlreadyExistsError:
+            try:
+                deleting = self.table_index.get_by_name(name).deleting
+            except TableNotFoundError:  # deleted since
+                deleting = False
+            if not deleting:
+                raise
+            raise TableAlreadyExistsError(name, being_deleted=True) from None
 
     def delete_table(self, table: str) -> None:
         """Delete a table: first mark its record (from then on, nothing of it is read or written: readers

@@ -8,7 +8,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from statestore.engine.snapshots import SnapshotStore
-from statestore.errors import StoreUnavailableError, TableBeingDeletedError, TableNotFoundError
+from statestore.errors import (
+    StoreUnavailableError,
+    TableAlreadyExistsError,
+    TableBeingDeletedError,
+    TableNotFoundError,
+)
 from statestore.model import layout
 from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.client import StateStoreClient
@@ -92,6 +97,25 @@ def test_a_table_whose_delete_was_interrupted_is_not_read_as_what_is_left(
     with pytest.raises(TableNotFoundError):
         client.state("orders")
     assert nothing_left(client, table_id)
+
+
+def test_the_name_of_a_table_being_deleted_is_refused_saying_so() -> None:
+    client = StateStoreClient.in_memory()
+    orders(client)
+    other = client.create_table("other", INT_SCHEMA)
+    client.table_index.mark_deleting(client.table_record("orders").table_id)
+
+    with pytest.raises(TableAlreadyExistsError, match="'orders' is being deleted") as created:
+        client.create_table("orders", INT_SCHEMA)
+    with pytest.raises(TableAlreadyExistsError, match="'orders' is being deleted"):
+        client.rename_table("other", "orders")
+    with pytest.raises(TableAlreadyExistsError, match="'other' already exists"):
+        client.create_table("other", INT_SCHEMA)
+
+    assert created.value.being_deleted
+    assert client.get_table("other") == other
+    client.delete_table("orders")
+    assert client.create_table("orders", INT_SCHEMA).table_name == "orders"
 
 
 class DeletedWhileRead(InMemoryTransactionLog):
