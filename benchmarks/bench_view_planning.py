@@ -11,6 +11,9 @@ both ways, as the data source plans it (:func:`spark_client.view_plan.plan_lates
   index for up to 8 leaves: the table's entries ask for it, as a table with a view's do);
 - by a full load: the snapshot and the log after it, then :func:`spark_client.read_plan.plan_read`.
 
+Either way the plan ends by reading the table's record, as the data source's state store does (a table whose
+delete began is refused, not read as what is left of it).
+
 Each pair is checked to give the same parts. The script prints both times per leaf count and where the
 lines cross (interpolated between the counts measured, on log scales): the leaf count above which a full
 load is cheaper, which ``DEFAULT_VIEW_MAX_LEAVES`` should not pass. With ``--behind`` log entries after the
@@ -35,6 +38,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_model import SCHEMA, big_state  # noqa: E402
@@ -53,6 +57,7 @@ from statestore.model import layout  # noqa: E402
 from statestore.model.files import FileReference  # noqa: E402
 from statestore.model.partitions import Partition, Range, Region  # noqa: E402
 from statestore.store.ports import LogEntry  # noqa: E402
+from statestore.store.tables import TableInfo  # noqa: E402
 from statestore.transactions import AddFiles, ClearFiles  # noqa: E402
 
 TABLE = "bench-view-planning"
@@ -125,8 +130,13 @@ def main() -> None:
         calls: list[int] = []
         backend.dynamodb.meta.events.register("before-call.dynamodb", lambda **_: calls.append(1))
 
+        backend.table_index.create(TableInfo(TABLE, TABLE, SCHEMA))
+
         def store() -> TransactionLogStateStore:
-            return TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots, index_leaves=True)
+            made = TransactionLogStateStore(TABLE, SCHEMA, backend.log, snapshots, index_leaves=True)
+            # As the client's stores: each plan ends by reading the table's record (is its delete begun?).
+            made.table_check = partial(backend.table_index.check_live, TABLE)
+            return made
 
         def through_view(region: Region) -> Callable[[], tuple[list[ReadPart], bool]]:
             def plan() -> tuple[list[ReadPart], bool]:
