@@ -351,6 +351,8 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
                     state = self._state = self._catch_up(state)
                     current = True
                     continue
+                # A decision no append proves current: a table whose delete began says so instead.
+                self.confirm_table()
                 return None
             number = state.transaction_number + 1
             body, compressed = made.encoded

@@ -447,6 +447,25 @@ def test_a_request_for_a_table_whose_delete_began_is_dead_lettered_saying_so(h: 
     assert [e.transaction_number for e in entries(h, table)] == [1]
 
 
+def test_a_request_judged_against_what_a_table_being_deleted_left_is_not_rejected(h: Harness) -> None:
+    table = h.create_table("t")
+    committer = h.committer()
+    assert outcomes(committer.process([message(add_files(table, "a"))])) == ["committed"]
+    # The delete has begun and gone as far as the log, while the committer keeps the table warm and its
+    # record fresh: its state still holds file a, and an empty log reads as nothing after it.
+    h.tables.mark_deleting(table)
+    h.log.delete_table(table)
+    again = message(add_files(table, "a", request_id="again"))  # invalid against that state only
+
+    [first] = committer.process([again])
+
+    assert first.outcome is MessageOutcome.RETRY  # before: rejected for good, "file already exists"
+    assert "is being deleted" in (first.reason or "")
+    assert h.statuses.get(table, "again") is None
+    [second] = committer.process([again])  # the committer forgot the table: its record says so
+    assert second.outcome is MessageOutcome.DEAD_LETTERED and "is being deleted" in (second.reason or "")
+
+
 def test_a_request_for_a_table_still_being_created_is_committed_once_its_first_transaction_is(
     h: Harness,
 ) -> None:

@@ -177,6 +177,35 @@ def test_a_kept_store_catching_up_after_a_delete_says_the_table_is_gone() -> Non
         store.state()
 
 
+class DeletedAfterCheck(InMemoryTableIndex):
+    """A table index whose next check of a table that passes runs ``meanwhile`` after it: a delete that
+    begins between a writer's read and its decision."""
+
+    meanwhile: Callable[[], object] | None = None
+
+    def check_live(self, table_id: str) -> None:
+        super().check_live(table_id)
+        run, self.meanwhile = self.meanwhile, None
+        if run is not None:
+            run()
+
+
+def test_a_commit_judged_against_what_a_table_being_deleted_left_is_not_rejected() -> None:
+    memory = StateStoreClient.in_memory()
+    index = DeletedAfterCheck()
+    client = StateStoreClient(index, memory.log, memory.snapshots.metadata, memory.blobs)
+    table_id = orders(client)
+    # The delete goes as far as the log: the writer's state holds file a, and an empty log reads as
+    # nothing after it.
+    index.meanwhile = lambda: (index.mark_deleting(table_id), client.log.delete_table(table_id))
+    again = AddFiles((ref(data_key(table_id, "a")),))  # invalid against that state only
+
+    with pytest.raises(TableBeingDeletedError):  # before: "file ... already exists", recorded as final
+        client.commit("orders", again, request_id="r-1")
+    assert client.log.request_statuses is not None
+    assert client.log.request_statuses.get(table_id, "r-1") is None
+
+
 def test_a_read_failing_on_a_half_deleted_log_says_the_table_is_being_deleted() -> None:
     client, log = racing_client()
     table_id = orders(client)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -17,10 +17,12 @@ from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.committer.decisions import (
+    Committed,
     DeadLettered,
     Decision,
     Duplicate,
     ParsedMessage,
+    Rejected,
     Retry,
     already_decided,
     decision_for_copy,
@@ -276,6 +278,11 @@ class BatchCommitter:
             table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch,
             partial(self._load, table),
         )  # fmt: skip
+        if _rejected_without_append(by_request.values()):
+            # Judged against a state read to the log's end, with no append to prove it current: the log of
+            # a table whose delete began reads as current too. Its record says (raises: retried, then the
+            # requests are dead-lettered as for a table being deleted, never rejected against what is left).
+            self.tables.check_live(table_id)
         state, guard = table.store.loaded_state, table.guard
         if state is not None:
             self._batch.table_sizes[table_id] = TableSize.of(table_id, state)
@@ -435,6 +442,12 @@ class BatchCommitter:
             failed = {message.group_id for message, _ in dead}
             return _retry_groups(batch, failed, f"could not send to the dead-letter queue: {e}")
         return {}
+
+
+def _rejected_without_append(decisions: Iterable[Decision]) -> bool:
+    """Whether some requests were rejected and none committed (nothing appended after their state)."""
+    kinds = {type(d) for d in decisions}
+    return Rejected in kinds and Committed not in kinds
 
 
 def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:
