@@ -282,6 +282,7 @@ class StatestoreStack(Stack):
             objects.SNAPSHOT_OBJECTS,
             objects.DATA_OBJECTS,
             objects.REQUEST_BODY_OBJECTS,
+            objects.UPKEEP_OBJECTS,  # the sweep's progress, when the table's delete overtook the cleanup
         )
 
     def _outputs(self) -> None:

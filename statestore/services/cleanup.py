@@ -475,14 +475,18 @@ def cleanup_one(
         )
         report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
         deleted = deleted_meanwhile(table_check)
-        if deleted is not None:
-            return CleanupOutcome(table.table_id, skipped=deleted)
     except TableNotFoundError as e:
-        if deleted_meanwhile(table_check) is None:
+        deleted = deleted_meanwhile(table_check)
+        if deleted is None:
             logger.exception("could not clean up table %r", table.table_id)
             return CleanupOutcome(table.table_id, error=str(e))
-        return CleanupOutcome(table.table_id, skipped=str(e))
     except StateStoreError as e:
         logger.exception("could not clean up table %r", table.table_id)
         return CleanupOutcome(table.table_id, error=str(e))
-    return CleanupOutcome(table.table_id, report=report)
+    if deleted is None:
+        return CleanupOutcome(table.table_id, report=report)
+    try:  # the sweep's progress, put under the table's prefix perhaps after the delete's pass over it
+        blobs.delete([layout.orphan_sweep_key(table.table_id)])
+    except StateStoreError as e:
+        logger.warning("table %r: could not delete its orphan sweep's progress: %s", table.table_id, e)
+    return CleanupOutcome(table.table_id, skipped=deleted)

@@ -308,3 +308,29 @@ def test_a_cleanup_the_delete_of_its_table_overtook_reports_it_skipped_not_done(
 
     assert outcome.report is None and outcome.error is None  # before: a report of the empty table
     assert outcome.skipped is not None and "not found" in outcome.skipped
+
+
+def test_a_cleanup_overtaken_in_its_orphan_sweep_leaves_nothing_of_the_table_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = StateStoreClient.in_memory()
+    table_id = orders(client)
+    read = client.blobs.get
+    deletes = [lambda: client.delete_table("orders")]
+
+    def get(key: str) -> bytes:
+        if key == layout.orphan_sweep_key(table_id):  # the sweep reads its progress, then saves it
+            while deletes:
+                deletes.pop()()
+        return read(key)
+
+    monkeypatch.setattr(client.blobs, "get", get)
+    work = UpkeepWork(UpkeepKind.CLEANUP, table_id, NOW, PERIOD)
+
+    outcome = run_cleanup_work(
+        work, client.table_index, client.log, client.snapshots, client.blobs,
+        first_received_at=NOW, policy=CleanupPolicy(log_min_snapshot_age_ms=0),
+    )  # fmt: skip
+
+    assert outcome.report is None and outcome.skipped is not None and "not found" in outcome.skipped
+    assert nothing_left(client, table_id)  # before: the orphan sweep's progress, for ever
