@@ -63,6 +63,8 @@ from statestore.store.view_ports import QueryableViewStore
 logger = logging.getLogger(__name__)
 
 WORK_FORMAT_VERSION = 1
+_DELETED = "the table was deleted after the plan"
+_BEING_DELETED = "the table is being deleted"
 _MINUTE_MS = 60_000
 
 
@@ -236,9 +238,9 @@ def _table_for(work: UpkeepWork, tables: TableIndex, first_received_at: int) -> 
     try:
         return tables.get(work.table_id).live()
     except TableBeingDeletedError:
-        return "the table is being deleted"
+        return _BEING_DELETED
     except TableNotFoundError:
-        return "the table was deleted after the plan"
+        return _DELETED
 
 
 def run_snapshot_work(
@@ -262,6 +264,12 @@ def run_snapshot_work(
         raise MalformedWorkError(f"{work.kind.value} work on the snapshot queue, for table {work.table_id!r}")
     table = _table_for(work, tables, first_received_at)
     if isinstance(table, str):
+        if table in (_DELETED, _BEING_DELETED):
+            # A worker that wrote a snapshot (or view items) after the delete's pass, and crashed before its
+            # check, left them: this redelivery of its work deletes them again.
+            snapshots.delete_table(work.table_id)
+            if views is not None:
+                views.delete_table(work.table_id)
         return SnapshotOutcome(work.table_id, skipped=table)
     stores = {} if stores is None else stores
     check = partial(tables.check_live, table.table_id)

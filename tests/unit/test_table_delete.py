@@ -271,6 +271,22 @@ def test_the_jobs_of_a_table_the_delete_overtook_are_not_listed_as_none() -> Non
         client.jobs("orders")
 
 
+def test_snapshot_work_for_a_deleted_table_deletes_what_a_crashed_worker_left_of_it() -> None:
+    client = StateStoreClient.in_memory()
+    table_id = orders(client)
+    state = client.state("orders")
+    client.delete_table("orders")
+    # A worker that loaded the table before the delete, wrote its snapshot after it, and crashed before its
+    # check: its message is delivered again.
+    client.snapshots.write(table_id, state, NOW)
+    work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, NOW, PERIOD)
+
+    outcome = run_snapshot_work(work, client.table_index, client.log, client.snapshots, first_received_at=NOW)
+
+    assert outcome.skipped == "the table was deleted after the plan"
+    assert nothing_left(client, table_id)  # before: the snapshot, for ever
+
+
 def test_upkeep_plans_no_work_for_a_table_being_deleted_and_skips_work_planned_before() -> None:
     client = StateStoreClient.in_memory()
     table_id = orders(client)
