@@ -145,21 +145,8 @@ class DynamoDBTableIndex(TableIndex):
 
     def set_allowed_senders(self, table_id: str, senders: Sequence[str]) -> TableInfo:
         table = replace(self.get(table_id), allowed_senders=tuple(senders))  # checks the ids
-
-        def missing(code: str, error: ClientError) -> StateStoreError | None:
-            return TableNotFoundError(table_id) if code == "ConditionalCheckFailedException" else None
-
-        self.call(
-            f"set the allowed senders of table {table.table_name!r}",
-            self.dynamodb.update_item,
-            missing,
-            TableName=self.by_id_table,
-            Key={_ID: {"S": table_id}},
-            UpdateExpression="SET #s = :s",
-            ConditionExpression="attribute_exists(#i)",
-            ExpressionAttributeNames={"#s": _SENDERS, "#i": _ID},
-            ExpressionAttributeValues={":s": {"S": json.dumps(list(table.allowed_senders))}},
-        )
+        what = f"set the allowed senders of table {table.table_name!r}"
+        self._set(table_id, what, _SENDERS, {"S": json.dumps(list(table.allowed_senders))})
         return table
 
     def set_property(self, table_id: str, name: str, value: str | None) -> TableInfo:
@@ -201,22 +188,31 @@ class DynamoDBTableIndex(TableIndex):
         )
 
     def mark_deleting(self, table_id: str) -> TableInfo:
+        return _record(
+            self._set(table_id, f"mark table {table_id!r} as being deleted", _DELETING, {"BOOL": True})
+        )
+
+    def _set(self, table_id: str, what: str, attribute: str, value: dict[str, Any]) -> dict[str, Any]:
+        """Set one attribute of an existing table's record; returns the record's item after. Raises
+        TableNotFoundError for an unknown id (nothing is written)."""
+
         def missing(code: str, error: ClientError) -> StateStoreError | None:
             return TableNotFoundError(table_id) if code == "ConditionalCheckFailedException" else None
 
         response = self.call(
-            f"mark table {table_id!r} as being deleted",
+            what,
             self.dynamodb.update_item,
             missing,
             TableName=self.by_id_table,
             Key={_ID: {"S": table_id}},
-            UpdateExpression="SET #d = :true",
+            UpdateExpression="SET #a = :v",
             ConditionExpression="attribute_exists(#i)",
-            ExpressionAttributeNames={"#d": _DELETING, "#i": _ID},
-            ExpressionAttributeValues={":true": {"BOOL": True}},
+            ExpressionAttributeNames={"#a": attribute, "#i": _ID},
+            ExpressionAttributeValues={":v": value},
             ReturnValues="ALL_NEW",
         )
-        return _record(response["Attributes"])
+        item: dict[str, Any] = response["Attributes"]
+        return item
 
     def delete(self, table_id: str) -> None:
         table = self.get(table_id)
