@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from spark_client.read_plan import ReadPart, parts_of, plan_read
 from statestore.codec.transaction_json import decode_entry
@@ -114,12 +115,8 @@ def plan_latest(
     full load of ``state_store``. The same parts either way."""
     if view is not None and max_leaves > 0 and regions:
         try:
-            try:
-                parts, number = _through_view(view, regions, max_leaves)
-            except StateStoreError:
-                state_store.confirm_table()  # a table whose delete began says so, not what it met
-                raise
-            state_store.confirm_table()  # as the store's own reads end: not a table being deleted
+            # Checked as the store's own reads are: not a table whose delete began meanwhile.
+            parts, number = state_store.confirmed(partial(_through_view, view, regions, max_leaves))
             logger.debug("table %r: read planned through the queryable view at %d", view.table_id, number)
             return PlannedRead(parts, number, through_view=True)
         except _Declined as e:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 from statestore.codec.transaction_json import decode_entry
 from statestore.engine import overlap
@@ -31,6 +32,8 @@ from statestore.store.ports import LogEntry, LogTail, TransactionLogStore
 from statestore.store.snapshot_ports import SnapshotInfo
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # The log entries a cold load reads while the snapshot's objects are read: a page or two of a log
 # whose snapshots keep up. Held until the snapshot is decoded, so bounded; the rest is read after.
@@ -139,7 +142,7 @@ class LogStateLoading:
         if self._state is None:
             self._state = self.load()
         else:
-            self._state = self._checked(partial(self._catch_up, self._state))
+            self._state = self.confirmed(partial(self._catch_up, self._state))
         return self._state
 
     @property
@@ -157,7 +160,7 @@ class LogStateLoading:
         if self._state is None:
             self._state = self.load()
         elif self._clock() - self._read_to_end_at > self.max_unread_ms:
-            self._state = self._checked(partial(self._catch_up, self._state))
+            self._state = self.confirmed(partial(self._catch_up, self._state))
         return self._state
 
     def load(self, as_of: int | None = None) -> TableState:
@@ -172,27 +175,27 @@ class LogStateLoading:
         """
         if as_of is not None and as_of < 0:
             raise StateStoreError(f"transaction number must be >= 0, got {as_of}")
-        return self._checked(partial(self._fresh_at, as_of))
+        return self.confirmed(partial(self._fresh_at, as_of))
 
     def confirm_table(self) -> None:
-        """Run :attr:`table_check`, if given: after a read made beside the store (through the queryable
-        view), as the store's own reads end with it."""
+        """Run :attr:`table_check`, if given."""
         if self.table_check is not None:
             self.table_check()
 
-    def _checked(self, read: Callable[[], TableState]) -> TableState:
+    def confirmed(self, read: Callable[[], T]) -> T:
         """``read()``, then :attr:`table_check` (also when the read fails: a table whose delete began says
-        so, rather than what its partly deleted log and snapshots looked like)."""
+        so, rather than what its partly deleted log and snapshots looked like). The store's own reads go
+        through it, and so does a read made beside the store (through the queryable view)."""
         check = self.table_check
         if check is None:
             return read()
         try:
-            state = read()
+            result = read()
         except StateStoreError:
             check()
             raise
         check()
-        return state
+        return result
 
     def _fresh_at(self, as_of: int | None) -> TableState:
         if as_of is not None:

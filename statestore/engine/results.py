@@ -7,9 +7,9 @@ Kept apart from the engine so that both stores share them:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from statestore.errors import RequestRejectedBeforeError, StateStoreError, TransactionValidationError
 from statestore.model.schema import Schema
@@ -17,6 +17,8 @@ from statestore.state.table_state import TableState
 from statestore.store.ports import CommitOutcome, CommitStatus, TransactionLogStore
 from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.transactions import Transaction
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ class TableStateStore(Protocol):
 
     def read_log_to_end(self) -> int: ...
 
-    def confirm_table(self) -> None: ...
+    def confirmed(self, read: Callable[[], T]) -> T: ...
 
     def require_file_log(self, what: str) -> None: ...
 

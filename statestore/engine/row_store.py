@@ -29,7 +29,7 @@ from statestore.engine.log_store import (
     TableStateStore,
     TransactionLogStateStore,
 )
-from statestore.engine.results import result_of_final_status, skipped_note
+from statestore.engine.results import T, result_of_final_status, skipped_note
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import (
     FilesPresentError,
@@ -192,8 +192,8 @@ class RowFilesStateStore:
         files = self.file_store.files(self.table_id)
         return self._combined(self.partition_log.load(), files)
 
-    def confirm_table(self) -> None:
-        self.partition_log.confirm_table()
+    def confirmed(self, read: Callable[[], T]) -> T:
+        return self.partition_log.confirmed(read)
 
     def read_log_to_end(self) -> int:
         """Catch the partition tree up with the log; returns the number of its last entry."""

@@ -233,13 +233,19 @@ class DeletedBeforeWritten(SnapshotStore):
         return super().write(table_id, state, created_time)
 
 
-def test_a_snapshot_written_while_its_table_was_deleted_is_deleted_again() -> None:
+def deleted_before_its_snapshot_is_written() -> tuple[StateStoreClient, DeletedBeforeWritten, str]:
+    """A client whose next snapshot write runs the delete of table "orders" first; and the table's id."""
     memory = StateStoreClient.in_memory()
     snapshots = DeletedBeforeWritten(memory.snapshots.metadata, memory.blobs)
     client = StateStoreClient(memory.table_index, memory.log, snapshots.metadata, memory.blobs)
     client.snapshots = snapshots
     table_id = orders(client)
     snapshots.meanwhile = lambda: client.delete_table("orders")
+    return client, snapshots, table_id
+
+
+def test_a_snapshot_written_while_its_table_was_deleted_is_deleted_again() -> None:
+    client, snapshots, table_id = deleted_before_its_snapshot_is_written()
     work = UpkeepWork(UpkeepKind.SNAPSHOT, table_id, NOW, PERIOD)
 
     outcome = run_snapshot_work(work, client.table_index, client.log, snapshots, first_received_at=NOW)
@@ -250,12 +256,7 @@ def test_a_snapshot_written_while_its_table_was_deleted_is_deleted_again() -> No
 
 
 def test_a_snapshot_asked_for_while_its_table_was_deleted_is_deleted_again() -> None:
-    memory = StateStoreClient.in_memory()
-    snapshots = DeletedBeforeWritten(memory.snapshots.metadata, memory.blobs)
-    client = StateStoreClient(memory.table_index, memory.log, snapshots.metadata, memory.blobs)
-    client.snapshots = snapshots
-    table_id = orders(client)
-    snapshots.meanwhile = lambda: client.delete_table("orders")
+    client, _, table_id = deleted_before_its_snapshot_is_written()
 
     with pytest.raises(TableNotFoundError):  # before: the snapshot, reported written, left for ever
         client.create_snapshot("orders")
