@@ -32,7 +32,9 @@ Targets, printed PASS/FAIL:
   here).
 
 Not judged, beside the last: what each cold commit adds beyond its own load, as the committer times it in
-that commit (making room, the first reads' round trip, the append), the largest of each size's.
+that commit (making room, the first reads' round trip, the append), the largest of each size's; and the
+CPU time each cold commit and each load alone spends in the kernel (page faults, mostly: on a virtual
+machine whose host takes back memory its kernel frees, a page's first touch can wait for the host).
 
 ``--scale`` shrinks table sizes, table counts, commit counts and the budget alike for a quick run (its
 memory target is not judged: the runtime's baseline does not shrink).
@@ -48,6 +50,7 @@ import logging
 import multiprocessing
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -230,6 +233,11 @@ class Stopwatch:
     def now(self) -> float:
         return self.waits.seconds + time.process_time()
 
+    @staticmethod
+    def kernel() -> float:
+        """The process's CPU time in the kernel so far (its threads' included): part of :meth:`now`'s."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
 
 @dataclass
 class Stores:
@@ -307,18 +315,24 @@ class Timings:
     by_class: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # Each cold commit's latency less its own load's (as the committer times it): what the cold path adds.
     beyond_load: dict[str, list[float]] = field(default_factory=dict)
+    # Each cold commit's CPU time in the kernel (ms): page faults, mostly, on the memory its load touches.
+    cold_kernel: dict[str, list[float]] = field(default_factory=dict)
     warm: int = 0
     cold: int = 0
     seconds: float = 0.0
 
-    def add(self, shape: str, kind: str, millis: float, load_millis: float = 0.0) -> None:
+    def add(
+        self, shape: str, kind: str, millis: float, load_millis: float = 0.0, kernel_millis: float = 0.0
+    ) -> None:
         """One commit to a table of ``shape``, its state ``kind``: warm (kept), guarded (appended from what
-        an evicted table keeps, without its state) or cold (loaded, in ``load_millis``)."""
+        an evicted table keeps, without its state) or cold (loaded, in ``load_millis``), ``kernel_millis``
+        of its CPU time in the kernel."""
         cold = kind == "cold"
         self.latencies.append(millis)
         self.by_class.setdefault((shape, kind), []).append(millis)
         if cold:
             self.beyond_load.setdefault(shape, []).append(millis - load_millis)
+            self.cold_kernel.setdefault(shape, []).append(kernel_millis)
         self.cold += cold
         self.warm += not cold
 
@@ -347,15 +361,15 @@ def commit_all(
     each on ``clock`` when ``timings`` is given."""
     for table_id, shape in plan:
         message = commit_message(table_id, shape, rng)
-        t0 = clock.now()
+        t0, k0 = clock.now(), clock.kernel()
         [result] = committer.process([message])
-        seconds = clock.now() - t0
+        seconds, kernel = clock.now() - t0, clock.kernel() - k0
         if result.outcome is not MessageOutcome.COMMITTED:
             raise RuntimeError(f"a commit to {table_id} was {result.outcome.value}: {result.reason}")
         if timings is not None:
             batch = committer.last_batch
             kind = "cold" if batch.cold_loads else "guarded" if batch.guarded else "warm"
-            timings.add(shape.name, kind, seconds * 1000, sum(batch.cold_load_ms))
+            timings.add(shape.name, kind, seconds * 1000, sum(batch.cold_load_ms), kernel * 1000)
             timings.seconds += seconds
 
 
@@ -370,19 +384,20 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def table_load_ms(stores: Stores, clock: Stopwatch, table_id: str, tries: int) -> float:
-    """The median time to load the table as a cold committer does: its latest snapshot's record and
-    objects, the log after it, then freed heap given back."""
-    times = []
+def table_load_ms(stores: Stores, clock: Stopwatch, table_id: str, tries: int) -> tuple[float, float]:
+    """The median time to load the table as a cold committer does (its latest snapshot's record and
+    objects, the log after it, then freed heap given back), and the median of its CPU time in the kernel."""
+    times, kernel = [], []
     for _ in range(tries):
-        t0 = clock.now()
+        t0, k0 = clock.now(), clock.kernel()
         state = TransactionLogStateStore(table_id, SCHEMA, stores.log, stores.snapshots).load()
         release_freed_heap()
         times.append((clock.now() - t0) * 1000)
+        kernel.append((clock.kernel() - k0) * 1000)
         del state
         gc.collect()
         release_freed_heap()
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(kernel)
 
 
 def run_committer_process(config: dict[str, Any], out: Any) -> None:
@@ -410,9 +425,12 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     figures: dict[str, Any] = {"budget_mb": budget.bytes / (1 << 20), "baseline_rss_mb": current_rss_mb()}
     alone: dict[str, Timings] = {}
     load_ms: dict[str, float] = {}
+    load_kernel_ms: dict[str, float] = {}
     for shape, commits in ((small, ALONE_COMMITS), (big, max(20, ALONE_COMMITS // 10))):
         table_id = stores.create(f"alone-{shape.name}", shape)
-        load_ms[shape.name] = table_load_ms(stores, clock, table_id, 5 if shape is small else 3)
+        load_ms[shape.name], load_kernel_ms[shape.name] = table_load_ms(
+            stores, clock, table_id, 5 if shape is small else 3
+        )
         one = committer()
         commit_all(one, [(table_id, shape)] * 5, rng, clock, None)
         alone[shape.name] = timings = Timings()
@@ -425,6 +443,7 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
         for name, t in alone.items()
     }
     figures["load_ms"] = load_ms
+    figures["load_kernel_ms"] = load_kernel_ms
 
     # The many tables, the large ones at evenly spread ranks of the skewed order.
     made = time.perf_counter()
@@ -458,6 +477,7 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
                 for (name, kind), v in sorted(timings.by_class.items())
             },
             "beyond_load": {name: max(v) for name, v in timings.beyond_load.items()},
+            "cold_kernel": {name: max(v) for name, v in timings.cold_kernel.items()},
             "evictions": after.evictions - before.evictions,
             "demotions": after.demotions - before.demotions,
             "guarded_tables": len(c.guarded_tables),
@@ -502,6 +522,13 @@ def report(f: dict[str, Any], args: argparse.Namespace, shapes: list[Shape]) -> 
     figures.append(
         Figure("one table alone (10k references), commits/s", alone_rate, "commits/s", bound_by=rtt)
     )
+    for name, kernel in f["load_kernel_ms"].items():
+        figures.append(
+            Figure(
+                f"one load of a {name} table alone, CPU time in the kernel (median)", kernel, "ms",
+                bound_by="page faults on the memory the load touches: this machine's kernel and host",
+            )
+        )  # fmt: skip
     for spread, s in f["spreads"].items():
         print(f"\n  {spread} over the tables:")
         print(
@@ -554,6 +581,17 @@ def report(f: dict[str, Any], args: argparse.Namespace, shapes: list[Shape]) -> 
                 Figure(
                     f"{spread}: a cold {name} table's commit beyond its own load, at most", beyond, "ms",
                     bound_by=f"making room, the first reads, the append: {rtt}",
+                )
+            )  # fmt: skip
+            kernel, alone_kernel = s["cold_kernel"][name], f["load_kernel_ms"][name]
+            print(
+                f"          a cold {name} commit's CPU time in the kernel: at most {kernel:.0f} ms (a load "
+                f"alone's: {alone_kernel:.0f} ms, median)"
+            )
+            figures.append(
+                Figure(
+                    f"{spread}: a cold {name} table's commit, CPU time in the kernel, at most", kernel, "ms",
+                    bound_by="page faults on the memory its load touches: this machine's kernel and host",
                 )
             )  # fmt: skip
     peak = f["peak_rss_mb"]
