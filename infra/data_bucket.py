@@ -38,13 +38,14 @@ S3_BUCKET_NAME_LIMIT = 63
 
 # Object key patterns for IAM, from the layout every adapter uses (any table id).
 _ANY_TABLE = "*"
-TABLES_PREFIX = layout.table_prefix(_ANY_TABLE).split(_ANY_TABLE)[0]  # "tables/": every table's objects
+TABLES_PREFIX = layout.TABLES_PREFIX  # every table's objects
 DATA_OBJECTS = layout.data_prefix(_ANY_TABLE) + "*"
 SNAPSHOT_OBJECTS = layout.snapshot_prefix(_ANY_TABLE) + "*"
 LOG_BODY_OBJECTS = layout.log_body_prefix(_ANY_TABLE) + "*"
 REQUEST_BODY_OBJECTS = layout.request_body_prefix(_ANY_TABLE) + "*"
 UPKEEP_OBJECTS = layout.upkeep_prefix(_ANY_TABLE) + "*"  # cleanup's progress per table (the orphan sweep's)
 TABLE_OBJECTS = TABLES_PREFIX + "*"  # every object of every table
+DELETED_TABLE_OBJECTS = layout.DELETED_TABLES_PREFIX + "*"  # deleted tables' tombstones
 SPARK_ARTIFACT_OBJECTS = layout.SPARK_ARTIFACTS_PREFIX + "*"
 SPARK_INPUT_OBJECTS = layout.SPARK_INPUT_PREFIX + "*"
 SPARK_LOG_OBJECTS = layout.SPARK_LOGS_PREFIX + "*"

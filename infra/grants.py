@@ -106,11 +106,12 @@ class StateStoreGrants:
           the log's leaf index, an update and puts in the entry's TransactWriteItems, for a table that keeps
           a queryable view);
         - ``tables delete``: every log entry, snapshot record and object of the table (BatchWriteItem, and
-          DeleteObjects under ``tables/<id>/``);
+          DeleteObjects under ``tables/<id>/``), and its tombstone put (``deleted-tables/<id>.json``);
         - ``snapshot``: record a snapshot (its items and its objects);
         - ``cleanup``: delete old log entries and snapshots, garbage data files and stale request bodies,
           committing DeleteFiles straight to the log, and read and move the orphan sweep's progress
-          (``tables/<id>/upkeep/``); ``files --orphans`` lists the data prefix;
+          (``tables/<id>/upkeep/``); for deleted tables, delete what late writers left under their prefixes,
+          then their tombstones; ``files --orphans`` lists the data prefix;
         - ``dead-letters``: receive, release (ChangeMessageVisibility) and delete the dead-letter queue's
           messages; redrive sends them to the commit queue, as a commit does. ``dead-letters --queue
           upkeep``: the same on the upkeep dead-letter queue, and redrive sends (SendMessage) fresh work
@@ -128,9 +129,15 @@ class StateStoreGrants:
         state.tables_by_name.grant(grantee, *PUT, *DELETE)
         state.transaction_log.grant(grantee, *PUT, *UPDATE, *BATCH_WRITE)
         state.snapshots.grant(grantee, *PUT, *DELETE, *BATCH_WRITE)
-        data.grant_put(grantee, objects.SNAPSHOT_OBJECTS, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
+        data.grant_put(
+            grantee,
+            objects.SNAPSHOT_OBJECTS,
+            objects.LOG_BODY_OBJECTS,
+            objects.UPKEEP_OBJECTS,
+            objects.DELETED_TABLE_OBJECTS,  # a deleted table's tombstone
+        )
         data.grant_read(grantee, objects.UPKEEP_OBJECTS)
-        data.grant_delete(grantee, objects.TABLE_OBJECTS)
+        data.grant_delete(grantee, objects.TABLE_OBJECTS, objects.DELETED_TABLE_OBJECTS)
         self.commits.dead_letter_queue.grant_consume_messages(grantee)
         self.upkeep.dead_letter_queue.grant_consume_messages(grantee)
         self.upkeep.snapshot_queue.grant_send_messages(grantee)

@@ -276,14 +276,10 @@ class StatestoreStack(Stack):
         state.snapshots.grant(cleanup, *DELETE, *BATCH_WRITE)
         data.grant_put(cleanup, objects.LOG_BODY_OBJECTS, objects.UPKEEP_OBJECTS)
         data.grant_read(cleanup, objects.UPKEEP_OBJECTS)  # the orphan sweep's watermark, read and moved
-        data.grant_delete(
-            cleanup,
-            objects.LOG_BODY_OBJECTS,
-            objects.SNAPSHOT_OBJECTS,
-            objects.DATA_OBJECTS,
-            objects.REQUEST_BODY_OBJECTS,
-            objects.UPKEEP_OBJECTS,  # the sweep's progress, when the table's delete overtook the cleanup
-        )
+        # Every object of a table: old log bodies, snapshots, garbage data files, request bodies, the sweep's
+        # progress (when the table's delete overtook the cleanup), and anything late writers put under a
+        # deleted table's prefix, with that table's tombstone (statestore.services.leftovers).
+        data.grant_delete(cleanup, objects.TABLE_OBJECTS, objects.DELETED_TABLE_OBJECTS)
 
     def _outputs(self) -> None:
         """What the CLI and Spark jobs read from the stack (``aws cloudformation describe-stacks``)."""

@@ -1,6 +1,7 @@
 """The cleanup Lambda, in two modes: on its schedule it *plans* (queues a cleanup of every table, one
-message per table); fed by its work queue it cleans up the one table of each message (old log entries and
-snapshots, garbage and orphan data files, expired claims). See :mod:`statestore.services.upkeep`."""
+message per table, and of every deleted table with a tombstone); fed by its work queue it cleans up the one
+table of each message (old log entries and snapshots, garbage and orphan data files, expired claims; for a
+deleted table, what late writers left under its prefix). See :mod:`statestore.services.upkeep`."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ class CleanupFailedError(Exception):
 
 def plan(rt: Runtime) -> dict[str, Any]:
     made = plan_cleanup(
-        rt.tables, rt.upkeep_queue(UpkeepKind.CLEANUP), period_ms=upkeep_period_ms(UpkeepKind.CLEANUP)
+        rt.tables,
+        rt.upkeep_queue(UpkeepKind.CLEANUP),
+        period_ms=upkeep_period_ms(UpkeepKind.CLEANUP),
+        blobs=rt.blobs,
     )
     metrics.add_metric(name="CleanupTablesPlanned", unit=MetricUnit.Count, value=len(made.planned))
-    summary = {"planned": list(made.planned)}
+    metrics.add_metric(name="CleanupDeletedTablesPlanned", unit=MetricUnit.Count, value=len(made.leftovers))
+    summary = {"planned": list(made.planned), "deleted_tables": list(made.leftovers)}
     logger.info("cleanup plan", extra=summary)
     return summary
 
@@ -58,6 +63,8 @@ def work(rt: Runtime, records: list[dict[str, Any]]) -> dict[str, Any]:
         "refused_files": sum(len(r.refused_files) for r in reports),
         "claims_released": sum(r.claims_released for r in reports),
         "orphan_files_deleted": sum(r.orphan_files_deleted for r in reports),
+        # What late writers put under deleted tables' prefixes (statestore.services.leftovers).
+        "leftover_objects_deleted": sum(o.leftovers.objects_deleted for o in outcomes if o.leftovers),
     }
     for name, value in totals.items():
         metrics.add_metric(

@@ -15,10 +15,13 @@ from statestore.cli.errors import (
 )
 from statestore.cli.parser import Command, add_number
 from statestore.errors import StateStoreError
+from statestore.model.clock import now_millis
 from statestore.services.cleanup_policy import MAX_DELAY_MS
 
 if TYPE_CHECKING:
     from statestore.cli.session import Session
+    from statestore.services.cleanup_policy import CleanupPolicy
+    from statestore.services.leftovers import LeftoversReport
 
 # The cleanup options' ranges in minutes: the policy's own limit for the delays, ten years for the ages.
 MAX_DELAY_MINUTES = MAX_DELAY_MS // 60_000
@@ -158,10 +161,11 @@ def cmd_cleanup(s: Session) -> int:
             s.out.progress(f"could not clean up table {table.table_name!r}: {e}")
             continue
         reports.append((table, report))
+    leftovers = [] if s.args.table else _delete_leftovers(s, policy, errors)
 
     def human() -> str:
         if not reports:
-            return "no tables cleaned up"
+            return "no tables cleaned up" + _leftovers_line(leftovers)
         return fmt.render_table(
             ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES", "CLAIMS"],
             [
@@ -176,7 +180,7 @@ def cmd_cleanup(s: Session) -> int:
                 ]
                 for t, r in reports
             ],
-        )
+        ) + _leftovers_line(leftovers)
 
     s.out.result(
         {
@@ -197,6 +201,15 @@ def cmd_cleanup(s: Session) -> int:
                 }
                 for t, r in reports
             ],
+            "deleted_tables": [
+                {
+                    "table_id": r.table_id,
+                    "objects_deleted": r.objects_deleted,
+                    "objects_kept": r.objects_kept,
+                    "tombstone_deleted": r.tombstone_deleted,
+                }
+                for r in leftovers
+            ],
             "errors": errors,
         },
         human,
@@ -204,6 +217,41 @@ def cmd_cleanup(s: Session) -> int:
     if errors:
         raise CliError(f"could not clean up {fmt.plural(len(errors), 'table')}: {', '.join(errors)}")
     return EXIT_OK
+
+
+def _delete_leftovers(s: Session, policy: CleanupPolicy, errors: dict[str, str]) -> list[LeftoversReport]:
+    """What late writers left under the prefixes of deleted tables (each with a tombstone and no record),
+    deleted as the cleanup Lambda's work does (:mod:`statestore.services.leftovers`); errors by table id."""
+    from statestore.services.leftovers import delete_leftovers, tombstones
+
+    recorded = {t.table_id for t in s.client.list_tables()}  # a table being deleted: its delete goes on
+    reports = []
+    for tombstone in tombstones(s.client.blobs):
+        if tombstone.table_id in recorded:
+            continue
+        s.out.progress(f"deleting what is left of deleted table {tombstone.table_id!r}")
+        try:
+            report = delete_leftovers(tombstone.table_id, s.client.blobs, now=now_millis(), policy=policy)
+        except BACKEND_ERRORS:
+            raise
+        except StateStoreError as e:
+            errors[tombstone.table_id] = str(e)
+            s.out.progress(f"could not delete what is left of deleted table {tombstone.table_id!r}: {e}")
+            continue
+        if report is not None:
+            reports.append(report)
+    return reports
+
+
+def _leftovers_line(reports: list[LeftoversReport]) -> str:
+    if not reports:
+        return ""
+    deleted, kept = sum(r.objects_deleted for r in reports), sum(r.objects_kept for r in reports)
+    return (
+        f"\ndeleted {fmt.plural(deleted, 'object')} late writers left under the prefixes of "
+        f"{fmt.plural(len(reports), 'deleted table')}"
+        + (f"; kept {kept} newer than the GC delay" if kept else "")
+    )
 
 
 # --- dead letters -------------------------------------------------------------------------------------

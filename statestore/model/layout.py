@@ -8,9 +8,29 @@ import re
 import time
 import uuid
 
+TABLES_PREFIX = "tables/"
+
 
 def table_prefix(table_id: str) -> str:
-    return f"tables/{table_id}/"
+    return f"{TABLES_PREFIX}{table_id}/"
+
+
+# A deleted table's tombstone, written by its delete just before the last step (its record's removal), kept
+# outside every table's prefix: the durable fact that lets cleanup delete what a late writer still put under
+# the table's prefix after the delete's pass (:mod:`statestore.services.leftovers`).
+DELETED_TABLES_PREFIX = "deleted-tables/"
+
+
+def deleted_table_key(table_id: str) -> str:
+    return f"{DELETED_TABLES_PREFIX}{table_id}.json"
+
+
+def deleted_table_id(key: str) -> str | None:
+    """The table id a tombstone's key names, or None for a key that is no tombstone."""
+    if not key.startswith(DELETED_TABLES_PREFIX) or not key.endswith(".json"):
+        return None
+    table_id = key[len(DELETED_TABLES_PREFIX) : -len(".json")]
+    return table_id if table_id and "/" not in table_id else None
 
 
 def data_prefix(table_id: str) -> str:

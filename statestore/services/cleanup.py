@@ -68,6 +68,7 @@ from statestore.services.cleanup_policy import (
     check_against_skew,
     gc_delay_ms,
 )
+from statestore.services.leftovers import LeftoversReport
 from statestore.services.view_upkeep import ViewOutcome
 from statestore.services.warm_cache import WarmCache
 from statestore.store.ports import BlobStore, FileReferenceStore, TableIndex, TransactionLogStore
@@ -423,6 +424,7 @@ class CleanupOutcome:
     report: CleanupReport | None = None
     error: str | None = None
     skipped: str | None = None  # why the table was not cleaned up (its work was superseded, it was deleted)
+    leftovers: LeftoversReport | None = None  # a deleted table's: what late writers left under its prefix
 
 
 def cleanup_tables(

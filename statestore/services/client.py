@@ -23,10 +23,12 @@ from statestore.errors import (
 )
 from statestore.instance import ResourceNames
 from statestore.model import layout
+from statestore.model.clock import now_millis
 from statestore.model.files import TableFile
 from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.partitions import Partition
 from statestore.model.schema import Key, Schema
+from statestore.services.leftovers import write_tombstone
 from statestore.services.view_queries import QueryableViewQueries
 from statestore.state.table_state import TableState
 from statestore.store.memory import (
@@ -219,7 +221,9 @@ class StateStoreClient(QueryableViewQueries):
     def delete_table(self, table: str) -> None:
         """Delete a table: first mark its record (from then on, nothing of it is read or written: readers
         are told it is being deleted), then its log with the bodies, its snapshots, every object under its
-        prefix, and last its index entries, so an interrupted delete can simply be run again."""
+        prefix, then write its tombstone (cleanup deletes what late writers still put under the prefix:
+        :mod:`statestore.services.leftovers`), and last its index entries, so an interrupted delete can
+        simply be run again."""
         info = self.table_index.mark_deleting(self.table_record(table).table_id)
         if info.files_in_rows:
             self._require_file_store(info).delete_table(info.table_id)
@@ -228,6 +232,7 @@ class StateStoreClient(QueryableViewQueries):
             self.queryable_view_store.delete_table(info.table_id)
         self.snapshots.delete_table(info.table_id)
         self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
+        write_tombstone(self.blobs, info, now_millis())
         self.table_index.delete(info.table_id)
 
     # --- state ----------------------------------------------------------------------------------

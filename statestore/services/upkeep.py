@@ -22,7 +22,8 @@ loading it (two reads), so an unmoved table costs no message; the worker checks 
 may have been written meanwhile). Where the deployment keeps queryable views, the worker then updates the
 view of a table that asks for one, and the plan also queues a table whose view is behind its log
 (:mod:`statestore.services.view_upkeep`). Cleanup: every table is queued (orphans and expired claims
-need no new transaction to appear).
+need no new transaction to appear), and every deleted table whose tombstone is there: its worker deletes
+what late writers put under its prefix (:mod:`statestore.services.leftovers`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from statestore.services.cleanup import (
     snapshot_table,
 )
 from statestore.services.cleanup_policy import CleanupPolicy
+from statestore.services.leftovers import delete_leftovers, tombstones
 from statestore.services.view_upkeep import ViewOutcome, update_view, view_behind
 from statestore.state.table_state import TableState
 from statestore.store.ports import (
@@ -65,6 +67,7 @@ logger = logging.getLogger(__name__)
 WORK_FORMAT_VERSION = 1
 _DELETED = "the table was deleted after the plan"
 _BEING_DELETED = "the table is being deleted"
+_LEFTOVERS = "the table was deleted: only what was left under its prefix was cleaned up"
 _MINUTE_MS = 60_000
 
 
@@ -150,6 +153,7 @@ class UpkeepPlan:
     planned: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     errors: dict[str, str] = field(default_factory=dict)
+    leftovers: tuple[str, ...] = ()  # deleted tables (by their tombstones) queued to delete what is left
 
 
 def plan_snapshots(
@@ -203,12 +207,17 @@ def plan_cleanup(
     period_ms: int,
     now: int | None = None,
     rng: random.Random | None = None,
+    blobs: BlobStore | None = None,
 ) -> UpkeepPlan:
-    """Queue a cleanup of every table."""
+    """Queue a cleanup of every table; with ``blobs``, also of every deleted table whose tombstone is
+    there (:mod:`statestore.services.leftovers`: what late writers put under its prefix is deleted)."""
     now = now_millis() if now is None else now
-    planned = [table.table_id for table in tables.list() if not table.deleting]
-    _send(queue, UpkeepKind.CLEANUP, planned, now, period_ms, rng)
-    return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned))
+    listed = tables.list()
+    planned = [table.table_id for table in listed if not table.deleting]
+    recorded = {table.table_id for table in listed}
+    gone = [] if blobs is None else [t.table_id for t in tombstones(blobs) if t.table_id not in recorded]
+    _send(queue, UpkeepKind.CLEANUP, planned + gone, now, period_ms, rng)
+    return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned), leftovers=tuple(gone))
 
 
 def _send(
@@ -326,6 +335,16 @@ def run_cleanup_work(
     if work.kind is not UpkeepKind.CLEANUP:
         raise MalformedWorkError(f"{work.kind.value} work on the cleanup queue, for table {work.table_id!r}")
     table = _table_for(work, tables, first_received_at)
+    if table == _DELETED:  # what late writers left under its prefix, if a tombstone says it was deleted
+        try:
+            leftovers = delete_leftovers(work.table_id, blobs, now=clock(), policy=policy)
+        except StateStoreError as e:
+            logger.exception("could not delete what is left of deleted table %r", work.table_id)
+            return CleanupOutcome(
+                work.table_id, error=f"could not delete what is left of the deleted table: {e}"
+            )
+        skipped = _DELETED if leftovers is None else _LEFTOVERS
+        return CleanupOutcome(work.table_id, skipped=skipped, leftovers=leftovers)
     if isinstance(table, str):
         return CleanupOutcome(work.table_id, skipped=table)
     return cleanup_one(

@@ -156,6 +156,28 @@ def test_a_table_whose_delete_was_interrupted_is_listed_as_such_read_by_nothing_
     assert name not in [t["table_name"] for t in cli("tables", "list", "--json").json()]
 
 
+def test_cleanup_deletes_what_a_late_writer_put_under_a_deleted_tables_prefix(
+    cli: Cli, tmp_path: Path
+) -> None:
+    name = unique("gone")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    assert cli("tables", "delete", name, "--yes").code == EXIT_OK
+    late = f"tables/{table_id}/data/late.parquet"  # a job that still wrote after the delete
+    cli.runtime.client().blobs.put(late, b"late")
+
+    kept = cli("cleanup", "--json")  # younger than the GC delay
+    swept = cli("cleanup", "--gc-delay", "0", "--max-clock-skew", "0")
+    again = cli("cleanup", "--json")
+
+    assert kept.code == EXIT_OK and {"table_id": table_id, "objects_deleted": 0, "objects_kept": 1,
+        "tombstone_deleted": False} in kept.json()["deleted_tables"]  # fmt: skip
+    assert swept.code == EXIT_OK and "late writers left under the prefixes of" in swept.out
+    assert cli.runtime.client().blobs.list(f"tables/{table_id}/") == []
+    assert {"table_id": table_id, "objects_deleted": 0, "objects_kept": 0, "tombstone_deleted": False} in (
+        again.json()["deleted_tables"]
+    )
+
+
 # --- commits, status, log, files ------------------------------------------------------------------------
 
 

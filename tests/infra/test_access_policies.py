@@ -71,11 +71,13 @@ ADMIN = (
         objects(layout.snapshot_prefix(ANY_TABLE)),
         objects(layout.log_body_prefix(ANY_TABLE)),
         objects(layout.upkeep_prefix(ANY_TABLE)),
+        objects(layout.DELETED_TABLES_PREFIX),  # a deleted table's tombstone
     )
     | allows(
         OBJECT_READ, "bucket", objects(layout.upkeep_prefix(ANY_TABLE))
     )  # cleanup's orphan sweep progress
-    | allows(OBJECT_DELETE, objects("tables/"))  # every object of every table
+    # every object of every table; the tombstones, once cleanup deleted what was left of their tables
+    | allows(OBJECT_DELETE, objects(layout.TABLES_PREFIX), objects(layout.DELETED_TABLES_PREFIX))
     | allows(QUEUE_CONSUME, f"queue:{NAMES.dead_letter_queue}")  # dead-letters list/redrive/purge
     # dead-letters --queue upkeep: list/purge on its dead-letter queue, redrive to the work queues
     | allows(QUEUE_CONSUME, f"queue:{NAMES.upkeep_dead_letter_queue}")

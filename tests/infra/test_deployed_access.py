@@ -373,6 +373,14 @@ def test_the_admin_policy_runs_every_statestore_cli_command(
     assert cli("tables", "list") == []
     assert instance.backend.blobs.list(layout.table_prefix(table_id)) == []
     assert list(instance.admin.log.read(table_id, 1, 100)) == []
+    # A job that still wrote a data file after the delete: cleanup deletes it, then the table's tombstone.
+    instance.backend.blobs.put(data_key(table_id, "late"), b"late")
+    monkeypatch.setenv("STATESTORE_MAX_REQUEST_AGE_MINUTES", "0")
+    swept = cli("cleanup", "--gc-delay", "0", "--max-clock-skew", "0")
+    assert swept["errors"] == {} and swept["deleted_tables"] == [
+        {"table_id": table_id, "objects_deleted": 1, "objects_kept": 0, "tombstone_deleted": True}
+    ]
+    assert instance.backend.blobs.list("") == []
 
 
 def test_the_admin_policy_may_not_take_upkeep_work_nor_send_to_the_upkeep_dead_letter_queue(

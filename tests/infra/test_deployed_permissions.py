@@ -14,6 +14,7 @@ import copy
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import boto3
@@ -32,8 +33,11 @@ from statestore.engine.requests import CommitSender
 from statestore.errors import StateStoreError
 from statestore.instance import ResourceNames
 from statestore.model import layout
+from statestore.model.clock import now_millis
 from statestore.services.cleanup_policy import GC_DELAY_PROPERTY
 from statestore.services.committer import REASON_ATTRIBUTE
+from statestore.services.leftovers import write_tombstone
+from statestore.services.upkeep import run_cleanup_work
 from statestore.store.ports import CommitOutcome, QueueMessage
 from statestore.store.tables import TableInfo
 from statestore.transactions import (
@@ -55,6 +59,7 @@ from tests.infra.deployed_iam import (
 from tests.lambdas.events import LambdaContext
 
 pytestmark = pytest.mark.infra
+DAY_MS = 24 * 60 * 60_000
 
 COMMITTER = "lambdas.committer.handler"
 SNAPSHOT = "lambdas.snapshot.handler"
@@ -324,6 +329,39 @@ def test_the_cleanup_lambda_deletes_old_snapshots_log_entries_and_garbage_with_i
     assert set(deployed.store(table_id).load().files_by_name) == {new}
     # The chain, and the hints of the entries kept: the compaction's, and the DeleteFiles cleanup committed.
     assert index_items(deployed, table_id) == (3 if properties else 0)
+
+
+def test_the_cleanup_lambda_deletes_what_late_writers_left_of_a_deleted_table_with_its_role(
+    deployed: Deployed,
+) -> None:
+    store = deployed.create_table("orders")
+    table_id = store.table_id
+    # The table's delete as the client ends it: its tombstone, then its record. Then late writers: a job's
+    # data file, a sender's request body, a cleanup's sweep progress saved just before it saw the delete.
+    write_tombstone(deployed.admin.blobs, deployed.admin.tables.get(table_id), now_millis())
+    deployed.admin.tables.delete(table_id)
+    late = [
+        f"{layout.data_prefix(table_id)}late.parquet",
+        f"{layout.request_body_prefix(table_id)}late.json",
+        layout.orphan_sweep_key(table_id),
+    ]
+    for key in late:
+        deployed.admin.blobs.put(key, b"late")
+    # The cleanup runs past the GC delay and the longest a request lives, so it deletes them all, and then
+    # the tombstone (the deployed environment sets the delay).
+    later = partial(run_cleanup_work, clock=lambda: now_millis() + 60 * DAY_MS)
+    deployed.monkeypatch.setattr(cleanup_lambda, "run_cleanup_work", later)
+
+    plan = deployed.invoke(CLEANUP, SCHEDULED_EVENT)
+    event, source = deployed.work_event(CLEANUP, "cleanup")
+    summary = deployed.invoke(CLEANUP, event)
+    with iam_enforced():
+        source.delete([r["receiptHandle"] for r in event["Records"]])
+
+    assert plan["planned"] == [] and plan["deleted_tables"] == [table_id]
+    assert summary["errors"] == {} and summary["leftover_objects_deleted"] == len(late)
+    assert deployed.admin.blobs.list(layout.table_prefix(table_id)) == []
+    assert deployed.admin.blobs.list(layout.DELETED_TABLES_PREFIX) == []  # old enough, nothing left
 
 
 def index_items(deployed: Deployed, table_id: str) -> int:

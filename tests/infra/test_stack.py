@@ -679,13 +679,17 @@ def test_cleanup_deletes_log_entries_snapshots_and_data_files_and_commits_throug
     assert {"dynamodb:PutItem", "dynamodb:BatchWriteItem"} <= actions_on(template, CLEANUP, log)
     assert "dynamodb:DeleteItem" in actions_on(template, CLEANUP, table_id(template, NAMES.snapshots_table))
     bucket = bucket_id(template)
-    for kind in ("data", "snapshots", "log", "requests"):
-        assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, f"/tables/*/{kind}/*")
+    # Any object of a table (its log bodies, snapshots, data files, request bodies, and whatever late
+    # writers left under a deleted table's prefix), and the tombstones of deleted tables.
+    assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, '/tables/*"')
+    assert "s3:DeleteObject" in actions_on(template, CLEANUP, bucket, '/deleted-tables/*"')
+    assert "s3:DeleteObjectVersion" not in actions_on(template, CLEANUP, bucket)
     assert "s3:PutObject" not in actions_on(template, CLEANUP, bucket, "/tables/*/data/*")
-    # The orphan sweep's progress per table: read, written, and deleted when the table's delete overtook
-    # the cleanup; under its own prefix only.
+    assert "s3:PutObject" not in actions_on(template, CLEANUP, bucket, "/deleted-tables/*")
+    # The orphan sweep's progress per table: read and written (deleted as any object of a table) under its
+    # own prefix only.
     upkeep = actions_on(template, CLEANUP, bucket, "/tables/*/upkeep/*")
-    assert {"s3:GetObject*", "s3:PutObject", "s3:DeleteObject"} <= upkeep
+    assert {"s3:GetObject*", "s3:PutObject"} <= upkeep
 
 
 def test_no_function_may_write_the_table_index_or_use_wildcard_actions(template: Any) -> None:

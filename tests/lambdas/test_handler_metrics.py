@@ -22,6 +22,7 @@ from lambdas._runtime import Runtime, use_runtime
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.requests import CommitRequest
 from statestore.model import layout
+from statestore.services.leftovers import write_tombstone
 from statestore.services.upkeep import UpkeepKind
 from statestore.sizing import warm_state_bytes
 from statestore.store.memory import InMemoryBlobStore
@@ -319,7 +320,10 @@ def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
     capsys.readouterr()
 
     cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
-    assert counts(by_name(emitted(capsys), "statestore-cleanup")) == {"CleanupTablesPlanned": 1}
+    assert counts(by_name(emitted(capsys), "statestore-cleanup")) == {
+        "CleanupTablesPlanned": 1,
+        "CleanupDeletedTablesPlanned": 0,
+    }
     [work] = upkeep_records(rt.upkeep_queue(UpkeepKind.CLEANUP))
     cleanup_lambda.handler(sqs_event(work), LambdaContext())
 
@@ -330,4 +334,27 @@ def test_the_cleanup_function_counts_what_it_deleted_including_orphan_files(
         "RefusedFiles": 0,
         "ClaimsReleased": 0,
         "OrphanFilesDeleted": 1,
+        "LeftoverObjectsDeleted": 0,
     }
+
+
+def test_the_cleanup_function_counts_deleted_tables_planned_and_what_late_writers_left_of_them(
+    rt: Runtime, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = rt.tables.get(create_table(rt, "gone").table_id)
+    assert isinstance(rt.blobs, InMemoryBlobStore)
+    monkeypatch.setattr(rt.blobs, "_clock", lambda: 0)  # written long ago
+    write_tombstone(rt.blobs, table, 0)
+    rt.tables.delete(table.table_id)
+    rt.blobs.put(f"{layout.data_prefix(table.table_id)}late.parquet", b"x")  # after the delete's pass
+    capsys.readouterr()
+
+    cleanup_lambda.handler(SCHEDULED_EVENT, LambdaContext())
+    plan = counts(by_name(emitted(capsys), "statestore-cleanup"))
+    [work] = upkeep_records(rt.upkeep_queue(UpkeepKind.CLEANUP))
+    cleanup_lambda.handler(sqs_event(work), LambdaContext())
+    worker = counts(by_name(emitted(capsys), "statestore-cleanup"))
+
+    assert plan == {"CleanupTablesPlanned": 0, "CleanupDeletedTablesPlanned": 1}
+    assert worker["LeftoverObjectsDeleted"] == 1
+    assert rt.blobs.list(layout.table_prefix(table.table_id)) == []
