@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--seeds must be START:STOP, got {args.seeds!r}")
     started = time.monotonic()
-    steps = entries = violations = resent = redriven = deleted = 0
+    steps = entries = violations = resent = redriven = deleted = leftovers = 0
     faults: dict[str, int] = {}
     jobs = [(seed, args.steps, args.committers) for seed in seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             redriven += summary["redrives"]
             entries += summary["entries"]
             deleted += summary["deleted_tables"]
+            leftovers += summary["leftover_objects_deleted"]
             for kind, count in summary["faults"].items():
                 faults[kind] = faults.get(kind, 0) + count
     elapsed = time.monotonic() - started
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"requests resent after their message was dead-lettered: {resent:,}; "
-        f"dead letters redriven: {redriven:,}; tables deleted (and others created): {deleted:,}"
+        f"dead letters redriven: {redriven:,}; tables deleted (and others created): {deleted:,}; "
+        f"objects late writers left under their prefixes, deleted: {leftovers:,}"
     )
     print("faults injected: " + ", ".join(f"{k} {v:,}" for k, v in sorted(faults.items())))
     verdict = "PASS" if steps >= 1_000_000 and not violations else "FAIL"

@@ -12,7 +12,10 @@ import pytest
 
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.errors import RequestsAlreadyDecidedError, TransactionNumberTakenError
+from statestore.model import layout
 from statestore.services import cleanup
+from statestore.services.client import StateStoreClient
+from statestore.services.leftovers import write_tombstone
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry
 from statestore.store.tables import TableInfo
@@ -49,6 +52,13 @@ def test_the_simulation_exercises_every_kind_of_fault_and_commits_through_every_
     assert any(w.queue.redriven or w.dead_letters.letters for w in worlds)
     assert sum(w.summary()["guarded_commits"] for w in worlds) > 0  # appended from an evicted table's guard
     assert sum(w.summary()["deleted_tables"] for w in worlds) > 0
+
+
+def test_the_simulation_sweeps_what_late_writers_left_of_deleted_tables() -> None:
+    # Producers send late to deleted tables: their data files and request bodies land under the prefixes.
+    worlds = [run_seed(seed, 250) for seed in range(5)]
+
+    assert sum(w.summary()["leftover_objects_deleted"] for w in worlds) > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -154,3 +164,23 @@ def test_the_simulation_catches_a_read_that_answers_for_a_table_being_deleted(
     caught = violations_in_seeds(20)
     assert caught, "the harness did not notice a read of a table being deleted"
     assert "after its delete began answered" in caught[0]
+
+
+def test_the_simulation_catches_leftovers_swept_before_the_delete_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A delete that wrote its tombstone and removed the record first: cleanup took the table, whose delete
+    # a fault interrupted, for a deleted one, and swept its objects while the delete was yet to finish.
+    def delete_table(self: StateStoreClient, table: str) -> None:
+        info = self.table_index.mark_deleting(self.table_record(table).table_id)
+        write_tombstone(self.blobs, info, 0)
+        self.table_index.delete(info.table_id)
+        self.log.delete_table(info.table_id)
+        self.snapshots.delete_table(info.table_id)
+        self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
+
+    monkeypatch.setattr(StateStoreClient, "delete_table", delete_table)
+
+    caught = violations_in_seeds(40)
+    assert caught, "the harness did not notice leftovers swept before their table's delete finished"
+    assert "its objects are swept as a deleted table's" in caught[0]

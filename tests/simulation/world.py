@@ -14,7 +14,8 @@ replays exactly. Actors share a few tables:
 - **synchronous writers** commit directly; **compaction jobs** claim files (some resuming: taking over
   claims older than the expiry) and replace them, or release their claims when their merge fails or their
   replace is rejected;
-- the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims;
+- the **snapshot** and **cleanup** jobs run over every table; cleanup also sweeps expired claims, and
+  deletes what late writers put under deleted tables' prefixes (on the word of their tombstones);
 - a **vandal** truncates a snapshot object or flips a bit in it, where an intact snapshot before it and the
   log after that still cover the state (never inside another actor's call: damage between cleanup's check
   of its base and its trimming of the log cannot be survived by anything);
@@ -43,7 +44,8 @@ appended (cleanup deletes entries from the log, not from the oracle):
 6. log update times never run backwards, whatever the writers' clocks say;
 7. nothing is appended to a table's log once its delete has deleted the log;
 8. once a table's delete has begun, a read of it through the client raises TableNotFoundError: it never
-   answers with what a partly deleted log and snapshots hold.
+   answers with what a partly deleted log and snapshots hold;
+9. cleanup deletes what is under a table's prefix as leftovers only for a table whose delete finished.
 
 Invariants 4 and 5 are checked on the tables not being deleted; the others on every table. Cleanup
 outcomes are checked (5) whenever cleanup reports one: a cleanup the delete of its table overtook says so.
@@ -83,6 +85,7 @@ from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.client import StateStoreClient
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
+from statestore.services.leftovers import delete_leftovers, tombstones
 from statestore.sizing import WarmBudget
 from statestore.state import file_guard
 from statestore.state.table_state import TableState
@@ -732,6 +735,19 @@ class Cleaner(Actor):
                         f"table {outcome.table_id}: after a cleanup, job {ref.job_id}'s claim on "
                         f"{ref.filename} (made at {ref.last_update_time}) outlives the expiry ({cutoff})"
                     )
+        # What late writers (a job sending late, a cleanup the delete overtook) put under deleted tables'
+        # prefixes, as the cleanup Lambda's work on their tombstones does.
+        recorded = {table.table_id for table in world.tables.list()}
+        for tombstone in tombstones(world.blobs):
+            if tombstone.table_id in recorded:
+                continue
+            if tombstone.table_id in world.table_ids:  # 9: only a deleted table's objects are swept
+                world.violation(f"table {tombstone.table_id}: its objects are swept as a deleted table's")
+            try:
+                report = delete_leftovers(tombstone.table_id, world.blobs, now=clock(), policy=CLEANUP)
+            except StateStoreError:
+                continue
+            world.leftover_objects_deleted += report.objects_deleted if report else 0
 
 
 @dataclass(eq=False)
@@ -815,7 +831,7 @@ class World:
         self._ids = 0
         self.violations: list[str] = []
         self.faults = Faults(self, rates or FaultRates())
-        self.raw_blobs = InMemoryBlobStore()
+        self.raw_blobs = InMemoryBlobStore(lambda: self.now)  # the bucket stamps writes with the true time
         self.raw_statuses = InMemoryCommitStatusStore()
         self.raw_log = InMemoryTransactionLog(self.raw_blobs, self.raw_statuses)
         self.raw_snapshot_metadata = InMemorySnapshotMetadataStore()
@@ -840,6 +856,7 @@ class World:
         self.to_create: list[str] = []  # names of tables to create (a create that failed is made again)
         self.log_deleted: set[str] = set()  # tables whose delete deleted their log (7)
         self.deleted_tables = 0
+        self.leftover_objects_deleted = 0
         for i in range(tables):
             self._create_table(f"t{i}")
         self.actors: list[Actor] = [
@@ -1029,6 +1046,7 @@ class World:
             "violations": len(self.violations),
             "guarded_commits": self.guarded_commits,
             "deleted_tables": self.deleted_tables,
+            "leftover_objects_deleted": self.leftover_objects_deleted,
         }
 
 
