@@ -40,15 +40,10 @@ from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model.clock import now_millis
-from statestore.services.cleanup import (
-    CleanupOutcome,
-    SnapshotOutcome,
-    cleanup_one,
-    deleted_meanwhile,
-    snapshot_table,
-)
+from statestore.services.cleanup import CleanupOutcome, cleanup_one
 from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.leftovers import delete_leftovers, tombstones
+from statestore.services.snapshot_upkeep import SnapshotOutcome, snapshot_table
 from statestore.services.view_upkeep import ViewOutcome, update_view, view_behind
 from statestore.state.table_state import TableState
 from statestore.store.ports import (
@@ -59,7 +54,7 @@ from statestore.store.ports import (
     TableIndex,
     TransactionLogStore,
 )
-from statestore.store.tables import TableInfo
+from statestore.store.tables import TableInfo, deleted_meanwhile
 from statestore.store.view_ports import QueryableViewStore
 
 logger = logging.getLogger(__name__)
@@ -265,7 +260,7 @@ def run_snapshot_work(
     views: QueryableViewStore | None = None,
 ) -> SnapshotOutcome:
     """Snapshot the work's table if it still needs one (see
-    :func:`statestore.services.cleanup.snapshot_table`); then, with ``views`` (the deployment keeps
+    :func:`statestore.services.snapshot_upkeep.snapshot_table`); then, with ``views`` (the deployment keeps
     queryable views) and a table whose property asks for one, bring its view to the log's latest entry
     (:func:`statestore.services.view_upkeep.update_view`, reported in the outcome's ``view``, never raised),
     rebuilding it if need be from the state the snapshot loaded."""

@@ -34,7 +34,7 @@ and evicts the least recently used first.
   reused by the next load.
 
 It is also a ``MutableMapping`` (reads and writes settle the earlier use first), so code that keeps warm
-stores in a plain mapping (:func:`statestore.services.cleanup.snapshot_table`) takes one unchanged.
+stores in a plain mapping (:func:`statestore.services.snapshot_upkeep.snapshot_table`) takes one unchanged.
 """
 
 from __future__ import annotations

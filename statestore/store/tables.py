@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from statestore.errors import InvalidSchemaError, StateStoreError, TableBeingDeletedError
+from statestore.errors import InvalidSchemaError, StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model import layout
 from statestore.model.clock import now_millis
 from statestore.model.schema import Schema
@@ -219,3 +219,15 @@ def parse_schema(schema: Schema | Mapping[str, Any] | str) -> Schema:
     if isinstance(schema, Mapping | str | bytes):
         return Schema.from_json(dict(schema) if isinstance(schema, Mapping) else schema)
     raise InvalidSchemaError(f"expected a Schema or its JSON form, got {type(schema).__name__}")
+
+
+def deleted_meanwhile(table_check: Callable[[], object] | None) -> str | None:
+    """Why the table is gone, or is being deleted (``table_check`` raised TableNotFoundError); None when it
+    is not, or there is no check."""
+    if table_check is None:
+        return None
+    try:
+        table_check()
+    except TableNotFoundError as e:
+        return str(e)
+    return None

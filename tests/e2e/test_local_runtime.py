@@ -19,8 +19,8 @@ from statestore.local.draining import LocalDeadLetter
 from statestore.local.runtime import LocalRuntime
 from statestore.model.files import FileReference
 from statestore.services import upkeep
-from statestore.services.cleanup import SnapshotOutcome
 from statestore.services.client import StateStoreClient
+from statestore.services.snapshot_upkeep import SnapshotOutcome
 from statestore.store.ports import CommitOutcome, QueueMessage
 from statestore.transactions import AddFiles, TransactionBatch, request_ids_of
 from tests.e2e.conftest import StartRuntime

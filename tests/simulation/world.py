@@ -80,12 +80,13 @@ from statestore.model import layout
 from statestore.model.files import FileReference
 from statestore.model.partition_tree import partitions_from_split_points
 from statestore.model.schema import Schema
-from statestore.services.cleanup import cleanup_tables, snapshot_tables
+from statestore.services.cleanup import cleanup_tables
 from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.client import StateStoreClient
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
 from statestore.services.leftovers import delete_leftovers, tombstones
+from statestore.services.snapshot_upkeep import snapshot_tables
 from statestore.sizing import WarmBudget
 from statestore.state import file_guard
 from statestore.state.table_state import TableState

@@ -8,8 +8,8 @@ from statestore.engine.jobs_reader import JobStatusReader
 from statestore.engine.log_store import TransactionLogStateStore
 from statestore.engine.snapshots import SnapshotStore
 from statestore.model import layout
-from statestore.services.cleanup import snapshot_tables
 from statestore.services.client import StateStoreClient
+from statestore.services.snapshot_upkeep import snapshot_tables
 from statestore.store.memory import (
     InMemoryBlobStore,
     InMemorySnapshotMetadataStore,

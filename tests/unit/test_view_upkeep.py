@@ -15,7 +15,7 @@ from statestore.engine.queryable_view import QueryableView
 from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StoreUnavailableError
 from statestore.model.partitions import Range, Region
-from statestore.services.cleanup import SnapshotOutcome
+from statestore.services.snapshot_upkeep import SnapshotOutcome
 from statestore.services.upkeep import UpkeepPlan, UpkeepWork, plan_snapshots, run_snapshot_work
 from statestore.services.view_upkeep import QUERYABLE_VIEWS_ENV, views_kept
 from statestore.store.memory import (
