@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +127,7 @@ def cmd_snapshot(s: Session) -> int:
 
 
 def cmd_cleanup(s: Session) -> int:
-    from statestore.services.cleanup import cleanup_table
+    from statestore.services.cleanup import cleanup_table, overtaken_by_delete
     from statestore.services.cleanup_policy import policy_from_environment
 
     # The same defaults as the cleanup Lambda of the local runtime: the library's, or the environment's.
@@ -147,40 +148,64 @@ def cmd_cleanup(s: Session) -> int:
         raise CliError(str(e), EXIT_USAGE) from None
     everyone = [t for t in s.client.list_tables() if not t.deleting]  # a marked table: its delete's to finish
     tables = [s.table(s.args.table)] if s.args.table else everyone
-    reports, errors = [], {}
+    reports, errors, skipped = [], {}, {}
     for table in tables:
         s.out.progress(f"cleaning up table {table.table_name!r}")
+        # Its record is read again at the end, as the cleanup Lambda's worker does: a table whose delete began
+        # meanwhile is reported skipped, not cleaned up (and the sweep's progress saved after the delete's
+        # pass is deleted again).
+        check = partial(s.client.table_index.check_live, table.table_id)
         try:
             report = cleanup_table(
                 s.client.state_store(table.table_id), table, s.client.snapshots, s.client.blobs, policy=policy
             )
+            gone = overtaken_by_delete(table.table_id, s.client.blobs, check)
         except BACKEND_ERRORS:
             raise
         except StateStoreError as e:
-            errors[table.table_name] = str(e)
-            s.out.progress(f"could not clean up table {table.table_name!r}: {e}")
+            gone = overtaken_by_delete(table.table_id, s.client.blobs, check)
+            if gone is None:
+                errors[table.table_name] = str(e)
+                s.out.progress(f"could not clean up table {table.table_name!r}: {e}")
+                continue
+        if gone is not None:
+            skipped[table.table_name] = gone
+            s.out.progress(f"skipped table {table.table_name!r}: {gone}")
             continue
         reports.append((table, report))
     leftovers = [] if s.args.table else _delete_leftovers(s, policy, errors)
 
     def human() -> str:
+        gone = "".join(f"\nskipped table {name!r}: {why}" for name, why in skipped.items())
         if not reports:
-            return "no tables cleaned up" + _leftovers_line(leftovers)
-        return fmt.render_table(
-            ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES", "CLAIMS"],
-            [
+            return "no tables cleaned up" + gone + _leftovers_line(leftovers)
+        return (
+            fmt.render_table(
                 [
-                    t.table_name,
-                    r.log_entries_deleted,
-                    r.snapshots_deleted,
-                    r.data_files_deleted,
-                    r.request_bodies_deleted,
-                    len(r.refused_files),
-                    r.claims_released,
-                ]
-                for t, r in reports
-            ],
-        ) + _leftovers_line(leftovers)
+                    "TABLE",
+                    "LOG ENTRIES",
+                    "SNAPSHOTS",
+                    "DATA FILES",
+                    "REQUEST BODIES",
+                    "REFUSED FILES",
+                    "CLAIMS",
+                ],
+                [
+                    [
+                        t.table_name,
+                        r.log_entries_deleted,
+                        r.snapshots_deleted,
+                        r.data_files_deleted,
+                        r.request_bodies_deleted,
+                        len(r.refused_files),
+                        r.claims_released,
+                    ]
+                    for t, r in reports
+                ],
+            )
+            + gone
+            + _leftovers_line(leftovers)
+        )
 
     s.out.result(
         {
@@ -210,6 +235,7 @@ def cmd_cleanup(s: Session) -> int:
                 }
                 for r in leftovers
             ],
+            "skipped": skipped,
             "errors": errors,
         },
         human,

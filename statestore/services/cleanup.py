@@ -347,9 +347,9 @@ def cleanup_one(
             table_check=table_check,
         )
         report = cleanup_table(store, table, snapshots, blobs, policy=policy, now=clock())
-        deleted = deleted_meanwhile(table_check)
+        deleted = overtaken_by_delete(table.table_id, blobs, table_check)
     except TableNotFoundError as e:
-        deleted = deleted_meanwhile(table_check)
+        deleted = overtaken_by_delete(table.table_id, blobs, table_check)
         if deleted is None:
             logger.exception("could not clean up table %r", table.table_id)
             return CleanupOutcome(table.table_id, error=str(e))
@@ -358,8 +358,19 @@ def cleanup_one(
         return CleanupOutcome(table.table_id, error=str(e))
     if deleted is None:
         return CleanupOutcome(table.table_id, report=report)
-    try:  # the sweep's progress, put under the table's prefix perhaps after the delete's pass over it
-        blobs.delete([layout.orphan_sweep_key(table.table_id)])
-    except StateStoreError as e:
-        logger.warning("table %r: could not delete its orphan sweep's progress: %s", table.table_id, e)
     return CleanupOutcome(table.table_id, skipped=deleted)
+
+
+def overtaken_by_delete(
+    table_id: str, blobs: BlobStore, table_check: Callable[[], object] | None
+) -> str | None:
+    """Why the table's delete overtook a cleanup of it, as ``table_check`` (``TableIndex.check_live``) says,
+    or None. Overtaken, the orphan sweep's progress is deleted again: the cleanup may have saved it under the
+    table's prefix after the delete's pass over it."""
+    deleted = deleted_meanwhile(table_check)
+    if deleted is not None:
+        try:
+            blobs.delete([layout.orphan_sweep_key(table_id)])
+        except StateStoreError as e:
+            logger.warning("table %r: could not delete its orphan sweep's progress: %s", table_id, e)
+    return deleted

@@ -25,6 +25,7 @@ from statestore.cli import (
 from statestore.codec.transaction_json import transaction_to_json
 from statestore.local.runtime import LocalRuntime
 from statestore.model.files import FileReference
+from statestore.services import cleanup
 from statestore.transactions import AddFiles, AssignJobIdRequest, AssignJobIds
 from tests.cli.conftest import Cli
 from tests.fixtures.aws_servers import REPO_ROOT
@@ -176,6 +177,27 @@ def test_cleanup_deletes_what_a_late_writer_put_under_a_deleted_tables_prefix(
     assert {"table_id": table_id, "objects_deleted": 0, "objects_kept": 0, "tombstone_deleted": False} in (
         again.json()["deleted_tables"]
     )
+
+
+def test_a_cleanup_the_delete_of_its_table_overtook_is_reported_skipped_not_done(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("overtaken")
+    table_id = str(create(cli, tmp_path, name)["table_id"])
+    clean = cleanup.cleanup_table
+
+    def overtaken(*args: object, **kwargs: object) -> object:
+        report = clean(*args, **kwargs)  # type: ignore[arg-type]
+        cli.runtime.client().table_index.mark_deleting(table_id)  # the delete begins as it ends
+        return report
+
+    monkeypatch.setattr(cleanup, "cleanup_table", overtaken)
+    result = cli("cleanup", name, "--json")
+
+    assert result.code == EXIT_OK
+    assert result.json()["tables"] == [] and "being deleted" in result.json()["skipped"][name]
+    assert cli.runtime.client().blobs.list(f"tables/{table_id}/upkeep/") == []  # its sweep's progress
+    assert cli("tables", "delete", name, "--yes").code == EXIT_OK
 
 
 # --- commits, status, log, files ------------------------------------------------------------------------
