@@ -176,36 +176,26 @@ def cmd_cleanup(s: Session) -> int:
     leftovers = [] if s.args.table else _delete_leftovers(s, policy, errors)
 
     def human() -> str:
-        gone = "".join(f"\nskipped table {name!r}: {why}" for name, why in skipped.items())
+        after = "".join(f"\nskipped table {name!r}: {why}" for name, why in skipped.items())
+        after += _leftovers_line(leftovers)
         if not reports:
-            return "no tables cleaned up" + gone + _leftovers_line(leftovers)
-        return (
-            fmt.render_table(
+            return "no tables cleaned up" + after
+        cleaned = fmt.render_table(
+            ["TABLE", "LOG ENTRIES", "SNAPSHOTS", "DATA FILES", "REQUEST BODIES", "REFUSED FILES", "CLAIMS"],
+            [
                 [
-                    "TABLE",
-                    "LOG ENTRIES",
-                    "SNAPSHOTS",
-                    "DATA FILES",
-                    "REQUEST BODIES",
-                    "REFUSED FILES",
-                    "CLAIMS",
-                ],
-                [
-                    [
-                        t.table_name,
-                        r.log_entries_deleted,
-                        r.snapshots_deleted,
-                        r.data_files_deleted,
-                        r.request_bodies_deleted,
-                        len(r.refused_files),
-                        r.claims_released,
-                    ]
-                    for t, r in reports
-                ],
-            )
-            + gone
-            + _leftovers_line(leftovers)
+                    t.table_name,
+                    r.log_entries_deleted,
+                    r.snapshots_deleted,
+                    r.data_files_deleted,
+                    r.request_bodies_deleted,
+                    len(r.refused_files),
+                    r.claims_released,
+                ]
+                for t, r in reports
+            ],
         )
+        return cleaned + after
 
     s.out.result(
         {
