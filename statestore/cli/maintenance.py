@@ -238,21 +238,18 @@ def cmd_cleanup(s: Session) -> int:
 def _delete_leftovers(s: Session, policy: CleanupPolicy, errors: dict[str, str]) -> list[LeftoversReport]:
     """What late writers left under the prefixes of deleted tables (each with a tombstone and no record),
     deleted as the cleanup Lambda's work does (:mod:`statestore.services.leftovers`); errors by table id."""
-    from statestore.services.leftovers import delete_leftovers, tombstones
+    from statestore.services.leftovers import delete_leftovers, deleted_tables
 
-    recorded = {t.table_id for t in s.client.list_tables()}  # a table being deleted: its delete goes on
     reports = []
-    for tombstone in tombstones(s.client.blobs):
-        if tombstone.table_id in recorded:
-            continue
-        s.out.progress(f"deleting what is left of deleted table {tombstone.table_id!r}")
+    for table_id in deleted_tables(s.client.blobs, s.client.list_tables()):
+        s.out.progress(f"deleting what is left of deleted table {table_id!r}")
         try:
-            report = delete_leftovers(tombstone.table_id, s.client.blobs, now=now_millis(), policy=policy)
+            report = delete_leftovers(table_id, s.client.blobs, now=now_millis(), policy=policy)
         except BACKEND_ERRORS:
             raise
         except StateStoreError as e:
-            errors[tombstone.table_id] = str(e)
-            s.out.progress(f"could not delete what is left of deleted table {tombstone.table_id!r}: {e}")
+            errors[table_id] = str(e)
+            s.out.progress(f"could not delete what is left of deleted table {table_id!r}: {e}")
             continue
         if report is not None:
             reports.append(report)

@@ -24,6 +24,7 @@ deleted everything else of its table.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from statestore.model import layout
@@ -65,6 +66,13 @@ def tombstones(blobs: BlobStore) -> list[Tombstone]:
         for key, written_at in blobs.list_modified(layout.DELETED_TABLES_PREFIX)
         if (table_id := layout.deleted_table_id(key)) is not None
     ]
+
+
+def deleted_tables(blobs: BlobStore, recorded: Iterable[TableInfo]) -> list[str]:
+    """The ids of the tables whose tombstone is there and whose record is not among ``recorded`` (every
+    record of the index, marked ones too: a table being deleted keeps its record, and its delete goes on)."""
+    ids = {table.table_id for table in recorded}
+    return [t.table_id for t in tombstones(blobs) if t.table_id not in ids]
 
 
 def tombstone_of(blobs: BlobStore, table_id: str) -> Tombstone | None:

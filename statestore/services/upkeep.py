@@ -42,7 +42,7 @@ from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotF
 from statestore.model.clock import now_millis
 from statestore.services.cleanup import CleanupOutcome, cleanup_one
 from statestore.services.cleanup_policy import CleanupPolicy
-from statestore.services.leftovers import delete_leftovers, tombstones
+from statestore.services.leftovers import delete_leftovers, deleted_tables
 from statestore.services.snapshot_upkeep import SnapshotOutcome, snapshot_table
 from statestore.services.view_upkeep import ViewOutcome, update_view, view_behind
 from statestore.state.table_state import TableState
@@ -209,8 +209,7 @@ def plan_cleanup(
     now = now_millis() if now is None else now
     listed = tables.list()
     planned = [table.table_id for table in listed if not table.deleting]
-    recorded = {table.table_id for table in listed}
-    gone = [] if blobs is None else [t.table_id for t in tombstones(blobs) if t.table_id not in recorded]
+    gone = [] if blobs is None else deleted_tables(blobs, listed)
     _send(queue, UpkeepKind.CLEANUP, planned + gone, now, period_ms, rng)
     return UpkeepPlan(UpkeepKind.CLEANUP, tuple(planned), leftovers=tuple(gone))
 

@@ -85,7 +85,7 @@ from statestore.services.cleanup_policy import CleanupPolicy
 from statestore.services.client import StateStoreClient
 from statestore.services.committer import BatchCommitter, MessageOutcome, ReceivedMessage
 from statestore.services.committer.batch import DEFAULT_WARM_BUDGET
-from statestore.services.leftovers import delete_leftovers, tombstones
+from statestore.services.leftovers import delete_leftovers, deleted_tables
 from statestore.services.snapshot_upkeep import snapshot_tables
 from statestore.sizing import WarmBudget
 from statestore.state import file_guard
@@ -738,14 +738,11 @@ class Cleaner(Actor):
                     )
         # What late writers (a job sending late, a cleanup the delete overtook) put under deleted tables'
         # prefixes, as the cleanup Lambda's work on their tombstones does.
-        recorded = {table.table_id for table in world.tables.list()}
-        for tombstone in tombstones(world.blobs):
-            if tombstone.table_id in recorded:
-                continue
-            if tombstone.table_id in world.table_ids:  # 9: only a deleted table's objects are swept
-                world.violation(f"table {tombstone.table_id}: its objects are swept as a deleted table's")
+        for table_id in deleted_tables(world.blobs, world.tables.list()):
+            if table_id in world.table_ids:  # 9: only a deleted table's objects are swept
+                world.violation(f"table {table_id}: its objects are swept as a deleted table's")
             try:
-                report = delete_leftovers(tombstone.table_id, world.blobs, now=clock(), policy=CLEANUP)
+                report = delete_leftovers(table_id, world.blobs, now=clock(), policy=CLEANUP)
             except StateStoreError:
                 continue
             world.leftover_objects_deleted += report.objects_deleted if report else 0
