@@ -7,7 +7,7 @@ local endpoint (:meth:`StateStoreClient.for_aws`). AWS modules are imported only
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -60,7 +60,8 @@ class StateStoreClient(QueryableViewQueries):
     Thread-safe as far as its ports are; each :meth:`state_store` is for one thread.
     ``file_store`` holds the files of tables created with ``file_store="postgres"`` (None: such tables
     cannot be opened). ``queryable_view`` holds the items of the tables' queryable views (None: the
-    queries through a view, and its upkeep, are refused).
+    queries through a view, and its upkeep, are refused). ``clock`` (epoch ms, the system's by default)
+    stamps the log entries its state stores write and its tables' tombstones.
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class StateStoreClient(QueryableViewQueries):
         retry: RetryPolicy | None = None,
         file_store: FileReferenceStore | None = None,
         queryable_view: QueryableViewStore | None = None,
+        clock: Callable[[], int] = now_millis,
     ) -> None:
         self.table_index = table_index
+        self.clock = clock
         self.log = log
         self.snapshots = SnapshotStore(snapshot_metadata, blobs)
         self.blobs = blobs
@@ -232,7 +235,7 @@ class StateStoreClient(QueryableViewQueries):
             self.queryable_view_store.delete_table(info.table_id)
         self.snapshots.delete_table(info.table_id)
         self.blobs.delete(self.blobs.list(layout.table_prefix(info.table_id)))
-        write_tombstone(self.blobs, info, now_millis())
+        write_tombstone(self.blobs, info, self.clock())
         self.table_index.delete(info.table_id)
 
     # --- state ----------------------------------------------------------------------------------
@@ -253,6 +256,7 @@ class StateStoreClient(QueryableViewQueries):
             retry=self.retry,
             creating=creating,
             table_check=partial(self._check_live, info.table_id),
+            clock=self.clock,
         )
 
     def _check_live(self, table_id: str) -> None:

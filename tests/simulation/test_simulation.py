@@ -19,7 +19,7 @@ from statestore.services.leftovers import write_tombstone
 from statestore.store.memory import InMemoryTransactionLog
 from statestore.store.ports import CommitStatus, LogEntry
 from statestore.store.tables import TableInfo
-from tests.simulation.world import InvariantViolation, run_seed
+from tests.simulation.world import MAX_CLOCK_SKEW_MS, InvariantViolation, run_seed
 
 SEEDS = range(200)  # `make soak` runs many more, and longer
 STEPS = 50
@@ -67,6 +67,16 @@ def test_a_seed_replays_exactly() -> None:
     assert first.summary() == second.summary()
     for a, b in zip(first.table_ids, second.table_ids, strict=True):
         assert list(first.raw_log.read(a, 0)) == list(second.raw_log.read(b, 0))
+
+
+def test_every_entry_is_stamped_by_a_simulated_clock() -> None:
+    """No writer stamps an entry with the machine's clock: the world's clocks run in 2023, skewed at most
+    MAX_CLOCK_SKEW_MS (a client creating a table mid-run did stamp its first entry with the real time)."""
+    world = run_seed(1, 120)
+
+    assert world.summary()["deleted_tables"] > 0
+    latest = world.now + MAX_CLOCK_SKEW_MS
+    assert all(e.update_time <= latest for t in world.table_ids for e in world.raw_log.read(t, 0))
 
 
 def violations_in_seeds(seeds: int, steps: int = 150) -> list[str]:

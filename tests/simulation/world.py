@@ -754,7 +754,9 @@ class Reader(Actor):
     one being deleted too."""
 
     def step(self, world: World) -> None:
-        client = StateStoreClient(world.tables, world.log, world.snapshot_metadata, world.blobs)
+        client = StateStoreClient(
+            world.tables, world.log, world.snapshot_metadata, world.blobs, clock=self.clock(world)
+        )
         table_id = world.rng.choice(world.table_ids)
         try:
             state = client.state(table_id)
@@ -774,7 +776,9 @@ class Operator(Actor):
     one's name."""
 
     def step(self, world: World) -> None:
-        client = StateStoreClient(world.tables, world.log, world.snapshot_metadata, world.blobs)
+        client = StateStoreClient(
+            world.tables, world.log, world.snapshot_metadata, world.blobs, clock=self.clock(world)
+        )
         # Deletes now and then (it is also picked to run inside other actors' calls): tables live long
         # enough for snapshots and cleanup to reach them.
         if not world.deleting and len(world.checked_tables()) > 1 and world.rng.random() < 0.3:
