@@ -82,6 +82,8 @@ _FILES_SCHEMA = pa.schema(
     ]
 )
 _FILES_SCHEMA_V3 = _FILES_SCHEMA.append(pa.field("name_hash", pa.uint64()))
+# The files object's columns in each version this library reads.
+FILES_SCHEMAS = {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA, 3: _FILES_SCHEMA_V3}
 
 
 def state_to_parquet(state: TableState) -> tuple[bytes, bytes]:
@@ -115,7 +117,7 @@ def state_from_parquet(
     """
     with collector_paused(freeze_survivors=_freeze_loaded_states):
         try:
-            partition_columns = _partitions_from_parquet(schema, partitions_bytes)
+            partition_columns = partitions_from_parquet(schema, partitions_bytes)
         except CodecError as e:
             raise SnapshotObjectError("partitions", str(e)) from e
         try:
@@ -202,15 +204,25 @@ def _read(
     data: bytes, schema: Schema, kind: str, expected_by_version: dict[int, pa.Schema]
 ) -> tuple[pa.Table, int]:
     """The table in ``data`` and its format version, checked against the columns that version has."""
-    try:
-        # One chunk per row group (read_table's dataset reader cuts each into batches, which the state
-        # would have to join again: a copy of every column). Read in place (BufferReader): through a Python
-        # file object (io.BytesIO) each read copies into fresh memory, which costs a 1M-reference load a
-        # few times the page faults and up to hundreds of milliseconds of kernel time.
-        table = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read()
+    parquet, version = open_checked(data, schema, kind, expected_by_version)
+    try:  # one chunk per row group (read_table would cut them into batches the state must join: a copy)
+        return parquet.read(), version
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CodecError(f"the {kind} snapshot is not a readable Parquet file: {e}") from e
-    metadata = table.schema.metadata or {}
+
+
+def open_checked(
+    data: bytes, schema: Schema, kind: str, expected_by_version: dict[int, pa.Schema]
+) -> tuple[pq.ParquetFile, int]:
+    """The Parquet file in ``data`` (its footer read, no column yet) and its format version, its metadata
+    checked: a statestore snapshot object of ``kind``, of a version this library reads, written for the
+    row keys of ``schema``, with the columns that version has. Raises CodecError saying which is not so."""
+    try:  # in place: through io.BytesIO each read copies, which costs a 1M load ~1.5x the page faults
+        parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        arrow_schema = parquet.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise CodecError(f"the {kind} snapshot is not a readable Parquet file: {e}") from e
+    metadata = arrow_schema.metadata or {}
     version = metadata.get(_VERSION_KEY)
     if version is None:
         raise CodecError(
@@ -234,12 +246,12 @@ def _read(
             f"the {kind} snapshot was written for row keys {_row_keys(written_schema)}, "
             f"not this table's {_row_keys(schema)}"
         )
-    actual = table.schema.remove_metadata()
+    actual = arrow_schema.remove_metadata()
     if [(f.name, f.type) for f in actual] != [(f.name, f.type) for f in expected]:
         raise CodecError(
             f"the {kind} snapshot has columns {actual.to_string()!r}, expected {expected.to_string()!r}"
         )
-    return table, readable[version]
+    return parquet, readable[version]
 
 
 def _array(values: Sequence[Any], arrow_type: pa.DataType, kind: str, column: str) -> pa.Array:
@@ -294,7 +306,7 @@ def _partitions_to_parquet(state: TableState) -> bytes:
     return _write(table, [])
 
 
-def _partitions_from_parquet(schema: Schema, data: bytes) -> PartitionColumns:
+def partitions_from_parquet(schema: Schema, data: bytes) -> PartitionColumns:
     expected = _partitions_schema(schema)
     table, _ = _read(data, schema, "partitions", dict.fromkeys(_READABLE_VERSIONS, expected))
     if table.column("id").null_count:
@@ -349,11 +361,8 @@ def _files_to_parquet(state: TableState) -> bytes:
         pa.array(columns.file_times[file_of_row], pa.int64()),
         pa.array(np.repeat(hashes, rows_per_file), pa.uint64()),
     ]
-    metadata = {
-        **_metadata(state, "files"),
-        _NAME_HASH_KEY: NAME_HASH_VERSION,
-        _LAST_UPDATE_TIME_KEY: str(state.last_update_time).encode(),
-    }
+    metadata = {**_metadata(state, "files"), _NAME_HASH_KEY: NAME_HASH_VERSION}
+    metadata[_LAST_UPDATE_TIME_KEY] = str(state.last_update_time).encode()
     table = pa.Table.from_arrays(arrays, schema=_FILES_SCHEMA_V3.with_metadata(metadata))
     # Ascending hashes are stored as their differences: ~20% smaller than the random 64-bit values.
     return _write(table, ["directory", "partition_id", "job_id"], {"name_hash": "DELTA_BINARY_PACKED"})
@@ -361,11 +370,9 @@ def _files_to_parquet(state: TableState) -> bytes:
 
 def _files_from_parquet(schema: Schema, data: bytes) -> tuple[FileColumns, int]:
     """The file columns, and the snapshot's last update time (0 where it was not kept)."""
-    table, version = _read(
-        data, schema, "files", {1: _FILES_SCHEMA_V1, 2: _FILES_SCHEMA, 3: _FILES_SCHEMA_V3}
-    )
-    last_update_time = _last_update_time((table.schema.metadata or {}).get(_LAST_UPDATE_TIME_KEY, b"0"))
-    has_index = version == 3 and (table.schema.metadata or {}).get(_NAME_HASH_KEY) == NAME_HASH_VERSION
+    table, version = _read(data, schema, "files", FILES_SCHEMAS)
+    last_update_time = files_last_update_time(table.schema)
+    has_index = stores_name_index(table.schema, version)
     if version == 1:
         table = as_version_2(table, _FILES_SCHEMA)
     # Each column is taken out of the table as it is converted, so the table no longer holds it: what the
@@ -454,7 +461,9 @@ def _files_from_parquet(schema: Schema, data: bytes) -> tuple[FileColumns, int]:
     return columns, last_update_time
 
 
-def _last_update_time(value: bytes) -> int:
+def files_last_update_time(files_schema: pa.Schema) -> int:
+    """The snapshot's last update time, from its files object's metadata (0 where it was not kept)."""
+    value = (files_schema.metadata or {}).get(_LAST_UPDATE_TIME_KEY, b"0")
     try:
         time = int(value)
     except ValueError:
@@ -462,6 +471,11 @@ def _last_update_time(value: bytes) -> int:
     if not 0 <= time < 2**63:
         raise CodecError(f"the files snapshot's last update time {time} is out of range")
     return time
+
+
+def stores_name_index(files_schema: pa.Schema, version: int) -> bool:
+    """Whether the files object holds each file's name hash, of the hash this library uses."""
+    return version == 3 and (files_schema.metadata or {}).get(_NAME_HASH_KEY) == NAME_HASH_VERSION
 
 
 def _stored_index(
