@@ -112,15 +112,18 @@ class Dashboard(Construct):
                 right=[function_metric(committer, "LogAppendConflicts")],
             ),
             _graph(
-                "Table loads (warm: from the cache; cold: read in full; guarded: committed without a state)",
+                "Table loads (warm: from the cache; cold: read in full; guarded: committed without a state, "
+                "its guard read from the snapshot when cold)",
                 [
                     function_metric(committer, "TableLoadsWarm"),
                     function_metric(committer, "TableLoadsCold"),
                     function_metric(committer, "TableCommitsGuarded"),
+                    function_metric(committer, "TableGuardsCold"),
                 ],
                 right=[
                     function_metric(committer, "TableLoadTime", "Average"),
                     function_metric(committer, "TableLoadTime", "Maximum"),
+                    function_metric(committer, "TableGuardReadTime", "Maximum"),
                 ],
                 right_y_axis=cloudwatch.YAxisProps(label="ms", show_units=False),
             ),

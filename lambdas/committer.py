@@ -86,6 +86,10 @@ def add_batch_metrics(results: Sequence[MessageResult], batch: BatchStats) -> No
     metrics.add_metric(name="TableCommitsGuarded", unit=MetricUnit.Count, value=batch.guarded)
     for millis in batch.cold_load_ms:
         metrics.add_metric(name="TableLoadTime", unit=MetricUnit.Milliseconds, value=millis)
+    # Guards read from a table's snapshot instead of its state (their commits are among the guarded ones).
+    metrics.add_metric(name="TableGuardsCold", unit=MetricUnit.Count, value=batch.guarded_cold)
+    for millis in batch.cold_guard_ms:
+        metrics.add_metric(name="TableGuardReadTime", unit=MetricUnit.Milliseconds, value=millis)
     # The warm cache (hits and misses are the warm and cold loads above).
     metrics.add_metric(name="WarmCacheEvictions", unit=MetricUnit.Count, value=batch.evictions)
     metrics.add_metric(name="WarmCacheDemotions", unit=MetricUnit.Count, value=batch.demotions)

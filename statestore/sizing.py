@@ -114,6 +114,17 @@ def warm_state_bytes(references: int, partitions: int) -> int:
     return references * WARM_BYTES_PER_REFERENCE + partitions * WARM_BYTES_PER_PARTITION
 
 
+# A table's guard read from its latest snapshot instead of its state (statestore.codec.snapshot_guard)
+# peaks at the snapshot's files object, held while its name hashes are decoded (~37 B a reference for
+# bench_model's names, rounded up for longer ones), and the hashes (8 B a row, 8 a file, a flag a row).
+GUARD_READ_BYTES_PER_REFERENCE = 120
+
+
+def guard_read_bytes(references: int) -> int:
+    """The estimated peak of reading the guard of a snapshot of ``references`` file references."""
+    return references * GUARD_READ_BYTES_PER_REFERENCE
+
+
 @dataclass(frozen=True)
 class WarmBudget:
     """What a process may keep warm: ``bytes`` of estimated state, and ``load_factor``, a load's transient

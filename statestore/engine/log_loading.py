@@ -212,7 +212,7 @@ class LogStateLoading:
         first_reads, self._first_reads = self._first_reads, None  # used once, by the load they were read for
         if as_of is not None:
             first_reads = None
-        copy, tail = _usable(first_reads)
+        copy, tail = usable_first_reads(first_reads)
         for info in self._snapshots_to_try(as_of, first_reads):
             after = 0 if info is None else info.transaction_number
             ahead: Outcome[_Ahead] | None = None
@@ -331,7 +331,7 @@ class LogStateLoading:
             )
 
 
-def _usable(reads: FirstReads | None) -> tuple[Copy | None, tuple[int, LogTail] | None]:
+def usable_first_reads(reads: FirstReads | None) -> tuple[Copy | None, tuple[int, LogTail] | None]:
     """The latest copy and the log's tail among ``reads``, each None where not read or its read failed (the
     load then reads what it needs itself, and meets any failure there)."""
     if reads is None:

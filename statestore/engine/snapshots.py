@@ -19,6 +19,7 @@ import zlib
 from functools import partial
 
 from statestore.codec.parquet import SnapshotObjectError, state_from_parquet, state_to_parquet, written_at
+from statestore.codec.snapshot_guard import GuardColumns, guard_from_parquet
 from statestore.engine import overlap
 from statestore.errors import (
     BlobNotFoundError,
@@ -140,6 +141,20 @@ class SnapshotStore:
         except SnapshotObjectError as e:
             key = info.files_key if e.part == "files" else info.partitions_key
             raise UnreadableSnapshotError(info.table_id, info.transaction_number, key, str(e)) from e
+
+    def read_guard(
+        self, info: SnapshotInfo, schema: Schema, copy: Copy | None = None
+    ) -> tuple[GuardColumns | None, Copy]:
+        """What a table's guard needs of a snapshot (:mod:`statestore.codec.snapshot_guard`; None where its
+        objects store no name hashes), and its two objects as read, for a load to take where the guard
+        cannot serve (as ``copy``). Reads and raises as :meth:`read` does."""
+        partitions_bytes, files_bytes = self._objects(info, copy)
+        try:
+            columns = guard_from_parquet(schema, partitions_bytes, files_bytes)
+        except SnapshotObjectError as e:
+            key = info.files_key if e.part == "files" else info.partitions_key
+            raise UnreadableSnapshotError(info.table_id, info.transaction_number, key, str(e)) from e
+        return columns, (partitions_bytes, files_bytes)
 
     def verify(self, info: SnapshotInfo, schema: Schema) -> None:
         """Check that the snapshot can be read: its objects match their checksums (a snapshot recorded

@@ -37,6 +37,10 @@ class BatchStats:
     ``warm_bytes`` are what the cache kept after the batch (its estimate, in bytes). ``guarded`` counts the
     tables committed to from what an evicted table keeps (:mod:`statestore.state.file_guard`), neither
     loading nor holding its state, and ``demotions`` the tables whose state was dropped for that guard.
+    A table not kept at all may have its guard read from its latest snapshot instead of its state being
+    loaded (a large table whose requests only add files): ``cold_guard_ms`` holds how long each such read
+    took, and ``guarded_cold`` counts the commits appended from a guard read so (among ``guarded``: cold
+    ones, not hits).
     """
 
     messages: int = 0
@@ -50,6 +54,8 @@ class BatchStats:
     warm_bytes: int = 0
     guarded: int = 0
     demotions: int = 0
+    cold_guard_ms: tuple[float, ...] = ()
+    guarded_cold: int = 0
 
     @property
     def cold_loads(self) -> int:
@@ -71,6 +77,8 @@ class BatchStatsBuilder:
     warm_bytes: int = 0
     guarded: int = 0
     demotions: int = 0
+    cold_guard_ms: list[float] = field(default_factory=list)
+    guarded_cold: int = 0
 
     def build(self) -> BatchStats:
         return BatchStats(
@@ -85,4 +93,6 @@ class BatchStatsBuilder:
             self.warm_bytes,
             self.guarded,
             self.demotions,
+            tuple(self.cold_guard_ms),
+            self.guarded_cold,
         )

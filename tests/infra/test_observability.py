@@ -38,6 +38,8 @@ CONTRACT = {
         "TableLoadsCold",
         "TableCommitsGuarded",
         "TableLoadTime",
+        "TableGuardsCold",
+        "TableGuardReadTime",
         "WarmCacheEvictions",
         "WarmCacheDemotions",
         "WarmCacheOversized",

@@ -94,7 +94,12 @@ def by_name(metrics: list[Metric], service: str) -> dict[str, Metric]:
     return result
 
 
-NOT_COUNTS = {"TableLoadTime", "WarmCacheTables", "WarmCacheBytes"}  # times and the warm cache's gauges
+NOT_COUNTS = {
+    "TableLoadTime",
+    "TableGuardReadTime",
+    "WarmCacheTables",
+    "WarmCacheBytes",
+}  # times, the cache's gauges
 
 
 def counts(metrics: dict[str, Metric]) -> dict[str, float]:
@@ -169,10 +174,12 @@ def test_a_batch_counts_each_outcome_its_size_and_a_cold_load_with_its_time(
         "TableLoadsWarm": 0,
         "TableLoadsCold": 1,
         "TableCommitsGuarded": 0,
+        "TableGuardsCold": 0,
         "WarmCacheEvictions": 0,
         "WarmCacheDemotions": 0,
         "WarmCacheOversized": 0,
     }
+    assert "TableGuardReadTime" not in invocation
     load_time = invocation["TableLoadTime"]
     assert load_time.unit == "Milliseconds" and len(load_time.values) == 1 and load_time.values[0] >= 0
     per_table = {(m.name, m.table_id): m for m in metrics if m.table_id is not None}
@@ -227,6 +234,7 @@ def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
         "TableLoadsWarm": 1,
         "TableLoadsCold": 0,
         "TableCommitsGuarded": 0,
+        "TableGuardsCold": 0,
         "WarmCacheEvictions": 0,
         "WarmCacheDemotions": 0,
         "WarmCacheOversized": 0,
@@ -234,6 +242,31 @@ def test_the_next_batch_finds_the_table_warm_and_reports_its_grown_state(
     assert "TableLoadTime" not in invocation
     references = [m for m in metrics if m.name == "StateReferences"]
     assert [(m.table_id, m.values) for m in references] == [(table, (3,))]
+
+
+def test_a_guard_read_from_the_snapshot_is_counted_cold_with_its_time(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = create_table(rt, "t")
+    store.commit(add(store.table_id, "a").transaction)
+    assert rt.snapshots is not None
+    rt.snapshots.write(store.table_id, store.state(), 1)
+    rt.committer().guard_first_references = 1  # this table's snapshot counts one reference
+    capsys.readouterr()
+
+    commit(sqs_record(add(store.table_id, "b")))
+
+    invocation = by_name(emitted(capsys), "statestore-committer")
+    figures = counts(invocation)
+    assert figures["RequestsCommitted"] == 1
+    assert (figures["TableLoadsCold"], figures["TableCommitsGuarded"], figures["TableGuardsCold"]) == (
+        0,
+        1,
+        1,
+    )
+    assert "TableLoadTime" not in invocation
+    read_time = invocation["TableGuardReadTime"]
+    assert read_time.unit == "Milliseconds" and len(read_time.values) == 1 and read_time.values[0] >= 0
 
 
 def test_the_warm_cache_reports_its_evictions_and_what_it_keeps(

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--seeds must be START:STOP, got {args.seeds!r}")
     started = time.monotonic()
-    steps = entries = violations = resent = redriven = deleted = leftovers = 0
+    steps = entries = violations = resent = redriven = deleted = leftovers = guarded = cold_guarded = 0
     faults: dict[str, int] = {}
     jobs = [(seed, args.steps, args.committers) for seed in seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             entries += summary["entries"]
             deleted += summary["deleted_tables"]
             leftovers += summary["leftover_objects_deleted"]
+            guarded += summary["guarded_commits"]
+            cold_guarded += summary["cold_guarded_commits"]
             for kind, count in summary["faults"].items():
                 faults[kind] = faults.get(kind, 0) + count
     elapsed = time.monotonic() - started
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         f"requests resent after their message was dead-lettered: {resent:,}; "
         f"dead letters redriven: {redriven:,}; tables deleted (and others created): {deleted:,}; "
         f"objects late writers left under their prefixes, deleted: {leftovers:,}"
+    )
+    print(
+        f"batches appended from a table's guard: {guarded:,}, of them from a guard read from the table's "
+        f"snapshot: {cold_guarded:,}"
     )
     print("faults injected: " + ", ".join(f"{k} {v:,}" for k, v in sorted(faults.items())))
     verdict = "PASS" if steps >= 1_000_000 and not violations else "FAIL"

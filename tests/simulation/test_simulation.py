@@ -51,6 +51,7 @@ def test_the_simulation_exercises_every_kind_of_fault_and_commits_through_every_
     assert sum(w.summary()["entries"] for w in worlds) > 15 * STEPS // 4
     assert any(w.queue.redriven or w.dead_letters.letters for w in worlds)
     assert sum(w.summary()["guarded_commits"] for w in worlds) > 0  # appended from an evicted table's guard
+    assert sum(w.summary()["cold_guarded_commits"] for w in worlds) > 0  # from a guard read from a snapshot
     assert sum(w.summary()["deleted_tables"] for w in worlds) > 0
 
 

@@ -534,6 +534,8 @@ class CommitterActor(Actor):
         if self.committer is None:
             # Half the committers keep little more than guards: evicted tables take new files from them.
             budget = WarmBudget(GUARD_BUDGET_BYTES) if world.rng.random() < 0.5 else DEFAULT_WARM_BUDGET
+            # Half read a table's guard from its snapshot (the tables are tiny: any size does), half load it.
+            guard_first = 0 if world.rng.random() < 0.5 else 10**12
             self.committer = BatchCommitter(
                 world.tables,
                 world.log,
@@ -545,6 +547,7 @@ class CommitterActor(Actor):
                 sleep=lambda _: None,
                 rng=random.Random(world.rng.random()),
                 warm_budget=budget,
+                guard_first_references=guard_first,
             )
         return self.committer
 
@@ -556,6 +559,7 @@ class CommitterActor(Actor):
         committer = self._committer(world)
         results = committer.process(received)
         world.guarded_commits += committer.last_batch.guarded
+        world.cold_guarded_commits += committer.last_batch.guarded_cold
         for m, result in zip(batch, results, strict=True):
             if result.retry:
                 world.queue.give_back(m)
@@ -824,6 +828,7 @@ class World:
     ) -> None:
         self.seed = seed
         self.guarded_commits = 0  # batches a committer appended from an evicted table's guard
+        self.cold_guarded_commits = 0  # ... from a guard it read from the table's snapshot
         self.rng = random.Random(seed)
         self.now = 1_700_000_000_000
         self.acting: Actor | None = None
@@ -1047,6 +1052,7 @@ class World:
             "redrives": self.redrives,
             "violations": len(self.violations),
             "guarded_commits": self.guarded_commits,
+            "cold_guarded_commits": self.cold_guarded_commits,
             "deleted_tables": self.deleted_tables,
             "leftover_objects_deleted": self.leftover_objects_deleted,
         }

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -17,20 +18,15 @@ from statestore.engine.snapshots import SnapshotStore
 from statestore.errors import StateStoreError, TableBeingDeletedError, TableNotFoundError
 from statestore.model.clock import now_millis
 from statestore.services.committer.decisions import (
-    Committed,
     DeadLettered,
     Decision,
-    Duplicate,
     ParsedMessage,
-    Rejected,
     Retry,
     already_decided,
     decision_for_copy,
-    is_final,
-    is_stray,
+    rejected_without_append,
     result_of,
     status_of,
-    transaction_number_of,
 )
 from statestore.services.committer.first_reads import TableReads, read_first
 from statestore.services.committer.group import WarmTable, commit_fresh
@@ -42,8 +38,14 @@ from statestore.services.committer.sorting import (
     parse_message,
     sort_batch,
     split_copies,
+    strays_decided_here,
 )
-from statestore.services.committer.warm_tables import demote, snapshot_bytes, warm_table_bytes
+from statestore.services.committer.warm_tables import (
+    demote,
+    snapshot_bytes,
+    snapshot_references,
+    warm_table_bytes,
+)
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
 from statestore.services.warm_cache import CacheCounts, HeapRelease, WarmCache
 from statestore.store.ports import (
@@ -105,6 +107,9 @@ class BatchCommitter:
     rng: random.Random = field(default_factory=random.Random)
     # How long a table's record is trusted before it is read again (a deleted table stops being committed to).
     table_info_ttl_ms: int = 60_000
+    # The fewest references a table's latest snapshot counts for a group that only adds files to have the
+    # table's guard read from that snapshot rather than its state loaded (see _guard_from_snapshot).
+    guard_first_references: int = 100_000
     stats: CommitterStats = field(default_factory=CommitterStats)
     # Seconds from an arbitrary origin, to time cold table loads.
     timer: Callable[[], float] = time.perf_counter
@@ -235,7 +240,7 @@ class BatchCommitter:
             # Measure it now (loaded even if its commit failed), and evict to stay within the budget.
             self._tables.settle([group_id])
 
-        decisions.update(_strays_decided_here(batch.messages, decisions))
+        decisions.update(strays_decided_here(batch.messages, decisions))
         decisions.update(self._record_statuses(batch, decisions))
         decisions.update(self._send_dead_letters(batch, decisions))
         results = [result_of(p, decisions[index]) for index, p in enumerate(batch.messages)]
@@ -270,15 +275,12 @@ class BatchCommitter:
             if isinstance(table.store, TransactionLogStateStore):
                 table.store.use_first_reads(None)  # no load: the snapshot's bytes read for it are let go
             return refused
-        if table.guard is None:
-            self._load(table)  # else loaded only if the guard cannot decide (commit_fresh)
-
         firsts, copies = split_copies(fresh)
         by_request = commit_fresh(
             table, firsts, self.blobs, self.statuses, self.clock, self.stats, self._batch,
-            partial(self._load, table),
+            partial(self._load, table), partial(self._guard_from_snapshot, table),
         )  # fmt: skip
-        if _rejected_without_append(by_request.values()):
+        if rejected_without_append(by_request.values()):
             # Judged against a state read to the log's end, with no append to prove it current: the log of
             # a table whose delete began reads as current too. Its record says (raises: retried, then the
             # requests are dead-lettered as for a table being deleted, never rejected against what is left).
@@ -310,6 +312,25 @@ class BatchCommitter:
         # The load's temporaries, freed: its peak over the state it keeps.
         self.release_heap(None if expected is None else round(expected * (sizing.LOAD_FACTOR - 1)))
         self._batch.cold_load_ms.append((self.timer() - started) * 1000)
+
+    def _guard_from_snapshot(self, table: WarmTable) -> bool:
+        """Give a table not kept at all its guard from its latest snapshot instead of loading its state,
+        where the snapshot counts at least :attr:`guard_first_references` references (a smaller state costs
+        little more to load, and then serves any commit). Room is made first for the read's peak. Whether
+        the guard was made."""
+        store = table.store
+        references = table.snapshot_references
+        if not isinstance(store, TransactionLogStateStore) or references is None:
+            return False
+        if references < self.guard_first_references:
+            return False
+        peak = sizing.guard_read_bytes(references)
+        self._tables.make_room(table.info.table_id, math.ceil(peak / self.warm_budget.load_factor))
+        started = self.timer()
+        table.guard = store.guard_from_snapshot()
+        self.release_heap(peak)
+        self._batch.cold_guard_ms.append((self.timer() - started) * 1000)
+        return table.guard is not None
 
     def _first_reads_needed(
         self, parsed: Sequence[ParsedMessage], malformed: Mapping[int, Decision]
@@ -356,11 +377,12 @@ class BatchCommitter:
             sleep=self.sleep,
             rng=self.rng,
         )
-        expected = None
+        expected = references = None
         if first is not None and first.load is not None and isinstance(store, TransactionLogStateStore):
             store.use_first_reads(first.load)
             expected = snapshot_bytes(first.load.record)
-        table = self._tables[table_id] = WarmTable(info, store, now, expected)
+            references = snapshot_references(first.load.record)
+        table = self._tables[table_id] = WarmTable(info, store, now, expected, references)
         if isinstance(store, TransactionLogStateStore):  # a log since its snapshot may hold far more
             store.growth_watch = self._tables.growth_watch(table_id)
         return table
@@ -444,12 +466,6 @@ class BatchCommitter:
         return {}
 
 
-def _rejected_without_append(decisions: Iterable[Decision]) -> bool:
-    """Whether some requests were rejected and none committed (nothing appended after their state)."""
-    kinds = {type(d) for d in decisions}
-    return Rejected in kinds and Committed not in kinds
-
-
 def _retry(indexes: Sequence[int], reason: str) -> dict[int, Decision]:
     return dict.fromkeys(indexes, Retry(reason))
 
@@ -460,23 +476,3 @@ def _retry_groups(batch: SortedBatch, group_ids: set[str], reason: str) -> dict[
     for group_id in group_ids:
         retries.update(_retry(batch.groups[group_id], reason))
     return retries
-
-
-def _strays_decided_here(
-    messages: Sequence[ParsedMessage], decisions: Mapping[int, Decision]
-) -> dict[int, Decision]:
-    """A stray copy (wrong group) of a request this very batch decided is a duplicate of it."""
-    stray = [index for index, decision in decisions.items() if is_stray(decision)]
-    if not stray:
-        return {}  # the usual batch: no statuses to derive twice
-    decided = {
-        (p.envelope.table_id, p.envelope.request_id): decision
-        for index, p in enumerate(messages)
-        if p.envelope is not None and (decision := decisions[index]) is not None and is_final(decision)
-    }
-    strays: dict[int, Decision] = {}
-    for index in stray:
-        envelope = messages[index].envelope
-        if envelope is not None and (first := decided.get((envelope.table_id, envelope.request_id))):
-            strays[index] = Duplicate(transaction_number_of(first), "decided in this batch")
-    return strays

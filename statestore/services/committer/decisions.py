@@ -7,6 +7,7 @@ derived from that one value by the functions here, so they cannot disagree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -183,3 +184,9 @@ def is_stray(decision: Decision) -> bool:
 def already_decided(final: CommitStatus, why: str | None = None) -> Duplicate:
     """A duplicate of a request whose final status is ``final``."""
     return Duplicate(final.transaction_number, why or f"already {final.outcome.value}")
+
+
+def rejected_without_append(decisions: Iterable[Decision]) -> bool:
+    """Whether some requests were rejected and none committed (nothing appended after their state)."""
+    kinds = {type(d) for d in decisions}
+    return Rejected in kinds and Committed not in kinds

@@ -25,6 +25,7 @@ from statestore.services.committer_stats import BatchStatsBuilder
 from statestore.state.file_guard import FileGuard
 from statestore.store.ports import BlobStore, CommitStatusStore
 from statestore.store.tables import TableInfo
+from statestore.transactions import AddFiles
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
@@ -33,12 +34,14 @@ logger = logging.getLogger("statestore.committer")  # one logger for the whole c
 class WarmTable:
     """A table the committer keeps between batches: loaded, or demoted to ``guard`` (what it keeps of its
     state once evicted, :mod:`statestore.state.file_guard`). ``expected_bytes``: its state's estimate from its
-    snapshot's record, for the room its first load makes (None: not known)."""
+    snapshot's record, for the room its first load makes, and ``snapshot_references`` that record's count of
+    references (None: not known)."""
 
     info: TableInfo
     store: TableStateStore
     checked_time: int
     expected_bytes: int | None = None
+    snapshot_references: int | None = None
     guard: FileGuard | None = None
 
 
@@ -51,6 +54,7 @@ def commit_fresh(
     stats: CommitterStats,
     batch: BatchStatsBuilder,
     load: Callable[[], object],
+    guard_from_snapshot: Callable[[], bool] = lambda: False,
 ) -> dict[str, Decision]:
     """Commit ``requests`` (one per request id, none with a final status when the batch was read) as one
     group through the engine, which validates each against the state as changed by the ones before it,
@@ -59,7 +63,9 @@ def commit_fresh(
     files are rows finds in its file store was committed before. Returns each request's decision by id.
 
     A table demoted to its guard is committed to from the guard when it can decide the group (only new
-    files); else ``load()`` loads its state first, as it does for any table not loaded.
+    files); else ``load()`` loads its state first, as it does for any table not loaded. A table neither
+    loaded nor guarded, given a group that only adds files, first has ``guard_from_snapshot()`` make
+    ``table.guard`` where it will (from its latest snapshot, without loading the state; True if it did).
 
     Raises StateStoreError when a store fails: nothing is decided then.
     """
@@ -84,11 +90,15 @@ def commit_fresh(
     conflicts_before = table.store.retries
     try:
         outcome = None
+        cold = table.guard is None and table.store.loaded_state is None and _only_adds(members)
+        if cold:
+            cold = guard_from_snapshot()
         if table.guard is not None:
             outcome = _commit_on_guard(table, members, batch)
-            if outcome is None:
-                load()
+            if outcome is not None and cold:
+                batch.guarded_cold += 1
         if outcome is None:
+            load()
             outcome = table.store.commit_group(members)
     finally:
         conflicts = table.store.retries - conflicts_before
@@ -147,8 +157,14 @@ def _commit_on_guard(
     if outcome is None:
         table.guard = None
         return None
+    store.use_first_reads(None)  # what a guard read from the snapshot kept for a load, let go
     batch.guarded += 1
     return outcome
+
+
+def _only_adds(members: Sequence[GroupMember]) -> bool:
+    """Whether every member is an ``AddFiles``: what a guard may decide (it checks again)."""
+    return all(type(m.transaction) is AddFiles for m in members)
 
 
 def _attach_stored_bodies(

@@ -11,7 +11,16 @@ from typing import NamedTuple
 
 from statestore.engine.requests import RequestEnvelope, parse_request
 from statestore.errors import CodecError
-from statestore.services.committer.decisions import DeadLettered, Decision, ParsedMessage, already_decided
+from statestore.services.committer.decisions import (
+    DeadLettered,
+    Decision,
+    Duplicate,
+    ParsedMessage,
+    already_decided,
+    is_final,
+    is_stray,
+    transaction_number_of,
+)
 from statestore.services.committer.messages import ReceivedMessage
 from statestore.store.ports import CommitStatus, RequestKey
 
@@ -101,3 +110,23 @@ def split_copies(
         if first is not request:
             copies.append((request, first))
     return list(first_of.values()), copies
+
+
+def strays_decided_here(
+    messages: Sequence[ParsedMessage], decisions: Mapping[int, Decision]
+) -> dict[int, Decision]:
+    """A stray copy (wrong group) of a request this very batch decided is a duplicate of it."""
+    stray = [index for index, decision in decisions.items() if is_stray(decision)]
+    if not stray:
+        return {}  # the usual batch: no statuses to derive twice
+    decided = {
+        (p.envelope.table_id, p.envelope.request_id): decision
+        for index, p in enumerate(messages)
+        if p.envelope is not None and (decision := decisions[index]) is not None and is_final(decision)
+    }
+    strays: dict[int, Decision] = {}
+    for index in stray:
+        envelope = messages[index].envelope
+        if envelope is not None and (first := decided.get((envelope.table_id, envelope.request_id))):
+            strays[index] = Duplicate(transaction_number_of(first), "decided in this batch")
+    return strays

@@ -41,3 +41,10 @@ def snapshot_bytes(read: Outcome[SnapshotInfo | None]) -> int | None:
     if snapshot.references is None or snapshot.partitions is None:
         return None
     return sizing.warm_state_bytes(snapshot.references, snapshot.partitions)
+
+
+def snapshot_references(read: Outcome[SnapshotInfo | None]) -> int | None:
+    """The references a snapshot's record counts (None: no snapshot, not counted, or the read failed)."""
+    if read.error is not None or read.value is None:
+        return None
+    return read.value.references
