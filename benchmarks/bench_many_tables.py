@@ -31,6 +31,12 @@ Targets, printed PASS/FAIL:
   table of its size from its snapshot (its record, its objects and the log after it; median, measured
   here).
 
+A table the committer does not keep at all, of at least 100,000 references (the stack's
+``guard_first_references``), has its guard read from its snapshot instead of its state loaded, as its
+commits only add files (``GuardedCommits.guard_from_snapshot``): its cold commits are timed with that read
+as their own load. A third spread, the uniform one again with every such table loaded instead, shows what a
+cold commit that does more than add files pays (not judged).
+
 Not judged, beside the last: what each cold commit adds beyond its own load, as the committer times it in
 that commit (making room, the first reads' round trip, the append), the largest of each size's; and the
 CPU time each cold commit and each load alone spends in the kernel (page faults, mostly: on a virtual
@@ -101,6 +107,10 @@ ZIPF_EXPONENT = 1.1
 THROUGHPUT_SHARE = 0.80  # of one table's commit rate
 COLD_WARM_FACTOR = 3.0  # cold p99 <= this x warm median + one snapshot load
 ALONE_COMMITS = 300
+# The spreads measured; the last is the first again with every table not kept loaded (not judged).
+LOADING = "uniform, states loaded"
+SPREADS = ("uniform", "zipf", LOADING)
+GUARD_FIRST_REFERENCES = BatchCommitter.guard_first_references  # the stack's, scaled with the tables
 
 
 @dataclass(frozen=True)
@@ -368,8 +378,11 @@ def commit_all(
             raise RuntimeError(f"a commit to {table_id} was {result.outcome.value}: {result.reason}")
         if timings is not None:
             batch = committer.last_batch
-            kind = "cold" if batch.cold_loads else "guarded" if batch.guarded else "warm"
-            timings.add(shape.name, kind, seconds * 1000, sum(batch.cold_load_ms), kernel * 1000)
+            # A table not kept at all is cold, whether its state was loaded or its guard read.
+            cold = batch.cold_loads or batch.guarded_cold
+            kind = "cold" if cold else "guarded" if batch.guarded else "warm"
+            own_load = sum(batch.cold_load_ms) + sum(batch.cold_guard_ms)
+            timings.add(shape.name, kind, seconds * 1000, own_load, kernel * 1000)
             timings.seconds += seconds
 
 
@@ -415,10 +428,13 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
     # The reads a load overlaps (snapshot objects, the log after them) are counted as overlapping.
     overlap.both = overlapped(stores.waits)
 
-    def committer() -> BatchCommitter:
+    def committer(guards_from_snapshots: bool = True) -> BatchCommitter:
+        """A committer as the stack's; without guards from snapshots, one that loads every table it does
+        not keep (as a batch that does more than add files does)."""
+        guard_first = round(GUARD_FIRST_REFERENCES * scale) if guards_from_snapshots else 1 << 62
         return BatchCommitter(
             stores.tables, stores.log, stores.snapshots, stores.blobs, stores.dead_letters,
-            warm_budget=budget, timer=clock.now,
+            warm_budget=budget, timer=clock.now, guard_first_references=guard_first,
         )  # fmt: skip
 
     # Alone: one table of each size, warm after its first commit; and each size's snapshot load.
@@ -458,9 +474,9 @@ def run_committer_process(config: dict[str, Any], out: Any) -> None:
 
     spreads: dict[str, Any] = {}
     commits = config["commits"]
-    for spread in ("uniform", "zipf"):
+    for spread in SPREADS:
         weights = zipf_weights(len(tables), ZIPF_EXPONENT) if spread == "zipf" else None
-        c = committer()
+        c = committer(guards_from_snapshots=spread != LOADING)
         warm_up = rng.choices(tables, weights=weights, k=commits)  # past the first sight of most tables
         commit_all(c, warm_up, rng, clock, None)
         before = c.warm_counts
@@ -540,13 +556,17 @@ def report(f: dict[str, Any], args: argparse.Namespace, shapes: list[Shape]) -> 
         )
         for label, (n, p50, p99) in s["classes"].items():
             print(f"      {label:<10} {n:>6} commits  p50 {p50:>8.1f} ms  p99 {p99:>8.1f} ms")
+        # The spread whose cold tables are all loaded shows what a batch doing more than adding files pays.
+        judged = spread != LOADING
+        label = verdict if judged else lambda ok: "    "
         ratio = s["rate"] / alone_rate
         ok = ratio >= THROUGHPUT_SHARE
-        checks.append(ok)
-        print(f"    {verdict(ok)}  overall commits/s: {ratio:.0%} of one table's alone (target >= 80%)")
+        checks.append(ok or not judged)
+        print(f"    {label(ok)}  overall commits/s: {ratio:.0%} of one table's alone (target >= 80%)")
         figures.append(
             Figure.judged(
                 f"{spread}: overall commits/s vs one table alone", ratio, "", at_least=THROUGHPUT_SHARE,
+                judge=judged,
                 bound_by=f"cold loads (round trips, snapshot bytes, decoding on this CPU); {rtt}",
             )
         )  # fmt: skip
@@ -560,16 +580,16 @@ def report(f: dict[str, Any], args: argparse.Namespace, shapes: list[Shape]) -> 
                 continue
             limit = COLD_WARM_FACTOR * f["alone"][name]["p50"] + f["load_ms"][name]
             ok = cold[2] <= limit
-            checks.append(ok)
+            checks.append(ok or not judged)
             print(
-                f"    {verdict(ok)}  p99 of a cold {name} table's commit {cold[2]:.0f} ms (target <= 3 x "
+                f"    {label(ok)}  p99 of a cold {name} table's commit {cold[2]:.0f} ms (target <= 3 x "
                 f"warm {f['alone'][name]['p50']:.1f} ms + one load {f['load_ms'][name]:.0f} ms "
-                f"= {limit:.0f} ms)"
+                f"= {limit:.0f} ms){'' if judged else ': not judged'}"
             )
             figures.append(
                 Figure.judged(
                     f"{spread}: p99 of a cold {name} table's commit", cold[2], "ms", at_most=round(limit),
-                    bound_by=f"the snapshot load (bytes, decoding on this CPU) and {rtt}",
+                    judge=judged, bound_by=f"the snapshot load (bytes, decoding on this CPU) and {rtt}",
                 )
             )  # fmt: skip
             beyond = s["beyond_load"][name]
