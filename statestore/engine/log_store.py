@@ -364,7 +364,7 @@ class TransactionLogStateStore(LogStateLoading, GuardedCommits):
                 compressed,
                 uuid.uuid4().hex,
                 made.attachments,
-                leaves_added_to(made.transaction, state.partitions_by_id),
+                leaves_added_to(made.transaction, state.is_leaf),
                 made.transaction.most_added(),
                 self.index_leaves,
             )

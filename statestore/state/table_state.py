@@ -384,6 +384,16 @@ class TableState(TableQueries):
 
     # --- whole-state ----------------------------------------------------------------------------
 
+    def is_leaf(self, partition_id: str) -> bool:
+        """Whether ``partition_id`` is a leaf partition of this state, without making the partition: a check
+        each commit that adds files makes for the partitions it adds to (the log's list of leaves)."""
+        changed = self._partitions.get(partition_id)
+        if changed is not None:
+            return changed.leaf
+        base = self._partition_base
+        row = None if base is None else base.row_of(partition_id)
+        return row is not None and base is not None and base.ids_index().is_leaf(row)
+
     def file_guard(self, read_to_end_at: int) -> FileGuard | None:
         """What this state keeps when evicted, to take new files without it (:mod:`statestore.state.
         file_guard`): its name index's hashes (shared), the names changed since, its partitions' ids. None
