@@ -88,9 +88,9 @@ def commit_fresh(
         return decisions
     members = _attach_stored_bodies(blobs, table_id, members, bodies)
     conflicts_before = table.store.retries
+    cold = table.guard is None and table.store.loaded_state is None and _only_adds(members)
     try:
         outcome = None
-        cold = table.guard is None and table.store.loaded_state is None and _only_adds(members)
         if cold:
             cold = guard_from_snapshot()
         if table.guard is not None:
@@ -104,6 +104,10 @@ def commit_fresh(
         conflicts = table.store.retries - conflicts_before
         stats.log_append_conflicts += conflicts
         batch.log_append_conflicts += conflicts
+        if cold and isinstance(table.store, TransactionLogStateStore):
+            # What reading the guard from the snapshot kept for a load (its objects): a load took it, or
+            # none is needed (the commit landed), or the batch failed: let go either way.
+            table.store.use_first_reads(None)
     # Copies the entry does not point at (members rejected, or found committed). Had the commit raised,
     # the entry might point at any of them: they are left to the cleanup's sweep of the log prefix.
     unused = [
@@ -157,7 +161,6 @@ def _commit_on_guard(
     if outcome is None:
         table.guard = None
         return None
-    store.use_first_reads(None)  # what a guard read from the snapshot kept for a load, let go
     batch.guarded += 1
     return outcome
 
