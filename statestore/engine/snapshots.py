@@ -14,8 +14,10 @@ none) is read from the snapshot's own keys, as without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import zlib
+from collections.abc import Iterator
 from functools import partial
 
 from statestore.codec.parquet import SnapshotObjectError, state_from_parquet, state_to_parquet, written_at
@@ -136,11 +138,8 @@ class SnapshotStore:
         the recorded checksum, and it says it is of this transaction) is used instead of reading the
         snapshot's own."""
         partitions_bytes, files_bytes = self._objects(info, copy)
-        try:
+        with _naming_the_object(info):
             return state_from_parquet(schema, partitions_bytes, files_bytes, info.transaction_number)
-        except SnapshotObjectError as e:
-            key = info.files_key if e.part == "files" else info.partitions_key
-            raise UnreadableSnapshotError(info.table_id, info.transaction_number, key, str(e)) from e
 
     def read_guard(
         self, info: SnapshotInfo, schema: Schema, copy: Copy | None = None
@@ -149,12 +148,8 @@ class SnapshotStore:
         objects store no name hashes), and its two objects as read, for a load to take where the guard
         cannot serve (as ``copy``). Reads and raises as :meth:`read` does."""
         partitions_bytes, files_bytes = self._objects(info, copy)
-        try:
-            columns = guard_from_parquet(schema, partitions_bytes, files_bytes)
-        except SnapshotObjectError as e:
-            key = info.files_key if e.part == "files" else info.partitions_key
-            raise UnreadableSnapshotError(info.table_id, info.transaction_number, key, str(e)) from e
-        return columns, (partitions_bytes, files_bytes)
+        with _naming_the_object(info):
+            return guard_from_parquet(schema, partitions_bytes, files_bytes), (partitions_bytes, files_bytes)
 
     def verify(self, info: SnapshotInfo, schema: Schema) -> None:
         """Check that the snapshot can be read: its objects match their checksums (a snapshot recorded
@@ -240,3 +235,14 @@ class SnapshotStore:
     def delete_table(self, table_id: str) -> None:
         self.metadata.delete_table(table_id)
         self.blobs.delete(self.blobs.list(layout.snapshot_prefix(table_id)))
+
+
+@contextlib.contextmanager
+def _naming_the_object(info: SnapshotInfo) -> Iterator[None]:
+    """Raise a snapshot object's decoding error as UnreadableSnapshotError naming the table, the snapshot
+    and the object's key."""
+    try:
+        yield
+    except SnapshotObjectError as e:
+        key = info.files_key if e.part == "files" else info.partitions_key
+        raise UnreadableSnapshotError(info.table_id, info.transaction_number, key, str(e)) from e
