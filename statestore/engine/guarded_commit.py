@@ -142,8 +142,8 @@ class GuardedCommits:
         """Commit ``members`` as one entry from ``guard`` (see the module's docstring), or None: nothing
         was written, and the guard cannot decide them. Raises a store's StateStoreError as
         ``commit_group`` does."""
-        adds = [m.transaction for m in members if type(m.transaction) is AddFiles]
-        if len(adds) != len(members) or len({m.key for m in members}) != len(members):
+        adds = adds_of(members)
+        if adds is None:
             return None
         if guard.transaction_number and not guard.last_update_time:
             return None  # its entry's time unknown (read by the state's load): times never run backwards
@@ -244,6 +244,14 @@ class GuardedCommits:
             return False  # the state's load decides (and reports what is wrong, where something is)
         guard.read_to_end_at = started
         return True
+
+
+def adds_of(members: Sequence[GroupMember]) -> list[AddFiles] | None:
+    """The ``AddFiles`` of a group a guard may decide: every member one, each request once; else None."""
+    adds = [m.transaction for m in members if type(m.transaction) is AddFiles]
+    if len(adds) != len(members) or len({m.key for m in members}) != len(members):
+        return None
+    return adds
 
 
 def _names_added(add: AddFiles) -> list[str]:

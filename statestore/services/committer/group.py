@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from statestore.engine.guarded_commit import adds_of
 from statestore.engine.log_store import TableStateStore, TransactionLogStateStore
 from statestore.engine.results import GroupCommitResult, GroupMember, skipped_note
 from statestore.errors import BlobNotFoundError, CodecError, StateStoreError
@@ -25,7 +26,6 @@ from statestore.services.committer_stats import BatchStatsBuilder
 from statestore.state.file_guard import FileGuard
 from statestore.store.ports import BlobStore, CommitStatusStore
 from statestore.store.tables import TableInfo
-from statestore.transactions import AddFiles
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
 
@@ -88,7 +88,7 @@ def commit_fresh(
         return decisions
     members = _attach_stored_bodies(blobs, table_id, members, bodies)
     conflicts_before = table.store.retries
-    cold = table.guard is None and table.store.loaded_state is None and _only_adds(members)
+    cold = table.guard is None and table.store.loaded_state is None and adds_of(members) is not None
     try:
         outcome = None
         if cold:
@@ -163,11 +163,6 @@ def _commit_on_guard(
         return None
     batch.guarded += 1
     return outcome
-
-
-def _only_adds(members: Sequence[GroupMember]) -> bool:
-    """Whether every member is an ``AddFiles``: what a guard may decide (it checks again)."""
-    return all(type(m.transaction) is AddFiles for m in members)
 
 
 def _attach_stored_bodies(
