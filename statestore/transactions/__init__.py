@@ -8,10 +8,9 @@ when following a log whose entries were validated before they were written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from typing import cast
 
-from statestore.model.partitions import Partition
 from statestore.transactions.base import Transaction
 from statestore.transactions.batch import BatchItem, TransactionBatch, request_ids_of
 from statestore.transactions.file_changes import (
@@ -72,11 +71,11 @@ def only_adds(transaction: Transaction) -> list[AddFiles] | None:
 
 def leaves_added_to(
     transaction: Transaction,
-    partitions: Mapping[str, Partition] | Collection[str] | Callable[[str], bool],
+    leaves: Collection[str] | Callable[[str], bool],
 ) -> frozenset[str] | None:
     """For a transaction that only adds files (an ``AddFiles``, or a batch of nothing else): the ids of the
-    partitions it adds references to when every one is a leaf of ``partitions`` (the tree it is written
-    on, the ids of its leaves, or whether an id is a leaf's: ``TableState.is_leaf``), at most
+    partitions it adds references to when every one is a leaf of the tree it is written on (``leaves``: the
+    ids of its leaves, or whether an id is a leaf's, ``TableState.is_leaf``), at most
     ``LISTED_PARTITIONS_AT_MOST`` taking at most ``LISTED_BYTES_AT_MOST`` bytes; else empty (the entry is
     not listed). None for every other transaction: it may change anything."""
     adds = only_adds(transaction)
@@ -89,13 +88,8 @@ def leaves_added_to(
             return frozenset()
     if sum(len(i.encode()) for i in listed) > LISTED_BYTES_AT_MOST:
         return frozenset()
-    if isinstance(partitions, Mapping):
-        leaves: Collection[str] = [i for i in listed if i in partitions and partitions[i].leaf]
-    elif callable(partitions):
-        leaves = [i for i in listed if partitions(i)]
-    else:
-        leaves = [i for i in listed if i in partitions]
-    if len(leaves) != len(listed):
+    is_leaf = leaves if callable(leaves) else leaves.__contains__
+    if not all(is_leaf(i) for i in listed):
         return frozenset()
     return frozenset(listed)
 
