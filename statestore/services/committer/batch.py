@@ -42,8 +42,8 @@ from statestore.services.committer.sorting import (
 )
 from statestore.services.committer.warm_tables import (
     demote,
+    first_read_snapshot,
     snapshot_bytes,
-    snapshot_references,
     warm_table_bytes,
 )
 from statestore.services.committer_stats import BatchStats, BatchStatsBuilder, TableSize
@@ -303,7 +303,7 @@ class BatchCommitter:
             self._batch.warm_loads += 1
             return
         guard, table.guard = table.guard, None  # the state, loaded, supersedes what its guard kept
-        expected = table.expected_bytes
+        expected = snapshot_bytes(table.snapshot)
         if guard is not None:
             expected = sizing.warm_state_bytes(guard.references, len(guard.partition_ids))
         self._tables.make_room(table.info.table_id, expected)
@@ -319,7 +319,7 @@ class BatchCommitter:
         little more to load, and then serves any commit). Room is made first for the read's peak. Whether
         the guard was made."""
         store = table.store
-        references = table.snapshot_references
+        references = None if table.snapshot is None else table.snapshot.references
         if not isinstance(store, TransactionLogStateStore) or references is None:
             return False
         if references < self.guard_first_references:
@@ -377,12 +377,11 @@ class BatchCommitter:
             sleep=self.sleep,
             rng=self.rng,
         )
-        expected = references = None
+        snapshot = None
         if first is not None and first.load is not None and isinstance(store, TransactionLogStateStore):
             store.use_first_reads(first.load)
-            expected = snapshot_bytes(first.load.record)
-            references = snapshot_references(first.load.record)
-        table = self._tables[table_id] = WarmTable(info, store, now, expected, references)
+            snapshot = first_read_snapshot(first.load.record)
+        table = self._tables[table_id] = WarmTable(info, store, now, snapshot)
         if isinstance(store, TransactionLogStateStore):  # a log since its snapshot may hold far more
             store.growth_watch = self._tables.growth_watch(table_id)
         return table

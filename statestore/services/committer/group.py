@@ -25,6 +25,7 @@ from statestore.services.committer.sorting import FreshRequest
 from statestore.services.committer_stats import BatchStatsBuilder
 from statestore.state.file_guard import FileGuard
 from statestore.store.ports import BlobStore, CommitStatusStore
+from statestore.store.snapshot_ports import SnapshotInfo
 from statestore.store.tables import TableInfo
 
 logger = logging.getLogger("statestore.committer")  # one logger for the whole committer, as before the split
@@ -33,15 +34,14 @@ logger = logging.getLogger("statestore.committer")  # one logger for the whole c
 @dataclass
 class WarmTable:
     """A table the committer keeps between batches: loaded, or demoted to ``guard`` (what it keeps of its
-    state once evicted, :mod:`statestore.state.file_guard`). ``expected_bytes``: its state's estimate from its
-    snapshot's record, for the room its first load makes, and ``snapshot_references`` that record's count of
-    references (None: not known)."""
+    state once evicted, :mod:`statestore.state.file_guard`). ``snapshot``: the record of its latest snapshot
+    its first reads found (None: not known), whose counts size the room its first load makes and decide
+    whether its guard is read from that snapshot."""
 
     info: TableInfo
     store: TableStateStore
     checked_time: int
-    expected_bytes: int | None = None
-    snapshot_references: int | None = None
+    snapshot: SnapshotInfo | None = None
     guard: FileGuard | None = None
 
 

@@ -32,19 +32,14 @@ def demote(table: WarmTable) -> bool:
     return table.guard is not None
 
 
-def snapshot_bytes(read: Outcome[SnapshotInfo | None]) -> int | None:
-    """The estimated bytes of the state a snapshot's record counts (None: no snapshot, not counted, or the
-    read failed, which the load will meet)."""
-    if read.error is not None or read.value is None:
-        return None
-    snapshot = read.value
-    if snapshot.references is None or snapshot.partitions is None:
+def first_read_snapshot(read: Outcome[SnapshotInfo | None]) -> SnapshotInfo | None:
+    """The latest snapshot's record a table's first reads found (None: no snapshot, or the read failed,
+    which the load will meet)."""
+    return None if read.error is not None else read.value
+
+
+def snapshot_bytes(snapshot: SnapshotInfo | None) -> int | None:
+    """The estimated bytes of the state a snapshot's record counts (None: no snapshot, or not counted)."""
+    if snapshot is None or snapshot.references is None or snapshot.partitions is None:
         return None
     return sizing.warm_state_bytes(snapshot.references, snapshot.partitions)
-
-
-def snapshot_references(read: Outcome[SnapshotInfo | None]) -> int | None:
-    """The references a snapshot's record counts (None: no snapshot, not counted, or the read failed)."""
-    if read.error is not None or read.value is None:
-        return None
-    return read.value.references
