@@ -126,6 +126,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 process.kill()
         for log in logs:
             log.close()
+        # Each executor unpacked the environment archive (~270 MB); its logs beside it stay.
+        for unpacked in work.glob("w*/app-*/*/environment"):
+            shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def _answers(url: str) -> bool:
