@@ -466,7 +466,7 @@ def case_gc(case: Mapping[str, Any]) -> dict[str, Any]:
     warm_up(cleaner.blobs, cleaner.snapshots.metadata, table_id)
     blobs = DataDeletesSkipped(cleaner.blobs)
     snapshots = SnapshotStore(cleaner.snapshots.metadata, blobs)
-    policy = CleanupPolicy(gc_delay_ms=0)
+    policy = CleanupPolicy(gc_delay_ms=0, max_clock_skew_ms=0)  # one process: every clock is the same one
     reports = []
     gc_store = cleaner.state_store(table_id)  # a fresh store, not loaded: as the cleanup Lambda's cold start
     with Timer(case) as timer:
