@@ -123,7 +123,7 @@ def log_contents(
 
 
 def test_killed_at_random_points_the_runtime_restarts_and_keeps_every_acknowledged_commit_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     seed = int(os.environ.get("STATESTORE_KILL_SEED", random.randrange(1 << 30)))
     print(f"seed {seed} (STATESTORE_KILL_SEED={seed} repeats this run)")
@@ -141,6 +141,7 @@ def test_killed_at_random_points_the_runtime_restarts_and_keeps_every_acknowledg
         *("--snapshot-interval", "1", "--cleanup-interval", "0"),
     )
     runtime = RuntimeProcess.start(command, stderr=tmp_path / "runtime-0.err")
+    request.addfinalizer(lambda: runtime.kill())  # the round's runtime, should the test fail while it runs
     client, _ = connect(runtime.environment())
     table = client.create_table("events", SCHEMA, [])
     [leaf] = [p.id for p in client.leaf_partitions(table.table_id)]
