@@ -229,8 +229,8 @@ class DynamoDBLocal:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process (SIGTERM, then SIGKILL after ``timeout`` seconds). Safe to call more than once.
 
-        With a ``db_path`` every acknowledged write is already in the database file, so even a kill loses
-        nothing that a client was told had succeeded.
+        With a ``db_path`` an acknowledged write is meant to be in the database file already, so that even a
+        kill loses nothing a client was told had succeeded; docs/local.md names the one exception seen.
         """
         if self.process.poll() is None:
             self.process.terminate()
